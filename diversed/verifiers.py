@@ -1,0 +1,130 @@
+"""Verification math of relaxed speculative decoding (DESIGN.md §1). Pure functions, no model calls.
+
+Names follow the paper: p target probabilities, q draft probabilities, w weight on the target,
+K draft length, nu the verification distribution (the ensemble of p and q).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+MIXINGS = ("linear", "logit")
+
+
+def logits_to_probs(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0) -> torch.Tensor:
+    """[..., V] logits -> [..., V] probabilities after temperature and nucleus (top-p) filtering.
+
+    temperature == 0 means greedy decoding; the distribution used for mixing is then the plain
+    softmax (T = 1), as in transformers' assisted generation.
+    """
+    logits = logits.float()
+    if temperature > 0:
+        logits = logits / temperature
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        # drop a token when the mass before it already reaches top_p (the top token always stays)
+        drop_sorted = (cum - sorted_logits.softmax(dim=-1)) >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits.softmax(dim=-1)
+
+
+def _as_weight(w: float | torch.Tensor, K: int, device: torch.device) -> torch.Tensor:
+    """w as a [K, 1] float tensor, checked to lie in [0, 1]."""
+    w = torch.as_tensor(w, dtype=torch.float32, device=device)
+    if w.dim() == 0:
+        w = w.expand(K)
+    if w.shape != (K,):
+        raise ValueError(f"weight must be a float or a [K={K}] tensor, got shape {tuple(w.shape)}")
+    if not bool(((w >= 0) & (w <= 1)).all()):
+        raise ValueError(f"weight w must lie in [0, 1], got {w.tolist()}")
+    return w[:, None]
+
+
+def ensemble(p: torch.Tensor, q: torch.Tensor, w: float | torch.Tensor, mixing: str = "linear") -> torch.Tensor:
+    """Verification distribution nu from p, q: [K, V] each, w float or [K] -> [K, V].
+
+    linear: nu = w p + (1 - w) q;  logit: nu = softmax(w log p + (1 - w) log q).
+    """
+    w = _as_weight(w, p.shape[0], p.device)
+    if mixing == "linear":
+        return w * p + (1 - w) * q
+    if mixing == "logit":
+        # xlogy gives 0 for w = 0 even where p = 0 (so a filtered-out token of the ignored model is harmless)
+        return (torch.xlogy(w, p) + torch.xlogy(1 - w, q)).softmax(dim=-1)
+    raise ValueError(f"unknown mixing {mixing!r}; allowed: {', '.join(MIXINGS)}")
+
+
+def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """TV distance between rows: [..., V] x [..., V] -> [...]."""
+    return 0.5 * (a - b).abs().sum(dim=-1)
+
+
+@dataclass
+class Verdict:
+    """Outcome of verifying one draft block."""
+
+    n_accepted: int  # number of leading draft tokens accepted, 0..K
+    next_token: int  # correction token (n < K) or bonus token (n == K)
+    bias_tv: torch.Tensor  # [n + 1] TV(nu, p) at each emitted position (0 for the bonus token)
+
+    def emitted(self, draft_tokens: torch.Tensor) -> list[int]:
+        """The tokens this step appends: the accepted draft prefix, then next_token."""
+        return draft_tokens[: self.n_accepted].tolist() + [self.next_token]
+
+
+def verify(
+    draft_tokens: torch.Tensor,
+    q: torch.Tensor,
+    p: torch.Tensor,
+    w: float | torch.Tensor,
+    *,
+    mixing: str = "linear",
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+) -> Verdict:
+    """Verify K draft tokens against nu = ensemble(p, q, w).
+
+    draft_tokens [K] long, q [K, V] draft probs, p [K + 1, V] target probs, w float or [K].
+    Sampling: accept x_i with prob min(1, nu_i(x_i) / q_i(x_i)) up to the first rejection n, then
+    sample from norm(max(0, nu_n - q_n)); if all K pass, the bonus token comes from p_{K+1}.
+    Greedy: accept while x_i == argmax nu_i; correction argmax nu_n; bonus argmax p_{K+1}.
+    w = 1 is exactly standard speculative sampling (Leviathan et al. 2023, Algorithm 1).
+    """
+    K, V = q.shape
+    if draft_tokens.shape != (K,) or p.shape != (K + 1, V):
+        raise ValueError(
+            f"shapes disagree: draft_tokens {tuple(draft_tokens.shape)}, q {tuple(q.shape)}, p {tuple(p.shape)}; "
+            "expected [K], [K, V], [K + 1, V]"
+        )
+    nu = ensemble(p[:K], q, w, mixing)  # [K, V]
+    idx = torch.arange(K, device=q.device)
+    if greedy:
+        accepted = draft_tokens == nu.argmax(dim=-1)  # [K]
+    else:
+        nu_x, q_x = nu[idx, draft_tokens], q[idx, draft_tokens]  # [K]
+        r = torch.rand(K, generator=generator, device=q.device)
+        accepted = r * q_x < nu_x  # r < nu/q without dividing; a draft always has q_x > 0
+    n = int(accepted.long().cumprod(dim=0).sum())  # the one host sync of a step
+
+    if n == K:
+        dist = p[K]
+    elif greedy:
+        dist = nu[n]
+    else:
+        # residual: for linear mixing nu - q = w (p - q), so norm(max(0, p - q)) is exact and better conditioned
+        residual = (p[n] if mixing == "linear" else nu[n]) - q[n]
+        dist = residual.clamp_min(0)
+        # nu == q up to rounding leaves no residual mass; then a draw from nu is exact
+        dist = torch.where(dist.sum() > torch.finfo(dist.dtype).tiny, dist, nu[n])
+    if greedy:
+        next_token = int(dist.argmax())
+    else:
+        next_token = int(torch.multinomial(dist, 1, generator=generator))
+    emitted = min(n + 1, K)
+    bias = torch.zeros(n + 1, device=q.device)
+    bias[:emitted] = total_variation(nu[:emitted], p[:emitted])
+    return Verdict(n_accepted=n, next_token=next_token, bias_tv=bias)

@@ -1,0 +1,63 @@
+"""Tiny random Llama models built in the test process: no downloads, a few layers, a small vocabulary."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def tiny_llama(seed: int = 0, *, vocab: int = 96, hidden: int = 32, layers: int = 2, ctx: int = 512,
+               dtype: torch.dtype = torch.float64):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=ctx,
+                      tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg).to(dtype)
+    # larger logits than the default init, so that distributions are peaked like a trained model's
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    model.generation_config.eos_token_id = None  # tests decode to full length unless they ask for an EOS
+    return model.eval().requires_grad_(False)
+
+
+def negated(model):
+    """A draft whose greedy token is the target's argmin: every greedy draft is rejected."""
+    d = copy.deepcopy(model)
+    with torch.no_grad():
+        d.lm_head.weight.neg_()
+    return d
+
+
+@pytest.fixture(scope="session")
+def target():
+    return tiny_llama(0)
+
+
+@pytest.fixture(scope="session")
+def draft(target):
+    from diversed.models import truncated_draft
+
+    return truncated_draft(target, 1)
+
+
+@pytest.fixture(scope="session")
+def other_draft():
+    return tiny_llama(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    """A tiny random target + 1-layer draft saved with a character tokenizer (what the CLI loads)."""
+    from diversed.models import prepare_tiny
+
+    root = tmp_path_factory.mktemp("models")
+    prepare_tiny(root)
+    return root

@@ -1,0 +1,86 @@
+"""The `diversed` command line: generate writes a complete run or nothing; bad input is a clear error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from diversed.cli import main
+
+
+def generate(tiny_dir, out, *extra):
+    main(["generate", "--target", str(tiny_dir / "tiny-target"), "--draft", str(tiny_dir / "tiny-draft-l1"),
+          "--out", str(out), "--max-new-tokens", "12", *extra])
+
+
+def test_generate_writes_run_with_manifest(tiny_dir, tmp_path, capsys):
+    generate(tiny_dir, tmp_path, "--verifier", "fixed", "--weight", "0.5", "-K", "3", "--prompt", "hi there",
+             "--prompt", "2+2=")
+    (run_dir,) = tmp_path.iterdir()
+    rows = [json.loads(line) for line in (run_dir / "generations.jsonl").read_text().splitlines()]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert [r["prompt"] for r in rows] == ["hi there", "2+2="]
+    assert all(r["new_tokens"] == len(r["tokens"]) <= 12 for r in rows)
+    assert manifest["run_id"] == run_dir.name and manifest["config"]["weight"] == 0.5
+    assert {"git_commit", "versions", "hardware", "seed", "summary"} <= manifest.keys()
+    assert "torch" in manifest["versions"] and manifest["hardware"]["cpu"]
+    out = capsys.readouterr().out
+    assert "tokens/s" in out and "alpha" in out and "tau" in out
+
+
+def test_generate_is_deterministic_and_reruns_overwrite(tiny_dir, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "abc"}\n{"prompt": "hello", "id": "h"}\n')
+    args = ("--verifier", "strict", "--temperature", "1.0", "--prompts", str(prompts), "--seed", "3")
+    generate(tiny_dir, tmp_path / "a", *args)
+    generate(tiny_dir, tmp_path / "b", *args)
+    (a,), (b,) = (tmp_path / "a").iterdir(), (tmp_path / "b").iterdir()
+    assert a.name == b.name
+    assert (a / "generations.jsonl").read_bytes() == (b / "generations.jsonl").read_bytes()
+    generate(tiny_dir, tmp_path / "a", *args)  # rerun overwrites in place
+    assert [p.name for p in (tmp_path / "a").iterdir()] == [a.name]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--verifier", "fixed", "--weight", "1.5"], "weight w must be in [0, 1], got 1.5"),
+    (["--verifier", "strict", "-K", "0"], "K must be >= 1, got 0"),
+    (["--verifier", "speculative"], "unknown verifier 'speculative'"),
+    (["--verifier", "dynamic"], "needs --head"),
+    (["--verifier", "dynamic", "--head", "missing.safetensors"], "weight head not found"),
+    (["--verifier", "strict", "--mixing", "cubic"], "unknown mixing 'cubic'"),
+    (["--verifier", "strict", "--prompt", "   "], "empty"),
+    (["--verifier", "strict", "--max-new-tokens", "5000"], "exceeds the target's context length 4096"),
+    (["--verifier", "strict", "--draft", "no-such-org/no-such-model"], "cannot load the tokenizer of draft"),
+])
+def test_bad_input_is_a_clear_error_and_writes_nothing(tiny_dir, tmp_path, capsys, args, message):
+    if "--prompt" not in args:
+        args = [*args, "--prompt", "hello"]
+    with pytest.raises(SystemExit) as e:
+        generate(tiny_dir, tmp_path / "out", *args)
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_mismatched_vocabularies_are_refused(tiny_dir, tmp_path, capsys):
+    from conftest import tiny_llama
+
+    from diversed.models import char_tokenizer
+
+    other = tmp_path / "other"
+    tiny_llama(5, vocab=100, dtype=__import__("torch").float32).save_pretrained(other)
+    char_tokenizer().save_pretrained(other)
+    with pytest.raises(SystemExit):
+        main(["generate", "--target", str(tiny_dir / "tiny-target"), "--draft", str(other), "--prompt", "x",
+              "--out", str(tmp_path / "out")])
+    assert "target has 128 logits, draft has 100" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_prompts_file_errors(tiny_dir, tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "ok"}\n{"text": "no prompt key"}\n')
+    with pytest.raises(SystemExit):
+        generate(tiny_dir, tmp_path / "out", "--prompts", str(bad))
+    assert "prompt 2 has no non-empty \"prompt\" field" in capsys.readouterr().err

@@ -1,0 +1,267 @@
+"""Engine tests on tiny random models: greedy identity, cache rollback, transformers cross-checks, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import negated, tiny_llama
+
+from diversed.bench import hf_generate
+from diversed.engine import autoregressive_generate, speculative_generate, summarize
+from diversed.head import WeightHead
+from diversed.verifiers import ensemble, logits_to_probs, verify
+
+PROMPTS = [[1, 5, 7, 9], [1, 30, 31], [1, 80, 3, 3, 3, 40, 12]]
+
+
+def greedy(target, ids, n=60):
+    return autoregressive_generate(target, ids, max_new_tokens=n, temperature=0).tokens
+
+
+@pytest.mark.parametrize("K", [1, 3, 5])
+def test_strict_greedy_equals_target_greedy(target, draft, K):
+    for ids in PROMPTS:
+        ref = greedy(target, ids)
+        assert ref == hf_generate(target, ids, max_new_tokens=60)  # our baseline is transformers' greedy
+        out = speculative_generate(target, draft, ids, verifier="strict", K=K, max_new_tokens=60, temperature=0)
+        assert out.tokens == ref
+        assert sum(out.accepted) + out.steps == len(out.tokens)
+
+
+def test_every_draft_accepted_and_none_accepted(target):
+    ids = PROMPTS[0]
+    ref = greedy(target, ids)
+    same = speculative_generate(target, target, ids, verifier="strict", K=4, max_new_tokens=60, temperature=0)
+    assert same.tokens == ref and same.draft_acceptance_rate == 1.0
+    assert same.mean_acceptance_length == 5.0  # 60 tokens in 12 steps of 4 drafts + bonus
+    worst = speculative_generate(target, negated(target), ids, verifier="strict", K=4, max_new_tokens=60,
+                                 temperature=0)
+    assert worst.tokens == ref and sum(worst.accepted) == 0 and worst.mean_acceptance_length == 1.0
+
+
+def reference_speculative(target, draft, ids, *, K, n_new, w, temperature, generator, mixing="linear"):
+    """Cache-free reference: every step re-encodes the whole sequence through both models."""
+    tokens = list(ids)
+    new: list[int] = []
+    while len(new) < n_new:
+        k = min(K, n_new - len(new) - 1)
+        drafts, q_rows = [], []
+        for _ in range(k):
+            logits = draft(torch.tensor([tokens + drafts])).logits[0, -1].float()
+            q_i = logits_to_probs(logits, temperature)
+            drafts.append(int(torch.multinomial(q_i, 1, generator=generator)))
+            q_rows.append(q_i)
+        logits = target(torch.tensor([tokens + drafts])).logits[0, -(k + 1):].float()
+        p = logits_to_probs(logits, temperature)
+        q = torch.stack(q_rows) if q_rows else p.new_zeros(0, p.shape[-1])
+        v = verify(torch.tensor(drafts, dtype=torch.long), q, p, w, mixing=mixing, generator=generator)
+        emitted = drafts[: v.n_accepted] + [v.next_token]
+        tokens += emitted
+        new += emitted
+    return new
+
+
+@pytest.mark.parametrize("w", [1.0, 0.5])
+def test_kv_rollback_matches_cache_free_reference(target, other_draft, w):
+    """200 sampled tokens with random rejections: identical to re-encoding everything every step."""
+    ids = PROMPTS[1]
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        ref = reference_speculative(target, other_draft, ids, K=4, n_new=200, w=w, temperature=1.0, generator=g1)
+    out = speculative_generate(target, other_draft, ids, verifier="fixed", weight=w, K=4, max_new_tokens=200,
+                               temperature=1.0, generator=g2)
+    assert out.tokens == ref
+    assert 0 < sum(out.accepted) < sum(out.drafted)  # there were rejections, so rollbacks happened
+
+
+@pytest.mark.parametrize("w", [0.3, 0.7])
+def test_fixed_greedy_matches_transformers_ensemble(target, other_draft, w):
+    """Our fixed verifier (linear) == transformers' assistant_ensemble_weight, greedy."""
+    for ids in PROMPTS:
+        ours = speculative_generate(target, other_draft, ids, verifier="fixed", weight=w, K=4, max_new_tokens=40,
+                                    temperature=0)
+        theirs = hf_generate(target, ids, max_new_tokens=40, draft=other_draft, K=4, weight=w)
+        assert ours.tokens == theirs
+    strict = hf_generate(target, PROMPTS[0], max_new_tokens=40, draft=other_draft, K=4)
+    assert strict == greedy(target, PROMPTS[0], 40)
+
+
+def test_fixed_sampling_acceptance_matches_transformers(target, draft, monkeypatch):
+    """In sampling, the acceptance rate of transformers' static ensemble equals ours within sampling error."""
+    import transformers.generation.utils as gen_utils
+
+    w, K, n_new = 0.5, 3, 40
+    matches = []
+    original = gen_utils._speculative_sampling
+
+    def recording(*args, **kwargs):
+        valid, n = original(*args, **kwargs)
+        matches.append((int(n), args[2]))  # (accepted, candidate length)
+        return valid, n
+
+    monkeypatch.setattr(gen_utils, "_speculative_sampling", recording)
+    torch.manual_seed(0)
+    prompts = [[1, t] for t in range(10, 40)]
+    for ids in prompts:
+        hf_generate(target, ids, max_new_tokens=n_new, draft=draft, K=K, weight=w, temperature=1.0)
+    theirs = sum(n for n, _ in matches) / sum(k for _, k in matches)
+    gens = [speculative_generate(target, draft, ids, verifier="fixed", weight=w, K=K, max_new_tokens=n_new,
+                                 temperature=1.0, generator=torch.Generator().manual_seed(i))
+            for i, ids in enumerate(prompts)]
+    ours = summarize(gens)["draft_acceptance_rate"]
+    n = sum(k for _, k in matches)
+    se = math.sqrt(2 * ours * (1 - ours) / n)
+    assert abs(ours - theirs) < 4 * se + 0.02, (ours, theirs)
+
+
+def test_dynamic_head_runs_and_weights_are_recorded(target, draft):
+    head = WeightHead(target.config.hidden_size, draft.config.hidden_size).double().bind(target, draft)
+    torch.nn.init.normal_(head.proj.weight, std=0.5)
+    out = speculative_generate(target, draft, PROMPTS[0], verifier="dynamic", head=head, K=3, max_new_tokens=30,
+                               temperature=1.0, generator=torch.Generator().manual_seed(0))
+    ws = [w for step in out.weights for w in step]
+    assert len(out.tokens) == 30 and len(ws) == sum(out.drafted)
+    assert all(0 < w < 1 for w in ws) and len({round(w, 6) for w in ws}) > 1  # per-position, not constant
+
+
+def test_dynamic_weight_uses_the_hidden_states_that_predict_each_draft(target, draft):
+    """Head inputs: target hidden state at the position predicting draft i (from the verification pass) and the
+    draft hidden state from the forward that proposed it; checked against a cache-free recomputation."""
+    head = WeightHead(target.config.hidden_size, draft.config.hidden_size).double().bind(target, draft)
+    torch.nn.init.normal_(head.proj.weight, std=0.5)
+    ids = PROMPTS[2]
+    out = speculative_generate(target, draft, ids, verifier="dynamic", head=head, K=3, max_new_tokens=3,
+                               temperature=0)
+    # first step drafts k = 2 tokens (max_new_tokens - 1); recompute their weights without caches
+    drafts = []
+    for _ in range(2):
+        drafts.append(int(draft(torch.tensor([ids + drafts])).logits[0, -1].argmax()))
+    seq = torch.tensor([ids + drafts])
+    h_t = target.model(seq).last_hidden_state[0, len(ids) - 1: len(ids) + 1]
+    h_d = draft.model(seq).last_hidden_state[0, len(ids) - 1: len(ids) + 1]
+    assert torch.allclose(torch.tensor(out.weights[0], dtype=torch.float64), head(h_t, h_d), atol=1e-9)
+
+
+def test_eos_stops_and_is_kept(target, draft):
+    ref = greedy(target, PROMPTS[0], 30)
+    eos = ref[10]
+    first = ref.index(eos)
+    out = speculative_generate(target, draft, PROMPTS[0], verifier="strict", K=4, max_new_tokens=30, temperature=0,
+                               eos_token_id=eos)
+    assert out.tokens == ref[: first + 1] and out.stop == "eos"
+    ar = autoregressive_generate(target, PROMPTS[0], max_new_tokens=30, temperature=0, eos_token_id=[eos])
+    assert ar.tokens == out.tokens
+
+
+def test_statistics_and_timings(target, draft):
+    out = speculative_generate(target, draft, PROMPTS[0], verifier="fixed", weight=0.5, K=4, max_new_tokens=50,
+                               temperature=1.0, generator=torch.Generator().manual_seed(0))
+    s = out.stats()
+    assert s["new_tokens"] == 50 and len(out.bias_tv) == 50
+    assert math.isclose(s["mean_acceptance_length"], 50 / len(out.drafted))
+    assert len(s["acceptance_by_position"]) == 4
+    assert s["time_draft"] > 0 and s["time_verify"] > 0 and s["time_other"] >= 0
+    assert s["bias_tv"] > 0
+
+
+def test_draft_only_baseline(draft):
+    out = autoregressive_generate(draft, PROMPTS[0], max_new_tokens=20, temperature=0)
+    assert len(out.tokens) == 20 and out.steps == 20
+
+
+def test_sampling_is_deterministic_given_the_generator(target, draft):
+    def run():
+        return speculative_generate(target, draft, PROMPTS[0], verifier="fixed", weight=0.4, K=3, max_new_tokens=40,
+                                    temperature=0.8, top_p=0.9, generator=torch.Generator().manual_seed(7)).tokens
+    assert run() == run()
+
+
+def test_logit_mixing_runs(target, draft):
+    out = speculative_generate(target, draft, PROMPTS[0], verifier="fixed", weight=0.5, mixing="logit", K=3,
+                               max_new_tokens=30, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    assert len(out.tokens) == 30
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+
+BAD = [
+    (dict(verifier="fixed", weight=1.5), "weight w must be a number in \\[0, 1\\], got 1.5"),
+    (dict(verifier="fixed", weight=-0.1), "weight w must be a number in \\[0, 1\\]"),
+    (dict(verifier="fixed"), "needs a weight"),
+    (dict(verifier="strict", K=0), "K must be an integer >= 1, got 0"),
+    (dict(verifier="beam"), "unknown verifier 'beam'"),
+    (dict(verifier="dynamic"), "needs a trained weight head"),
+    (dict(verifier="strict", mixing="geometric"), "unknown mixing 'geometric'"),
+    (dict(verifier="strict", temperature=-1.0), "temperature must be >= 0"),
+    (dict(verifier="strict", top_p=0.0), "top_p must be in"),
+    (dict(verifier="strict", max_new_tokens=600), "exceeds the target's context length 512"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), BAD)
+def test_bad_input_is_refused_before_compute(target, draft, kwargs, message, monkeypatch):
+    from diversed import engine
+
+    def boom(*_a, **_k):
+        raise AssertionError("compute started")
+
+    monkeypatch.setattr(engine.Stepper, "__call__", boom)
+    kwargs = {"K": 3, "max_new_tokens": 10, "temperature": 1.0} | kwargs
+    with pytest.raises(ValueError, match=message):
+        speculative_generate(target, draft, PROMPTS[0], **kwargs)
+
+
+def test_empty_prompt_and_batches_are_refused(target, draft):
+    with pytest.raises(ValueError, match="empty prompt"):
+        speculative_generate(target, draft, [], verifier="strict", max_new_tokens=5)
+    with pytest.raises(ValueError, match="batch size 2 is not supported"):
+        speculative_generate(target, draft, torch.ones(2, 3, dtype=torch.long), verifier="strict", max_new_tokens=5)
+
+
+def test_vocabulary_mismatch_is_refused(target):
+    small = tiny_llama(2, vocab=80)
+    with pytest.raises(ValueError, match="target has 96 logits, draft has 80"):
+        speculative_generate(target, small, PROMPTS[0], verifier="strict", max_new_tokens=5)
+
+
+def test_padded_vocabulary_when_declared_identical(target):
+    """With vocab_size given (load_pair sets it for provably identical tokenizers) the narrower head is padded
+    and ids past it (padding rows, never real tokens) get no mass in either model."""
+    small = tiny_llama(2, vocab=80)
+    out = speculative_generate(target, small, PROMPTS[0], verifier="strict", K=3, max_new_tokens=20, temperature=0,
+                               vocab_size=96)
+    tokens = list(PROMPTS[0])
+    with torch.no_grad():
+        for _ in range(20):
+            tokens.append(int(target(torch.tensor([tokens])).logits[0, -1, :80].argmax()))
+    assert out.tokens == tokens[len(PROMPTS[0]):]
+
+
+def test_head_for_another_pair_is_refused(target, draft, other_draft):
+    head = WeightHead(target.config.hidden_size, draft.config.hidden_size).bind(target, draft)
+    with pytest.raises(ValueError, match="trained for another draft model"):
+        speculative_generate(target, other_draft, PROMPTS[0], verifier="dynamic", head=head, max_new_tokens=5)
+
+
+def test_nan_logits_are_reported_with_the_step(target, draft):
+    import copy
+
+    broken = copy.deepcopy(draft)
+    with torch.no_grad():
+        broken.lm_head.weight[:] = float("nan")
+    with pytest.raises(FloatingPointError, match="draft logits contain NaN .* step 0"):
+        speculative_generate(target, broken, PROMPTS[0], verifier="strict", K=2, max_new_tokens=5)
+
+
+def test_ensemble_definition_used_by_engine_bias(target, draft):
+    """bias_tv per emitted token equals TV(nu, p) recomputed from the models (first step, first position)."""
+    ids = PROMPTS[0]
+    out = speculative_generate(target, draft, ids, verifier="fixed", weight=0.25, K=1, max_new_tokens=2,
+                               temperature=0)
+    with torch.no_grad():
+        p = target(torch.tensor([ids])).logits[0, -1].float().softmax(-1)
+        q = draft(torch.tensor([ids])).logits[0, -1].float().softmax(-1)
+    nu = ensemble(p[None], q[None], 0.25)[0]
+    assert math.isclose(out.bias_tv[0], float(0.5 * (nu - p).abs().sum()), rel_tol=1e-5)

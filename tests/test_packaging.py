@@ -1,0 +1,47 @@
+"""Packaging: every dependency pinned, environment.yml mirrors pyproject.toml, the README's commands are CI's."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pyproject_pins() -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    deps = list(project["dependencies"]) + [d for group in project["optional-dependencies"].values() for d in group]
+    return {d.replace(" ", "") for d in deps}
+
+
+def test_every_dependency_is_pinned():
+    for dep in pyproject_pins():
+        assert re.fullmatch(r"[A-Za-z0-9_.\-\[\],]+==[0-9][A-Za-z0-9.+]*", dep), f"not pinned: {dep}"
+
+
+def test_environment_yml_mirrors_pyproject():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    deps = env["dependencies"]
+    assert any(str(d).startswith("python=3.11") for d in deps)
+    pip = next(d["pip"] for d in deps if isinstance(d, dict) and "pip" in d)
+    assert {p.replace(" ", "") for p in pip} == pyproject_pins()
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
+    test_block = next(b for b in blocks if "pytest" in b)
+    command = " ".join(line.strip() for line in test_block.strip().splitlines() if not line.startswith("#"))
+    assert command.replace("\\ ", " ") in " ".join(ci.split()), "README test command and .ci/run disagree"
+
+
+def test_ruff_clean():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", str(ROOT)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,0 +1,176 @@
+"""Distribution-level tests of the verification math (DESIGN.md §1)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from diversed.verifiers import ensemble, logits_to_probs, total_variation, verify
+
+V = 8
+DRAWS = 20_000
+
+
+def random_dists(seed: int, rows: int, sharp: float = 2.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (sharp * torch.randn(rows, V, generator=g)).softmax(-1)
+
+
+def emitted_histogram(q, p, w, mixing, position, seed=0):
+    """Histogram of the token emitted at draft `position` (0-based), over draws where it is reached.
+
+    Drafts are sampled from q. Returns (histogram of emitted tokens, acceptance count, draws reaching it)."""
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.zeros(V)
+    accepted = reached = 0
+    for _ in range(DRAWS):
+        draft = torch.multinomial(q, 1, generator=g)[:, 0]  # [K]
+        v = verify(draft, q, p, w, mixing=mixing, generator=g)
+        if v.n_accepted < position:
+            continue
+        reached += 1
+        token = draft[position].item() if v.n_accepted > position else v.next_token
+        accepted += v.n_accepted > position
+        counts[token] += 1
+    return counts, accepted, reached
+
+
+def chi_square_ok(counts: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Chi-square goodness of fit at a 1e-4 significance level (tiny expected cells pooled)."""
+    n = counts.sum()
+    e = expected * n
+    keep = e >= 5
+    obs = torch.cat([counts[keep], counts[~keep].sum(-1, keepdim=True)])
+    exp = torch.cat([e[keep], e[~keep].sum(-1, keepdim=True)])
+    mask = exp > 0
+    stat = float((((obs - exp) ** 2) / exp.clamp_min(1e-12))[mask].sum())
+    dof = int(mask.sum()) - 1
+    # Wilson-Hilferty approximation of the chi-square quantile at 1 - 1e-4 (z = 3.719)
+    crit = dof * (1 - 2 / (9 * dof) + 3.719 * math.sqrt(2 / (9 * dof))) ** 3
+    return stat < crit
+
+
+@pytest.mark.parametrize("mixing", ["linear", "logit"])
+@pytest.mark.parametrize("w", [0.0, 0.3, 0.7, 1.0])
+def test_emitted_token_is_distributed_as_nu(mixing, w):
+    q, p = random_dists(1, 1), random_dists(2, 2)
+    nu = ensemble(p[:1], q, w, mixing)[0]
+    counts, accepted, reached = emitted_histogram(q, p, w, mixing, position=0, seed=int(10 * w))
+    assert reached == DRAWS
+    assert chi_square_ok(counts, nu), (counts / DRAWS, nu)
+    if mixing == "linear":  # acceptance = 1 - w TV(p, q), within 4.5 standard errors
+        expected = 1 - w * float(total_variation(p[0], q[0]))
+        se = math.sqrt(max(expected * (1 - expected), 1e-6) / DRAWS)
+        assert abs(accepted / DRAWS - expected) < 4.5 * se + 1e-9
+
+
+def test_second_position_and_bonus_token():
+    """Position 2 (given position 1 accepted) is distributed as nu_2; the bonus token as p_{K+1}."""
+    q, p = random_dists(3, 2, sharp=1.0), random_dists(4, 3, sharp=1.0)
+    w = torch.tensor([0.2, 0.6])
+    nu = ensemble(p[:2], q, w, "linear")
+    counts, _, reached = emitted_histogram(q, p, w, "linear", position=1, seed=5)
+    assert reached > DRAWS * 0.3
+    assert chi_square_ok(counts, nu[1])
+
+    g = torch.Generator().manual_seed(6)
+    bonus = torch.zeros(V)
+    for _ in range(DRAWS // 2):
+        draft = torch.multinomial(q, 1, generator=g)[:, 0]
+        v = verify(draft, q, p, 0.0, generator=g)  # w = 0: always accepted, so next_token is the bonus
+        assert v.n_accepted == 2
+        bonus[v.next_token] += 1
+    assert chi_square_ok(bonus, p[2])
+
+
+def test_emitted_distribution_wrong_nu_is_detected():
+    """The chi-square check has power: the emitted distribution is not p when w < 1."""
+    q, p = random_dists(1, 1), random_dists(2, 2)
+    counts, _, _ = emitted_histogram(q, p, 0.3, "linear", position=0)
+    assert not chi_square_ok(counts, p[0])
+
+
+def standard_speculative_sampling(draft, q, p, generator):
+    """Leviathan et al. (2023) Algorithm 1, written out independently."""
+    K = q.shape[0]
+    r = torch.rand(K, generator=generator)
+    for i in range(K):
+        x = draft[i]
+        if not r[i] * q[i, x] < p[i, x]:
+            residual = (p[i] - q[i]).clamp_min(0)
+            return i, int(torch.multinomial(residual, 1, generator=generator))
+    return K, int(torch.multinomial(p[K], 1, generator=generator))
+
+
+def test_w1_is_standard_speculative_sampling():
+    K = 4
+    q, p = random_dists(7, K), random_dists(8, K + 1)
+    g1, g2, gd = (torch.Generator().manual_seed(s) for s in (9, 9, 10))
+    for _ in range(2000):
+        draft = torch.multinomial(q, 1, generator=gd)[:, 0]
+        v = verify(draft, q, p, 1.0, generator=g1)
+        assert (v.n_accepted, v.next_token) == standard_speculative_sampling(draft, q, p, g2)
+        assert float(v.bias_tv.abs().sum()) == 0.0
+
+
+def test_greedy_rules():
+    q, p = random_dists(11, 3), random_dists(12, 4)
+    nu = ensemble(p[:3], q, 0.5)
+    best = nu.argmax(-1)
+    # all accepted -> bonus is argmax p_{K+1}
+    v = verify(best, q, p, 0.5, greedy=True)
+    assert (v.n_accepted, v.next_token) == (3, int(p[3].argmax()))
+    # mismatch at position 2 -> correction is argmax nu_2
+    draft = best.clone()
+    draft[1] = (best[1] + 1) % V
+    v = verify(draft, q, p, 0.5, greedy=True)
+    assert (v.n_accepted, v.next_token) == (1, int(nu[1].argmax()))
+    # w = 1: plain target argmax
+    v = verify(p[:3].argmax(-1), q, p, 1.0, greedy=True)
+    assert v.n_accepted == 3
+
+
+def test_linear_residual_equals_p_minus_q_and_bias_formula():
+    q, p = random_dists(13, 1), random_dists(14, 2)
+    w = 0.4
+    nu = ensemble(p[:1], q, w)
+    assert torch.allclose((nu - q).clamp_min(0) / (nu - q).clamp_min(0).sum(),
+                          (p[:1] - q).clamp_min(0) / (p[:1] - q).clamp_min(0).sum(), atol=1e-6)
+    # Pareto front of the static ensemble: bias TV(nu, p) = (1 - w) TV(p, q)
+    assert torch.allclose(total_variation(nu, p[:1]), (1 - w) * total_variation(p[:1], q), atol=1e-6)
+
+
+def test_logit_mixing_handles_filtered_tokens():
+    p = torch.tensor([[0.5, 0.5, 0.0, 0.0]])
+    q = torch.tensor([[0.0, 0.2, 0.8, 0.0]])
+    assert torch.allclose(ensemble(p, q, 1.0, "logit"), p)
+    assert torch.allclose(ensemble(p, q, 0.0, "logit"), q)
+    mid = ensemble(p, q, 0.5, "logit")
+    assert torch.allclose(mid, torch.tensor([[0.0, 1.0, 0.0, 0.0]]))  # the only token both allow
+
+
+def test_top_p_and_temperature():
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0])
+    full = logits.softmax(-1)  # [0.644, 0.237, 0.087, 0.032]
+    assert torch.allclose(logits_to_probs(logits, 1.0, 1.0), full)
+    kept = logits_to_probs(logits, 1.0, 0.8)
+    assert kept[2:].sum() == 0 and torch.isclose(kept.sum(), torch.tensor(1.0))
+    assert torch.allclose(logits_to_probs(logits, 0.5), (logits / 0.5).softmax(-1))
+    assert torch.allclose(logits_to_probs(logits, 0.0), full)  # greedy mixes plain softmax
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan")])
+def test_weight_out_of_range_is_refused(bad):
+    q, p = random_dists(1, 2), random_dists(2, 3)
+    with pytest.raises(ValueError, match="w must lie in"):
+        verify(torch.tensor([0, 1]), q, p, bad)
+
+
+def test_shape_errors_and_unknown_mixing():
+    q, p = random_dists(1, 2), random_dists(2, 2)
+    with pytest.raises(ValueError, match="shapes disagree"):
+        verify(torch.tensor([0, 1]), q, p, 1.0)
+    with pytest.raises(ValueError, match="unknown mixing"):
+        ensemble(p[:2], q, 0.5, "geometric")
