@@ -7,6 +7,7 @@ import json
 import sys
 
 from diversed.models import DEFAULT_DRAFT_LAYERS
+from diversed.tasks import registry
 
 
 def _pair_args(p: argparse.ArgumentParser) -> None:
@@ -31,16 +32,22 @@ def cmd_prepare_models(a: argparse.Namespace) -> None:
 
 
 def cmd_generate(a: argparse.Namespace) -> None:
-    from diversed.runs import RunConfig, execute, load_prompts
+    from diversed.runs import RunConfig, execute, load_prompts, task_prompts
 
-    if bool(a.prompts) == bool(a.prompt):
-        raise SystemExit("error: give prompts with either --prompts FILE.jsonl or --prompt TEXT (repeatable)")
-    cfg = RunConfig(target=a.target, draft=a.draft, draft_layers=a.draft_layers, verifier=a.verifier,
+    if sum(map(bool, (a.prompts, a.prompt, a.task))) != 1:
+        raise SystemExit("error: give prompts with one of --task NAME, --prompts FILE.jsonl or --prompt TEXT")
+    cfg = RunConfig(task=a.task, split=a.split, n=a.n, data_files=a.data_files,
+                    target=a.target, draft=a.draft, draft_layers=a.draft_layers, verifier=a.verifier,
                     weight=a.weight, head=a.head, mixing=a.mixing, K=a.K, temperature=a.temperature,
                     top_p=a.top_p, max_new_tokens=a.max_new_tokens, seed=a.seed, dtype=a.dtype, device=a.device,
                     chat=not a.no_chat)
     cfg.validate()  # before reading prompts or loading models
-    prompts = load_prompts(a.prompts) if a.prompts else [{"id": str(i), "prompt": t} for i, t in enumerate(a.prompt)]
+    if a.task:
+        prompts = task_prompts(cfg)
+    elif a.prompts:
+        prompts = load_prompts(a.prompts)
+    else:
+        prompts = [{"id": str(i), "prompt": t} for i, t in enumerate(a.prompt)]
     run_dir = execute(cfg, prompts, a.out)
     s = json.loads((run_dir / "manifest.json").read_text())["summary"]
     print(f"run {run_dir}: {s['prompts']} prompts, {s['new_tokens']} tokens, {s['tokens_per_s']:.1f} tokens/s, "
@@ -67,6 +74,27 @@ def cmd_bench(a: argparse.Namespace) -> None:
     print(f"wrote {json_path} and {md_path}")
 
 
+def cmd_score(a: argparse.Namespace) -> None:
+    from diversed.evaluate import read_scores, score_run
+
+    for run_dir in a.run_dirs:
+        path = score_run(run_dir)
+        s = read_scores(run_dir)
+        fid = s["fidelity"]
+        print(f"{path}: {s['metric']} = {s['quality']:.4g}; target log p/token {fid['target_logprob']:.3f}, "
+              f"target argmax agreement {fid['target_argmax_agreement']:.3f}")
+
+
+def cmd_lm_eval(rest: list[str]) -> None:
+    """lm-eval's own command line, with the `diversed` model registered."""
+    from lm_eval.__main__ import cli_evaluate
+
+    import diversed.evaluate  # noqa: F401  (registers the model)
+
+    sys.argv = ["lm_eval", *rest]
+    cli_evaluate()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="diversed", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -91,9 +119,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--prompts", help="JSONL file, one {\"prompt\": ...} per line")
     p.add_argument("--prompt", action="append", help="a prompt (repeatable)")
+    p.add_argument("--task", help="prompts + references of a task: " + ", ".join(sorted(registry())))
+    p.add_argument("--split", default="eval", help="task split: train | eval")
+    p.add_argument("-n", type=int, help="seeded subsample size of the task split (default: all)")
+    p.add_argument("--data-files", help="local JSONL for the task (offline use of hub tasks)")
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     p.add_argument("--out", default="results/runs", help="parent folder of the run directory")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("score", help="score decoding runs through lm-eval (replay); writes RUN_DIR/scores.json")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.set_defaults(func=cmd_score)
+
+    sub.add_parser("lm-eval", help="lm-eval's command line with the `diversed` model registered", add_help=False)
 
     p = sub.add_parser("bench", help="time our engine against transformers on the same prompts")
     _pair_args(p)
@@ -109,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["lm-eval"]:
+        return cmd_lm_eval(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         args.func(args)

@@ -18,7 +18,7 @@ from torch import nn
 
 from diversed.verifiers import MIXINGS, logits_to_probs, verify
 
-VERIFIERS = ("autoregressive", "strict", "fixed", "dynamic")
+VERIFIERS = ("autoregressive", "draft", "strict", "fixed", "dynamic")  # draft: the draft alone (baseline)
 
 
 @dataclass
@@ -31,6 +31,8 @@ class Generation:
     accepted: list[int] = field(default_factory=list)  # per step: draft tokens accepted
     weights: list[list[float]] = field(default_factory=list)  # per step: w at each drafted position
     bias_tv: list[float] = field(default_factory=list)  # per emitted token: TV(nu, p)
+    target_logprob: list[float] = field(default_factory=list)  # per token: log p_target(token) at T = 1
+    target_argmax: list[bool] = field(default_factory=list)  # per token: is it the target's greedy choice?
     time_draft: float = 0.0
     time_verify: float = 0.0
     time_total: float = 0.0
@@ -72,6 +74,8 @@ class Generation:
             "acceptance_by_position": self.acceptance_by_position,
             "mean_weight": _mean([w for ws in self.weights for w in ws]),
             "bias_tv": _mean(self.bias_tv),
+            "target_logprob": _mean(self.target_logprob),
+            "target_argmax_agreement": _mean([float(a) for a in self.target_argmax]),
             "tokens_per_s": self.tokens_per_s,
             "time_total": self.time_total, "time_draft": self.time_draft,
             "time_verify": self.time_verify, "time_other": self.time_other,
@@ -174,6 +178,15 @@ def _check_finite(logits: torch.Tensor, who: str, step: int) -> None:
         raise FloatingPointError(f"{who} logits contain NaN or no finite value at step {step}; refusing to sample")
 
 
+def _fidelity(out: Generation, logits: torch.Tensor, tokens: list[int]) -> None:
+    """Record reference-free fidelity of emitted tokens from the target's raw logits [m, V] that predicted them."""
+    if not tokens:
+        return
+    idx = torch.tensor(tokens, device=logits.device)[:, None]  # [m, 1]
+    out.target_logprob.extend(logits[: len(tokens)].log_softmax(-1).gather(-1, idx)[:, 0].tolist())
+    out.target_argmax.extend((logits[: len(tokens)].argmax(-1) == idx[:, 0]).tolist())
+
+
 def _sample(probs: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> int:
     """probs [V] -> one token id."""
     return int(probs.argmax()) if greedy else int(torch.multinomial(probs, 1, generator=generator))
@@ -210,7 +223,9 @@ def check_request(target, draft, prompt_len: int, *, verifier: str, K: int, max_
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
     models = [("target", target)]
-    if verifier != "autoregressive":
+    if verifier == "draft" and draft is None:
+        raise ValueError("verifier 'draft' (draft-only decoding) needs a draft model")
+    if verifier not in ("autoregressive", "draft"):
         if draft is None:
             raise ValueError(f"verifier {verifier!r} needs a draft model")
         models.append(("draft", draft))
@@ -241,8 +256,11 @@ def check_request(target, draft, prompt_len: int, *, verifier: str, K: int, max_
 @torch.inference_mode()
 def autoregressive_generate(model: nn.Module, input_ids, *, max_new_tokens: int, temperature: float = 1.0,
                             top_p: float = 1.0, generator: torch.Generator | None = None,
-                            eos_token_id: int | list[int] | None = None) -> Generation:
-    """Plain one-token-per-forward decoding (the target-only and draft-only baselines)."""
+                            eos_token_id: int | list[int] | None = None, fidelity: bool = True) -> Generation:
+    """Plain one-token-per-forward decoding (the target-only and draft-only baselines).
+
+    fidelity: record log p(token) and argmax agreement under this model (turn off for a draft-only run).
+    """
     ids = _prompt_ids(input_ids)
     check_request(model, None, len(ids), verifier="autoregressive", K=1, max_new_tokens=max_new_tokens,
                   temperature=temperature, top_p=top_p, weight=None, head=None, mixing="linear", vocab_size=None)
@@ -260,6 +278,8 @@ def autoregressive_generate(model: nn.Module, input_ids, *, max_new_tokens: int,
         else:
             token = _sample(logits_to_probs(logits[0], temperature, top_p), False, generator)
         out.tokens.append(token)
+        if fidelity:
+            _fidelity(out, logits, [token])
         pending = [token]
         if token in eos:
             out.stop = "eos"
@@ -295,6 +315,14 @@ def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, 
     if verifier == "autoregressive":
         return autoregressive_generate(target, ids, max_new_tokens=max_new_tokens, temperature=temperature,
                                        top_p=top_p, generator=generator, eos_token_id=eos_token_id)
+    if verifier == "draft":  # the draft alone; fidelity is still judged by the target, in one extra pass
+        out = autoregressive_generate(draft, ids, max_new_tokens=max_new_tokens, temperature=temperature,
+                                      top_p=top_p, generator=generator,
+                                      eos_token_id=eos_token_id if eos_token_id is not None else sorted(
+                                          _eos_set(target, None)), fidelity=False)
+        logits, _ = Stepper(target, vocab_size)(ids + out.tokens[:-1])  # [len(ids) + n - 1, V]
+        _fidelity(out, logits[len(ids) - 1:], out.tokens)
+        return out
     greedy = temperature == 0
     eos = _eos_set(target, eos_token_id)
     shared = min(target.get_output_embeddings().out_features, draft.get_output_embeddings().out_features)
@@ -358,6 +386,7 @@ def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, 
         out.weights.append(w.tolist())
         out.bias_tv.extend(bias)
         out.tokens.extend(emitted)
+        _fidelity(out, logits, emitted)
         tokens.extend(emitted)
         # rollback: keep only positions of tokens that stay (the newest token is never cached)
         T.crop(len(tokens) - 1)
@@ -384,6 +413,8 @@ def summarize(gens: list[Generation]) -> dict:
         "acceptance_by_position": [rate(*c) for c in position_counts(drafted, accepted, K)],
         "mean_weight": _mean([w for g in gens for ws in g.weights for w in ws]),
         "bias_tv": _mean([b for g in gens for b in g.bias_tv]),
+        "target_logprob": _mean([x for g in gens for x in g.target_logprob]),
+        "target_argmax_agreement": _mean([float(x) for g in gens for x in g.target_argmax]),
         "tokens_per_s": rate(new_tokens, seconds),
         "time_total": seconds,
         "time_draft": sum(g.time_draft for g in gens),

@@ -22,7 +22,7 @@ from diversed.utils import atomic_dir, config_hash, provenance, read_jsonl, writ
 from diversed.verifiers import MIXINGS
 
 DETERMINISTIC_STATS = ("new_tokens", "steps", "stop", "draft_acceptance_rate", "mean_acceptance_length",
-                       "mean_weight", "bias_tv")
+                       "mean_weight", "bias_tv", "target_logprob", "target_argmax_agreement")
 
 
 @dataclass
@@ -44,6 +44,10 @@ class RunConfig:
     dtype: str = "float32"
     device: str = "cpu"
     chat: bool = True
+    task: str | None = None  # prompts and references from a task (diversed.tasks) instead of a file
+    split: str = "eval"
+    n: int | None = None  # seeded subsample size of the split (None: all)
+    data_files: str | None = None  # local JSONL for the task (offline)
 
     def validate(self) -> None:
         """Checks that need no model: fail before anything is loaded."""
@@ -64,12 +68,29 @@ class RunConfig:
                 raise ValueError("verifier 'dynamic' needs --head PATH (a trained weight head)")
             if not Path(self.head).is_file():
                 raise FileNotFoundError(f"weight head not found: {self.head}")
+        if self.task is not None:
+            from diversed.tasks import registry
+
+            if self.task not in registry():
+                raise ValueError(f"unknown task {self.task!r}; allowed: {', '.join(sorted(registry()))}")
+            if self.split not in ("train", "eval"):
+                raise ValueError(f"unknown split {self.split!r}; allowed: train, eval")
+            if self.n is not None and self.n < 1:
+                raise ValueError(f"n (subsample size) must be >= 1, got {self.n}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+def task_prompts(cfg: RunConfig) -> list[dict]:
+    """Prompt rows (with references) of the configured task split."""
+    from diversed.tasks import get_task
+
+    task = get_task(cfg.task, cfg.data_files)
+    return [{**ex.row(), "task": cfg.task} for ex in task.examples(cfg.split, cfg.n, seed=0)]
 
 
 def load_prompts(path: str | Path) -> list[dict]:
@@ -128,9 +149,11 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
                                    vocab_size=pair.vocab_size)
         gens.append(gen)
         rows.append({"id": row["id"], "prompt": row["prompt"], "prompt_hash": prompt_hash(row["prompt"]),
+                     **({"task": row["task"], "reference": row["reference"]} if "task" in row else {}),
                      "completion": pair.tokenizer.decode(gen.tokens, skip_special_tokens=True),
                      "tokens": gen.tokens, "prompt_tokens": len(ids), "drafted": gen.drafted,
                      "accepted": gen.accepted, "weights": gen.weights, "bias_tv": gen.bias_tv,
+                     "target_logprobs": gen.target_logprob, "target_argmax": gen.target_argmax,
                      # timings live in the manifest only, so generations.jsonl is byte-identical on a rerun
                      **{k: v for k, v in gen.stats().items() if k in DETERMINISTIC_STATS}})
     manifest = {"run_id": rid, "config": dataclasses.asdict(cfg), "seed": cfg.seed, "summary": summarize(gens),

@@ -1,0 +1,75 @@
+"""arith: seeded multi-step arithmetic word problems, small enough for a 135M model to partly solve.
+
+Offline and built in: the split is generated from a seed, so train and eval never overlap and every
+machine sees the same problems. Difficulty = number of operations (1 to `steps`) and operand range.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import ClassVar
+
+from diversed.tasks import Example, Task
+from diversed.tasks.common import answer_number
+
+NAMES = ["Tom", "Anna", "Sam", "Lily", "Ben", "Mia", "Leo", "Emma", "Max", "Zoe"]
+ITEMS = ["apples", "books", "marbles", "stickers", "pencils", "cookies", "cards", "shells"]
+INSTRUCTION = "Answer with the final number.\n\n"
+
+
+def problem(rng: random.Random, steps: int, top: int) -> tuple[str, int]:
+    """One word problem with 1..steps operations on operands in [1, top]; returns (text, answer)."""
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    total = rng.randint(2, top)
+    text = [f"{name} has {total} {item}."]
+    for _ in range(rng.randint(1, steps)):
+        op = rng.choice(["add"] + ["sub"] * (total > 1) + ["mul"] * (1 <= total <= 12))
+        if op == "add":
+            n = rng.randint(1, top)
+            total += n
+            text.append(rng.choice([f"{name} gets {n} more {item}.", f"A friend gives {name} {n} {item}."]))
+        elif op == "sub":
+            n = rng.randint(1, total)
+            total -= n
+            text.append(rng.choice([f"{name} gives away {n} {item}.", f"{name} loses {n} {item}."]))
+        else:
+            n = rng.randint(2, 3)
+            total *= n
+            text.append(f"Then the number of {item} {name} has becomes {'twice' if n == 2 else 'three times'} "
+                        "as large.")
+    text.append(f"How many {item} does {name} have now?")
+    return " ".join(text), total
+
+
+class Arith(Task):
+    name = "arith"
+    metric = "accuracy"
+    max_new_tokens = 64
+    sizes: ClassVar[dict[str, int]] = {"train": 400, "eval": 200}
+
+    def __init__(self, data_files=None, steps: int = 2, top: int = 10):
+        super().__init__(data_files)
+        self.steps, self.top = steps, top
+
+    def source_rows(self, split: str) -> list[dict]:
+        """Distinct problems; eval is drawn first and train never repeats an eval problem."""
+        seen: set[str] = set()
+        for s in ("eval", "train"):
+            rng = random.Random(f"arith-{s}-{self.steps}-{self.top}")
+            rows: list[dict] = []
+            while len(rows) < self.sizes[s]:
+                text, answer = problem(rng, self.steps, self.top)
+                if text not in seen:
+                    seen.add(text)
+                    rows.append({"question": text, "answer": str(answer)})
+            if s == split:
+                return rows
+        raise ValueError(f"unknown split {split!r}")
+
+    fields = ("question", "answer")
+
+    def to_example(self, row: dict, id: str) -> Example:
+        return Example(id, INSTRUCTION + row["question"], str(row["answer"]))
+
+    def score(self, completion: str, example: Example) -> dict[str, float]:
+        return {"accuracy": float(answer_number(completion) == example.reference)}

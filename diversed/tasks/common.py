@@ -1,0 +1,53 @@
+"""Scoring helpers shared by tasks: numbers, code blocks, ROUGE, BLEU. All offline."""
+
+from __future__ import annotations
+
+import re
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def last_number(text: str) -> str | None:
+    """The last number in text, commas removed, trailing '.0' dropped; None if there is none."""
+    found = _NUMBER.findall(text or "")
+    if not found:
+        return None
+    return normalize_number(found[-1])
+
+
+def normalize_number(s: str) -> str:
+    s = s.replace(",", "").strip()
+    if "." in s:
+        s = s.rstrip("0").rstrip(".")
+    return "0" if s in ("-0", "") else s
+
+
+def answer_number(text: str) -> str | None:
+    """The model's final answer: the number after 'answer is' when present, else the last number."""
+    m = re.findall(r"answer is[:\s]*\$?\s*(-?\d[\d,]*(?:\.\d+)?)", text or "", flags=re.I)
+    return normalize_number(m[-1]) if m else last_number(text)
+
+
+def code_block(text: str) -> str:
+    """The first fenced code block of a completion, or the whole completion when there is none."""
+    m = re.search(r"```(?:python|py|Python)?[ \t]*\n(.*?)(?:```|$)", text or "", flags=re.S)
+    return m.group(1) if m else (text or "")
+
+
+def rouge(prediction: str, reference: str) -> dict[str, float]:
+    """ROUGE-1/2/L F1 in percent (Google's rouge-score with stemming, as the summarisation papers)."""
+    s = _scorer().score(reference, prediction or "")
+    return {"rouge1": 100 * s["rouge1"].fmeasure, "rouge2": 100 * s["rouge2"].fmeasure,
+            "rougeL": 100 * s["rougeL"].fmeasure}
+
+
+_SCORER = None
+
+
+def _scorer():
+    global _SCORER
+    if _SCORER is None:
+        from rouge_score import rouge_scorer
+
+        _SCORER = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
+    return _SCORER

@@ -1,0 +1,23 @@
+"""GSM8K: grade-school math word problems; accuracy = last number exact match."""
+
+from __future__ import annotations
+
+from diversed.tasks import Example, Task
+from diversed.tasks.common import answer_number, normalize_number
+
+INSTRUCTION = "Solve the problem step by step. End with a line of the form \"The answer is N\".\n\n"
+
+
+class GSM8K(Task):
+    name = "gsm8k"
+    metric = "accuracy"
+    hub = ("openai/gsm8k", "main")
+    fields = ("question", "answer")
+    max_new_tokens = 256
+
+    def to_example(self, row: dict, id: str) -> Example:
+        answer = row["answer"].split("####")[-1]
+        return Example(id, INSTRUCTION + row["question"].strip(), normalize_number(answer))
+
+    def score(self, completion: str, example: Example) -> dict[str, float]:
+        return {"accuracy": float(answer_number(completion) == example.reference)}

@@ -1,0 +1,87 @@
+"""Scoring through lm-eval, offline: live decoding with the `diversed` model, replay of stored runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from diversed.evaluate import DiversedLM, evaluate, read_scores, score_run
+from diversed.runs import RunConfig, execute, load_run, task_prompts
+
+ROWS = [{"question": f"Tom has {a} apples and gets {b} more. How many apples does Tom have?", "answer": str(a + b)}
+        for a, b in [(2, 3), (4, 1), (5, 5), (1, 7), (3, 3)]]
+
+
+@pytest.fixture(scope="module")
+def task_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "arith.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def greedy_run(tiny_dir, task_file, tmp_path_factory):
+    cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), verifier="fixed",
+                    weight=0.5, K=3, temperature=0.0, max_new_tokens=16, task="arith", data_files=task_file)
+    return execute(cfg, task_prompts(cfg), tmp_path_factory.mktemp("runs"), progress=False)
+
+
+def test_replay_scoring_writes_scores(greedy_run):
+    path = score_run(greedy_run)
+    s = read_scores(greedy_run)
+    assert path.name == "scores.json" and s["task"] == "arith" and s["metric"] == "accuracy"
+    assert 0.0 <= s["quality"] <= 1.0 and len(s["per_example"]) == 5
+    _, rows = load_run(greedy_run)
+    assert {r["prompt_hash"] for r in rows} == {e["prompt_hash"] for e in s["per_example"]}
+    assert s["fidelity"]["target_logprob"] < 0 and 0 <= s["fidelity"]["target_argmax_agreement"] <= 1
+
+
+def test_replay_scores_match_direct_scoring(greedy_run):
+    """lm-eval's numbers equal the task scorer applied by hand to the stored completions."""
+    from diversed.tasks import Example, get_task
+
+    s = json.loads(score_run(greedy_run).read_text())
+    _, rows = load_run(greedy_run)
+    task = get_task("arith")
+    direct = [task.score(r["completion"], Example(r["id"], r["prompt"], r["reference"]))["accuracy"] for r in rows]
+    assert s["quality"] == pytest.approx(sum(direct) / len(direct))
+    # a known-correct completion scores 1 through the same lm-eval path
+    fake = [{"prompt_hash": r["prompt_hash"], "completion": f"The answer is {r['reference']}"} for r in rows]
+    lm = DiversedLM.from_completions({f["prompt_hash"]: f["completion"] for f in fake})
+    result = evaluate(lm, "arith", rows, max_gen_toks=16)
+    assert result["aggregate"]["accuracy"] == 1.0
+
+
+def test_live_lm_eval_model_decodes_like_the_run(tiny_dir, greedy_run):
+    """The `diversed` lm-eval model decodes with our engine: greedy output equals the stored run."""
+    _, rows = load_run(greedy_run)
+    lm = DiversedLM.create_from_arg_string(
+        f"target={tiny_dir / 'tiny-target'},draft={tiny_dir / 'tiny-draft-l1'},verifier=fixed,weight=0.5,K=3,"
+        "temperature=0,max_new_tokens=16")
+    result = evaluate(lm, "arith", rows, max_gen_toks=16)
+    replayed = evaluate(DiversedLM(replay=str(greedy_run)), "arith", rows, max_gen_toks=16)
+    assert result["per_example"] == replayed["per_example"]
+
+
+def test_replay_of_unknown_prompt_is_a_clear_error(greedy_run):
+    _, rows = load_run(greedy_run)
+    other = [dict(rows[0], prompt="a prompt that was never decoded")]
+    with pytest.raises(KeyError, match="no stored generation"):
+        evaluate(DiversedLM(replay=str(greedy_run)), "arith", other, max_gen_toks=16)
+
+
+def test_open_ended_run_gets_fidelity_only(tiny_dir, tmp_path):
+    cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), verifier="strict",
+                    K=3, temperature=1.0, max_new_tokens=8, task="open", n=3)
+    run = execute(cfg, task_prompts(cfg), tmp_path, progress=False)
+    s = json.loads(score_run(run).read_text())
+    assert s["metric"] == "target_logprob" and s["quality"] == s["fidelity"]["target_logprob"]
+
+
+def test_strict_greedy_run_agrees_with_target_everywhere(tiny_dir, task_file, tmp_path):
+    cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), verifier="strict",
+                    K=3, temperature=0.0, max_new_tokens=12, task="arith", data_files=task_file)
+    run = execute(cfg, task_prompts(cfg), tmp_path, progress=False)
+    s = json.loads(score_run(run).read_text())
+    assert s["fidelity"]["target_argmax_agreement"] == 1.0

@@ -1,0 +1,126 @@
+"""Tasks: scorers on hand-written examples (malformed output included), splits, offline errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from diversed.tasks import Example, get_task, registry
+from diversed.tasks.common import answer_number, code_block, last_number
+
+
+def test_registry_names():
+    assert set(registry()) == {"gsm8k", "arith", "cnndm", "xsum", "mbpp", "humaneval", "wmt16-de-en", "open"}
+    with pytest.raises(ValueError, match="unknown task 'mmlu'"):
+        get_task("mmlu")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("so the total is 1,234.", "1234"), ("The answer is 42.\nCheck: 40 + 2", "42"), ("-3 and 7.50", "7.5"),
+    ("no number here", None), ("", None), (None, None),
+])
+def test_answer_number(text, expected):
+    assert answer_number(text) == expected
+
+
+def test_gsm8k_scoring(tmp_path):
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text(json.dumps({"question": "2 + 3?", "answer": "2 + 3 = 5\n#### 5"}) + "\n")
+    task = get_task("gsm8k", str(data))
+    (ex,) = task.examples("eval")
+    assert ex.reference == "5" and "2 + 3?" in ex.prompt
+    assert task.score("2 + 3 = 5. The answer is 5.", ex) == {"accuracy": 1.0}
+    assert task.score("The answer is 6", ex) == {"accuracy": 0.0}
+    assert task.score("", ex) == {"accuracy": 0.0}
+    assert task.score("I don't know", ex) == {"accuracy": 0.0}
+    assert last_number("5 apples") == "5"
+
+
+def test_arith_is_seeded_and_splits_disjoint():
+    task = get_task("arith")
+    a, b = task.examples("eval", 20, seed=0), task.examples("eval", 20, seed=0)
+    assert [e.prompt for e in a] == [e.prompt for e in b]
+    train = {e.prompt for e in task.examples("train")}
+    assert not train & {e.prompt for e in task.examples("eval")}
+    ex = a[0]
+    assert task.score(f"The answer is {ex.reference}", ex)["accuracy"] == 1.0
+    assert task.score("banana", ex)["accuracy"] == 0.0
+
+
+def test_rouge_scoring():
+    task = get_task("cnndm", "unused")
+    ex = Example("1", "p", "the cat sat on the mat")
+    assert task.score("the cat sat on the mat", ex)["rouge2"] == pytest.approx(100.0)
+    assert task.score("dogs bark loudly", ex)["rouge2"] == 0.0
+    assert task.score("", ex) == {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0}
+
+
+def test_bleu_scoring():
+    task = get_task("wmt16-de-en", "unused")
+    ex = Example("1", "p", "The weather is nice today.")
+    assert task.score("The weather is nice today.", ex)["bleu"] == pytest.approx(100.0)
+    assert task.score("", ex)["bleu"] == 0.0
+    agg = task.aggregate([task.score("The weather is nice today.", ex)], ["The weather is nice today."], [ex])
+    assert agg["bleu"] == pytest.approx(100.0)
+
+
+MBPP_ROW = {"text": "Write a function to add two numbers.", "test_list": ["assert add(1, 2) == 3"],
+            "test_setup_code": ""}
+
+
+@pytest.mark.parametrize(("completion", "passed"), [
+    ("```python\ndef add(a, b):\n    return a + b\n```", 1.0),
+    ("def add(a, b):\n    return a + b", 1.0),
+    ("```python\ndef add(a, b):\n    return a - b\n```", 0.0),
+    ("```python\ndef add(a, b:\n```", 0.0),  # syntax error
+    ("", 0.0),
+    ("```python\ndef add(a, b):\n    while True: pass\n```", 0.0),  # infinite loop
+    ("```python\nimport os\nwhile True: os.fork()\n```", 0.0),  # fork bomb
+])
+def test_mbpp_scoring(tmp_path, completion, passed, monkeypatch):
+    import diversed.tasks.code as code
+
+    monkeypatch.setattr(code, "TIMEOUT_S", 3.0)
+    data = tmp_path / "mbpp.jsonl"
+    data.write_text(json.dumps(MBPP_ROW) + "\n")
+    task = get_task("mbpp", str(data))
+    (ex,) = task.examples("eval")
+    assert task.score(completion, ex) == {"pass@1": passed}
+
+
+def test_humaneval_ships_164_problems_and_scores_canonical_solutions():
+    task = get_task("humaneval")
+    rows = task.rows("eval")
+    assert len(rows) == 164
+    examples = task.examples("eval", 3, seed=0)
+    for ex, row in zip(examples, [r for r in rows if r["task_id"] in {e.id for e in examples}], strict=True):
+        assert task.score(row["canonical_solution"], ex) == {"pass@1": 1.0}  # a bare body continues the prompt
+        full = f"```python\n{row['prompt']}{row['canonical_solution']}```"
+        assert task.score(full, ex) == {"pass@1": 1.0}
+        assert task.score("    return None\n", ex) == {"pass@1": 0.0}
+
+
+def test_code_block_extraction():
+    assert code_block("text\n```python\nx = 1\n```\nmore") == "x = 1\n"
+    assert code_block("```\ny = 2\n```") == "y = 2\n"
+    assert code_block("plain") == "plain"
+
+
+def test_offline_hub_task_is_a_clear_error_not_a_hang(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(RuntimeError, match="data_files"):
+        get_task("gsm8k").examples("eval", 5)
+
+
+def test_local_file_errors(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"question": "q"}) + "\n")
+    with pytest.raises(ValueError, match="missing \\['answer'\\]"):
+        get_task("gsm8k", str(bad)).examples("eval")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        get_task("gsm8k", str(tmp_path / "none.jsonl")).examples("eval")
+    with pytest.raises(ValueError, match="unknown split"):
+        get_task("arith").examples("dev")
