@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from diversed.models import DEFAULT_DRAFT_LAYERS
 from diversed.tasks import registry
@@ -74,6 +75,45 @@ def cmd_bench(a: argparse.Namespace) -> None:
     print(f"wrote {json_path} and {md_path}")
 
 
+def cmd_train_head(a: argparse.Namespace) -> None:
+    from diversed.train import HeadTrainConfig, load_log, train_head
+
+    cfg = HeadTrainConfig(task=a.task, target=a.target, draft=a.draft, draft_layers=a.draft_layers,
+                          data_files=a.data_files, n_train=a.n_train, epochs=a.epochs, batch_size=a.batch_size,
+                          max_new_tokens=a.max_new_tokens, lr=a.lr, acceptance_weight=a.acceptance_weight,
+                          rollout=a.rollout, temperature=a.temperature, mixing=a.mixing, reward=a.reward,
+                          seed=a.seed, dtype=a.dtype, device=a.device)
+    cfg.validate()
+    path = train_head(cfg, a.out)
+    last = load_log(path.parent / "train_log.csv")[-1]
+    print(f"head: {path} (reward {last['reward']:.4g}, mean w {last['mean_w']:.3f}, "
+          f"expected acceptance {last['expected_acceptance']:.3f})")
+
+
+def cmd_train_draft(a: argparse.Namespace) -> None:
+    from diversed.train import DistillConfig, distill_draft
+
+    cfg = DistillConfig(task=a.task, target=a.target, draft=a.draft, draft_layers=a.draft_layers,
+                        data_files=a.data_files, n_train=a.n_train, max_new_tokens=a.max_new_tokens,
+                        epochs=a.epochs, lr=a.lr, seed=a.seed, dtype=a.dtype, device=a.device)
+    print(f"fine-tuned draft: {distill_draft(cfg, a.out)}")
+
+
+def cmd_sweep(a: argparse.Namespace) -> None:
+    from diversed.runs import RunConfig
+    from diversed.sweep import sweep_weight
+
+    base = RunConfig(target=a.target, draft=a.draft, draft_layers=a.draft_layers, K=a.K, temperature=a.temperature,
+                     max_new_tokens=a.max_new_tokens, seed=a.seed, dtype=a.dtype, device=a.device, task=a.task,
+                     n=a.n, data_files=a.data_files)
+    base.validate()
+    choice = sweep_weight(base, a.out, weights=a.weights, mixings=a.mixings, tolerance=a.tolerance)
+    print((Path(a.out) / "sweep.md").read_text())
+    print(f"fixed verifier for {a.task}: w = {choice['weight']} ({choice['mixing']}), alpha "
+          f"{choice['draft_acceptance_rate']:.3f}, {choice['metric']} {choice['quality']:.4g} "
+          f"(strict {choice['strict_quality']:.4g}, tolerance {choice['tolerance']})")
+
+
 def cmd_score(a: argparse.Namespace) -> None:
     from diversed.evaluate import read_scores, score_run
 
@@ -126,6 +166,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     p.add_argument("--out", default="results/runs", help="parent folder of the run directory")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("train", help="train a task's verifiers: `train head` (DIVERSED) or `train draft`")
+    train = p.add_subparsers(dest="what", required=True)
+    for what, fn, helptext in (("head", cmd_train_head, "the DIVERSED weight head (REINFORCE)"),
+                               ("draft", cmd_train_draft, "the fine-tuned-draft baseline (KL distillation)")):
+        t = train.add_parser(what, help=helptext)
+        _pair_args(t)
+        t.add_argument("--task", required=True)
+        t.add_argument("--data-files", help="local JSONL for the task (offline use of hub tasks)")
+        t.add_argument("--n-train", type=int, default=400, help="training prompts (seeded subsample)")
+        t.add_argument("--epochs", type=int, default=2)
+        t.add_argument("--max-new-tokens", type=int, default=128)
+        t.add_argument("--seed", type=int, default=0)
+        t.add_argument("--out", required=True, help="output folder")
+        t.set_defaults(func=fn)
+        if what == "head":
+            t.add_argument("--batch-size", type=int, default=8)
+            t.add_argument("--lr", type=float, default=5e-4)
+            t.add_argument("--acceptance-weight", type=float, default=0.1, help="lambda of the acceptance term")
+            t.add_argument("--rollout", default="greedy", help="greedy (the paper) | sample")
+            t.add_argument("--temperature", type=float, default=1.0)
+            t.add_argument("--mixing", default="linear")
+            t.add_argument("--reward", default="task", help="task (the task metric) | fidelity (target log p)")
+        else:
+            t.add_argument("--lr", type=float, default=1e-4)
+
+    p = sub.add_parser("sweep-weight", help="static frontier: decode + score a task for w on a grid, pick fixed w")
+    _pair_args(p)
+    p.add_argument("--task", required=True)
+    p.add_argument("--data-files")
+    p.add_argument("-n", type=int, help="eval prompts (seeded subsample)")
+    p.add_argument("--weights", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9])
+    p.add_argument("--mixings", nargs="+", default=["linear", "logit"])
+    p.add_argument("--tolerance", type=float, help="allowed quality drop vs strict (default per metric)")
+    p.add_argument("-K", type=int, default=5)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("score", help="score decoding runs through lm-eval (replay); writes RUN_DIR/scores.json")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")

@@ -1,0 +1,69 @@
+"""Weights & Biases logging that can never fail a run.
+
+Mode: WANDB_MODE when set (tests set `disabled`); else `online` when an API key is configured,
+else `offline` (sync later with `wandb sync wandb/offline-run-*`). Any error inside wandb is reported
+once and logging continues as a no-op: nothing may fail for lack of a key or a network.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+PROJECT = "diversed"
+
+
+def wandb_mode() -> str:
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    netrc = Path.home() / ".netrc"
+    has_login = netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")
+    return "online" if os.environ.get("WANDB_API_KEY") or has_login else "offline"
+
+
+class Tracker:
+    """A W&B run, or a no-op when wandb is disabled or broken."""
+
+    def __init__(self, *, name: str, group: str, job_type: str, config: dict[str, Any], dir: str | None = None):
+        self.run = None
+        mode = wandb_mode()
+        if mode == "disabled":
+            return
+        try:
+            import wandb
+
+            self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", PROJECT), name=name, group=group,
+                                  job_type=job_type, config=config, mode=mode, dir=dir, reinit="finish_previous",
+                                  settings=wandb.Settings(silent=True, console="off"))
+        except Exception as e:  # a tracker must never take a run down with it
+            print(f"warning: W&B logging disabled ({type(e).__name__}: {e})", file=sys.stderr)
+            self.run = None
+
+    def log(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        self._call(lambda: self.run.log(metrics, step=step))
+
+    def table(self, key: str, columns: list[str], rows: list[list[Any]]) -> None:
+        def log_table():
+            import wandb
+
+            self.run.log({key: wandb.Table(columns=columns, data=rows)})
+
+        self._call(log_table)
+
+    def summary(self, metrics: dict[str, Any]) -> None:
+        self._call(lambda: self.run.summary.update(metrics))
+
+    def finish(self) -> None:
+        self._call(lambda: self.run.finish())
+        self.run = None
+
+    def _call(self, fn) -> None:
+        if self.run is None:
+            return
+        try:
+            fn()
+        except Exception as e:
+            print(f"warning: W&B logging failed ({type(e).__name__}: {e}); continuing without it", file=sys.stderr)
+            self.run = None

@@ -1,0 +1,357 @@
+"""Verifier training (DESIGN.md §1): the DIVERSED weight head by REINFORCE, and the fine-tuned-draft
+baseline by distillation. Both models stay frozen while the head learns.
+
+Head training, per step: roll out a batch of prompts from the ensemble nu (greedy or sampled) with the
+current head, score each completion with the task's reward, then minimise
+
+    L = -mean_b[(sum_t log nu_t(y_t)) (R_b - b)] - lambda mean_b sum_t sum_v min(q_t(v), nu_t(v))
+
+where b is a running mean of the reward (momentum 0.9). The second term is the expected acceptance:
+it must *raise* acceptance (the authors' code had its sign flipped; tests/test_train.py catches that).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from diversed.engine import Stepper, _eos_set
+from diversed.head import WeightHead
+from diversed.models import DEFAULT_DRAFT_LAYERS
+from diversed.utils import atomic_path, config_hash, provenance, write_json, write_text
+from diversed.verifiers import MIXINGS, ensemble, logits_to_probs
+
+REWARDS = ("task", "fidelity")
+
+
+@dataclass
+class HeadTrainConfig:
+    """Paper defaults (AdamW 5e-4, warm-up + cosine, batch 8, 2 epochs, 400 prompts, 128 tokens, clip 5)."""
+
+    task: str = "arith"
+    target: str = "embedded"
+    draft: str = "embedded"
+    draft_layers: int = DEFAULT_DRAFT_LAYERS
+    data_files: str | None = None
+    n_train: int = 400
+    epochs: int = 2
+    batch_size: int = 8
+    max_new_tokens: int = 128
+    lr: float = 5e-4
+    warmup_frac: float = 0.1
+    grad_clip: float = 5.0
+    acceptance_weight: float = 0.1  # lambda > 0
+    baseline_momentum: float = 0.9
+    rollout: str = "greedy"  # the paper's default; "sample" explores
+    temperature: float = 1.0  # applied to p and q (and to sampled rollouts)
+    mixing: str = "linear"
+    reward: str = "task"  # "task": the task metric; "fidelity": mean target log-likelihood per token
+    seed: int = 0
+    dtype: str = "float32"
+    device: str = "cpu"
+    chat: bool = True
+
+    def validate(self) -> None:
+        from diversed.tasks import registry
+
+        if self.task not in registry():
+            raise ValueError(f"unknown task {self.task!r}; allowed: {', '.join(sorted(registry()))}")
+        if self.reward not in REWARDS:
+            raise ValueError(f"unknown reward {self.reward!r}; allowed: {', '.join(REWARDS)}")
+        if self.rollout not in ("greedy", "sample"):
+            raise ValueError(f"unknown rollout {self.rollout!r}; allowed: greedy, sample")
+        if self.mixing not in MIXINGS:
+            raise ValueError(f"unknown mixing {self.mixing!r}; allowed: {', '.join(MIXINGS)}")
+        for name in ("n_train", "epochs", "batch_size", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0 or self.acceptance_weight < 0 or not 0 <= self.warmup_frac < 1:
+            raise ValueError("need lr > 0, acceptance_weight >= 0 and warmup_frac in [0, 1)")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0 for head training, got {self.temperature}")
+
+
+@dataclass
+class Rollout:
+    """One completion sampled from nu, with everything the loss needs (no graph attached)."""
+
+    tokens: torch.Tensor  # [T] long
+    p: torch.Tensor  # [T, V] target probabilities
+    q: torch.Tensor  # [T, V] draft probabilities
+    h_target: torch.Tensor  # [T, h_t]
+    h_draft: torch.Tensor  # [T, h_d]
+
+
+@torch.no_grad()
+def rollout(target: nn.Module, draft: nn.Module, head: WeightHead, ids: list[int], *, max_new_tokens: int,
+            temperature: float, mixing: str, greedy: bool, generator: torch.Generator | None,
+            eos: set[int]) -> Rollout:
+    """Decode from nu_t = ensemble(p_t, q_t, head(h_t)) one token at a time, with KV caches."""
+    T, D = Stepper(target), Stepper(draft)
+    ps, qs, hts, hds, tokens = [], [], [], [], []
+    pending = ids
+    for _ in range(max_new_tokens):
+        lt, h_t = T(pending, last_only=True)  # [1, V], [1, h_t]
+        ld, h_d = D(pending, last_only=True)
+        p, q = logits_to_probs(lt, temperature), logits_to_probs(ld, temperature)  # [1, V]
+        w = head(h_t, h_d).float()  # [1]
+        nu = ensemble(p, q, w, mixing)[0]  # [V]
+        y = int(nu.argmax()) if greedy else int(torch.multinomial(nu, 1, generator=generator))
+        ps.append(p[0]), qs.append(q[0]), hts.append(h_t[0]), hds.append(h_d[0]), tokens.append(y)
+        pending = [y]
+        if y in eos:
+            break
+    return Rollout(torch.tensor(tokens), torch.stack(ps), torch.stack(qs), torch.stack(hts).float(),
+                   torch.stack(hds).float())
+
+
+def sequence_terms(head: WeightHead, r: Rollout, mixing: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(sum_t log nu_t(y_t), sum_t sum_v min(q_t, nu_t), w [T]) with gradients into the head."""
+    w = head(r.h_target, r.h_draft).float()  # [T]
+    nu = ensemble(r.p, r.q, w, mixing)  # [T, V]
+    log_nu = torch.log(nu.gather(-1, r.tokens[:, None])[:, 0].clamp_min(1e-30)).sum()
+    acceptance = torch.minimum(r.q, nu).sum()
+    return log_nu, acceptance, w
+
+
+def reinforce_loss(head: WeightHead, rollouts: list[Rollout], rewards: torch.Tensor, baseline: float, *,
+                   acceptance_weight: float, mixing: str) -> tuple[torch.Tensor, dict]:
+    """L = -mean[(sum log nu)(R - b)] - lambda mean[sum_t sum_v min(q, nu)]; returns (loss, stats)."""
+    terms = [sequence_terms(head, r, mixing) for r in rollouts]
+    log_nu = torch.stack([t[0] for t in terms])  # [B]
+    acceptance = torch.stack([t[1] for t in terms])  # [B]
+    advantage = rewards - baseline  # [B]
+    loss = -(log_nu * advantage).mean() - acceptance_weight * acceptance.mean()
+    n_tokens = sum(len(r.tokens) for r in rollouts)
+    ws = torch.cat([t[2] for t in terms])
+    return loss, {"loss": loss.item(), "expected_acceptance": acceptance.detach().sum().item() / n_tokens,
+                  "mean_w": ws.detach().mean().item(), "tokens": n_tokens}
+
+
+def make_optimizer(head: WeightHead, lr: float, total_steps: int, warmup_frac: float):
+    from transformers import get_cosine_schedule_with_warmup
+
+    opt = torch.optim.AdamW(head.parameters(), lr=lr)
+    sched = get_cosine_schedule_with_warmup(opt, int(warmup_frac * total_steps), total_steps)
+    return opt, sched
+
+
+def task_reward(task, reward: str):
+    """Reward of a completion in [0, 1] for task metrics (percent metrics scaled), or mean log p_target."""
+    scale = 100.0 if task.metric in ("rouge2", "bleu") else 1.0
+
+    def fn(completion: str, example, r: Rollout) -> float:
+        if reward == "fidelity" or task.metric == "target_logprob":
+            return float(torch.log(r.p.gather(-1, r.tokens[:, None]).clamp_min(1e-30)).mean())
+        return task.score(completion, example)[task.metric] / scale
+
+    return fn
+
+
+class Interrupted(Exception):
+    """Raised by tests (through `on_step`) to simulate a killed run."""
+
+
+def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=None, progress: bool = True,
+               on_step=None) -> Path:
+    """Train one head for cfg.task; resumable from out/checkpoint.pt. Returns out/head.safetensors."""
+    from diversed.models import encode_prompt, load_pair
+    from diversed.tasks import get_task
+    from diversed.tracking import Tracker
+
+    cfg.validate()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cid = config_hash(dataclasses.asdict(cfg))
+    task = get_task(cfg.task, cfg.data_files)
+    if examples is None:
+        examples = task.examples("train", cfg.n_train, seed=cfg.seed)
+    if pair is None:
+        pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers)
+    encoded = [encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.chat) for ex in examples]
+    head = WeightHead(pair.target.config.hidden_size, pair.draft.config.hidden_size).bind(pair.target, pair.draft)
+    head = head.to(pair.target.get_output_embeddings().weight.device)
+    steps_per_epoch = math.ceil(len(examples) / cfg.batch_size)
+    total = cfg.epochs * steps_per_epoch
+    opt, sched = make_optimizer(head, cfg.lr, total, cfg.warmup_frac)
+    baseline, start, log_rows = None, 0, []
+
+    ckpt_path = out / "checkpoint.pt"
+    if ckpt_path.is_file():
+        try:
+            ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        except Exception as e:
+            raise ValueError(f"{ckpt_path} is corrupt ({e}); delete it to restart training") from e
+        if ckpt.get("config_id") != cid:
+            raise ValueError(f"{ckpt_path} belongs to another training config; use another output folder")
+        head.load_state_dict(ckpt["head"])
+        opt.load_state_dict(ckpt["optimizer"])
+        sched.load_state_dict(ckpt["scheduler"])
+        baseline, start, log_rows = ckpt["baseline"], ckpt["step"], ckpt["log"]
+
+    reward_fn = task_reward(task, cfg.reward)
+    eos = _eos_set(pair.target, None)
+    tracker = Tracker(name=f"train-head-{cfg.task}-{cid}", group=f"train-{cfg.task}", job_type="train-head",
+                      config=dataclasses.asdict(cfg) | {"config_id": cid})
+    device = head.proj.weight.device
+    bar = tqdm(range(start, total), desc=f"train head {cfg.task}", unit="step", disable=not progress,
+               initial=start, total=total)
+    for step in bar:
+        t0 = time.perf_counter()
+        epoch, b = divmod(step, steps_per_epoch)
+        order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(cfg.seed * 7919 + epoch))
+        batch = order[b * cfg.batch_size:(b + 1) * cfg.batch_size].tolist()
+        gen = torch.Generator(device=device).manual_seed(cfg.seed * 1_000_003 + step)
+        head.eval()
+        rollouts = [rollout(pair.target, pair.draft, head, encoded[i], max_new_tokens=cfg.max_new_tokens,
+                            temperature=cfg.temperature, mixing=cfg.mixing, greedy=cfg.rollout == "greedy",
+                            generator=gen, eos=eos) for i in batch]
+        completions = [pair.tokenizer.decode(r.tokens.tolist(), skip_special_tokens=True) for r in rollouts]
+        rewards = torch.tensor([reward_fn(c, examples[i], r) for c, i, r in zip(completions, batch, rollouts,
+                                                                                 strict=True)], device=device)
+        if baseline is None:
+            baseline = float(rewards.mean())
+        head.train()
+        loss, stats = reinforce_loss(head, rollouts, rewards, baseline, acceptance_weight=cfg.acceptance_weight,
+                                     mixing=cfg.mixing)
+        opt.zero_grad()
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip))
+        opt.step()
+        sched.step()
+        baseline = cfg.baseline_momentum * baseline + (1 - cfg.baseline_momentum) * float(rewards.mean())
+        row = {"step": step + 1, "epoch": epoch, "reward": float(rewards.mean()), "baseline": baseline,
+               "lr": sched.get_last_lr()[0], "grad_norm": grad_norm, "seconds": time.perf_counter() - t0, **stats}
+        log_rows.append(row)
+        tracker.log(row, step=step + 1)
+        bar.set_postfix(reward=f"{row['reward']:.3f}", w=f"{row['mean_w']:.3f}",
+                        acc=f"{row['expected_acceptance']:.3f}")
+        with atomic_path(ckpt_path) as tmp:
+            torch.save({"config_id": cid, "step": step + 1, "head": head.state_dict(), "optimizer": opt.state_dict(),
+                        "scheduler": sched.state_dict(), "baseline": baseline, "log": log_rows}, tmp)
+        if on_step is not None:
+            on_step(step + 1)
+
+    write_log_csv(out / "train_log.csv", log_rows)
+    head_path = out / "head.safetensors"
+    head.save(head_path, task=cfg.task, config=dataclasses.asdict(cfg), config_id=cid, steps=total)
+    summary = {k: log_rows[-1][k] for k in ("reward", "expected_acceptance", "mean_w")} if log_rows else {}
+    tracker.summary(summary)
+    if log_rows:
+        tracker.table("samples", ["prompt", "completion"], [[examples[i].prompt[:500], c[:500]] for i, c in
+                                                             zip(batch, completions, strict=True)])
+    tracker.finish()
+    write_json(out / "manifest.json", {"config": dataclasses.asdict(cfg), "config_id": cid, "steps": total,
+                                       "seconds": sum(r["seconds"] for r in log_rows), "final": summary,
+                                       **provenance()})
+    return head_path
+
+
+def write_log_csv(path: Path, rows: list[dict]) -> None:
+    if not rows:
+        write_text(path, "")
+        return
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def load_log(path: str | Path) -> list[dict]:
+    with open(path) as f:
+        return [{k: json.loads(v) if v not in ("", None) else None for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The fine-tuned-draft baseline ("SD with fine-tuned draft" in the paper's tables)
+
+
+@dataclass
+class DistillConfig:
+    """Distil the draft toward the target: KL(p_target || q_draft) on target-generated text."""
+
+    task: str = "arith"
+    target: str = "embedded"
+    draft: str = "embedded"
+    draft_layers: int = DEFAULT_DRAFT_LAYERS
+    data_files: str | None = None
+    n_train: int = 400
+    max_new_tokens: int = 128
+    epochs: int = 2
+    lr: float = 1e-4
+    grad_clip: float = 1.0
+    seed: int = 0
+    dtype: str = "float32"
+    device: str = "cpu"
+    chat: bool = True
+
+
+def kl_loss(target_logits: torch.Tensor, draft_logits: torch.Tensor) -> torch.Tensor:
+    """Mean over positions of KL(softmax(target) || softmax(draft)): [L, V] x [L, V] -> scalar."""
+    log_p = target_logits.float().log_softmax(-1)
+    log_q = draft_logits.float().log_softmax(-1)
+    return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
+
+
+def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True) -> Path:
+    """Fine-tune a copy of the draft on the task's training prompts; saves a plain checkpoint at out."""
+    from diversed.engine import autoregressive_generate
+    from diversed.models import encode_prompt, load_model, load_pair
+    from diversed.tasks import get_task
+    from diversed.tracking import Tracker
+    from diversed.utils import atomic_dir
+
+    out = Path(out)
+    cid = config_hash(dataclasses.asdict(cfg))
+    pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers)
+    examples = get_task(cfg.task, cfg.data_files).examples("train", cfg.n_train, seed=cfg.seed)
+    seqs = []  # (prompt ids, target's greedy completion)
+    for ex in tqdm(examples, desc="target text", unit="prompt", disable=not progress):
+        ids = encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.chat)
+        gen = autoregressive_generate(pair.target, ids, max_new_tokens=cfg.max_new_tokens, temperature=0,
+                                      fidelity=False)
+        seqs.append((ids, gen.tokens))
+    student = load_model(cfg.draft, dtype="float32", device=cfg.device, role="draft",
+                         draft_layers=cfg.draft_layers).train().requires_grad_(True)
+    opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr)
+    tracker = Tracker(name=f"distill-{cfg.task}-{cid}", group=f"train-{cfg.task}", job_type="distill-draft",
+                      config=dataclasses.asdict(cfg) | {"config_id": cid})
+    log_rows, step = [], 0
+    t_start = time.perf_counter()
+    for epoch in range(cfg.epochs):
+        order = torch.randperm(len(seqs), generator=torch.Generator().manual_seed(cfg.seed * 7919 + epoch)).tolist()
+        for i in tqdm(order, desc=f"distill epoch {epoch + 1}", unit="seq", disable=not progress):
+            ids, completion = seqs[i]
+            if not completion:
+                continue
+            x = torch.tensor([ids + completion], device=cfg.device)  # [1, L]
+            span = slice(len(ids) - 1, x.shape[1] - 1)  # positions that predict the completion
+            with torch.no_grad():
+                p_logits = pair.target(x).logits[0, span]  # [n, V]
+            loss = kl_loss(p_logits, student(x).logits[0, span])
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.grad_clip)
+            opt.step()
+            step += 1
+            log_rows.append({"step": step, "epoch": epoch, "kl": loss.item(), "tokens": len(completion)})
+            tracker.log(log_rows[-1], step=step)
+    student.eval().requires_grad_(False)
+    with atomic_dir(out) as tmp:
+        student.save_pretrained(tmp)
+        pair.tokenizer.save_pretrained(tmp)
+        write_log_csv(tmp / "train_log.csv", log_rows)
+        write_json(tmp / "distill_manifest.json", {"config": dataclasses.asdict(cfg), "config_id": cid,
+                                                   "steps": step, "seconds": time.perf_counter() - t_start,
+                                                   **provenance()})
+    tracker.finish()
+    return out

@@ -1,0 +1,162 @@
+"""Head training: the REINFORCE gradient goes where the reward is, the acceptance term raises acceptance
+(and would fail with the authors' sign bug), and a killed run resumes to the same head."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from diversed.head import WeightHead, load_head
+from diversed.train import HeadTrainConfig, Interrupted, Rollout, load_log, make_optimizer, reinforce_loss, train_head
+from diversed.verifiers import ensemble
+
+V, H, T = 6, 4, 8
+
+
+def toy_rollouts(head: WeightHead, batch: int, gen: torch.Generator) -> list[Rollout]:
+    """p favours token 0, q favours token 1; tokens are sampled from nu with the current head."""
+    p = torch.tensor([0.85, 0.03, 0.03, 0.03, 0.03, 0.03]).expand(T, V)
+    q = torch.tensor([0.03, 0.85, 0.03, 0.03, 0.03, 0.03]).expand(T, V)
+    out = []
+    for _ in range(batch):
+        h_t, h_d = torch.randn(T, H, generator=gen), torch.randn(T, H, generator=gen)
+        with torch.no_grad():
+            nu = ensemble(p, q, head(h_t, h_d), "linear")
+        tokens = torch.multinomial(nu, 1, generator=gen)[:, 0]
+        out.append(Rollout(tokens, p, q, h_t, h_d))
+    return out
+
+
+def train_toy(reward_token: int | None, acceptance_weight: float, steps: int = 150) -> tuple[float, float, float]:
+    """Returns (mean w, expected acceptance) before and after training on the toy problem."""
+    head = WeightHead(H, H)
+    opt, sched = make_optimizer(head, 0.05, steps, 0.0)
+    gen = torch.Generator().manual_seed(0)
+    baseline, first = None, None
+    for _ in range(steps):
+        rollouts = toy_rollouts(head, 8, gen)
+        if reward_token is None:
+            rewards = torch.zeros(8)
+        else:
+            rewards = torch.stack([(r.tokens == reward_token).float().mean() for r in rollouts])
+        baseline = float(rewards.mean()) if baseline is None else 0.9 * baseline + 0.1 * float(rewards.mean())
+        loss, stats = reinforce_loss(head, rollouts, rewards, baseline, acceptance_weight=acceptance_weight,
+                                     mixing="linear")
+        first = first or stats
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+    return first["mean_w"], stats["mean_w"], first["expected_acceptance"], stats["expected_acceptance"]
+
+
+def test_reward_for_target_tokens_drives_w_to_one():
+    w0, w1, _, _ = train_toy(reward_token=0, acceptance_weight=0.0)
+    assert w0 == pytest.approx(0.5) and w1 > 0.9
+
+
+def test_reward_for_draft_tokens_drives_w_to_zero():
+    _, w1, _, _ = train_toy(reward_token=1, acceptance_weight=0.0)
+    assert w1 < 0.1
+
+
+def test_acceptance_term_raises_expected_acceptance_with_zero_reward():
+    """Sum_v min(q, nu) = 1 - w TV(p, q): with zero reward only the acceptance term acts, and it must raise
+    acceptance. With the sign flipped (the authors' bug) acceptance falls instead; we check that too."""
+    _, w1, acc0, acc1 = train_toy(reward_token=None, acceptance_weight=0.1, steps=60)
+    assert acc1 > acc0 + 0.1 and w1 < 0.5
+    _, w_bug, acc0_bug, acc1_bug = train_toy(reward_token=None, acceptance_weight=-0.1, steps=60)
+    assert acc1_bug < acc0_bug and w_bug > 0.5
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tiny_dir):
+    from diversed.models import load_pair
+
+    return load_pair(str(tiny_dir / "tiny-target"), str(tiny_dir / "tiny-draft-l1"))
+
+
+def config(**kw) -> HeadTrainConfig:
+    return HeadTrainConfig(task="arith", n_train=6, epochs=2, batch_size=2, max_new_tokens=6, rollout="sample",
+                           reward="fidelity", **kw)
+
+
+def test_train_head_end_to_end_and_resume(tiny_pair, tmp_path):
+    cfg = config()
+    full = train_head(cfg, tmp_path / "full", pair=tiny_pair, progress=False)
+    log = load_log(tmp_path / "full" / "train_log.csv")
+    assert [r["step"] for r in log] == [1, 2, 3, 4, 5, 6]
+    assert {"reward", "expected_acceptance", "mean_w", "loss"} <= log[0].keys()
+    manifest = json.loads((tmp_path / "full" / "manifest.json").read_text())
+    assert manifest["steps"] == 6 and "git_commit" in manifest
+
+    def kill_after_3(step):
+        if step == 3:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        train_head(cfg, tmp_path / "killed", pair=tiny_pair, progress=False, on_step=kill_after_3)
+    assert not (tmp_path / "killed" / "head.safetensors").exists()  # nothing that looks finished
+    resumed = train_head(cfg, tmp_path / "killed", pair=tiny_pair, progress=False)
+    a, b = load_head(full, tiny_pair.target, tiny_pair.draft), load_head(resumed, tiny_pair.target, tiny_pair.draft)
+    assert torch.equal(a.proj.weight, b.proj.weight) and not torch.all(a.proj.weight == 0)
+    def untimed(rows):
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+
+    assert untimed(load_log(tmp_path / "killed" / "train_log.csv")) == untimed(log)  # same curve, step for step
+
+
+def test_trained_head_runs_in_the_engine(tiny_pair, tmp_path):
+    from diversed.engine import speculative_generate
+
+    path = train_head(config(), tmp_path, pair=tiny_pair, progress=False)
+    head = load_head(path, tiny_pair.target, tiny_pair.draft)
+    out = speculative_generate(tiny_pair.target, tiny_pair.draft, [1, 20, 30], verifier="dynamic", head=head, K=3,
+                               max_new_tokens=10, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    assert len(out.tokens) == 10
+
+
+def test_checkpoint_of_another_config_is_refused(tiny_pair, tmp_path):
+    def stop(step):
+        raise Interrupted
+
+    with pytest.raises(Interrupted):
+        train_head(config(), tmp_path, pair=tiny_pair, progress=False, on_step=stop)
+    with pytest.raises(ValueError, match="another training config"):
+        train_head(config(lr=1e-3), tmp_path, pair=tiny_pair, progress=False)
+    (tmp_path / "checkpoint.pt").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match="corrupt"):
+        train_head(config(), tmp_path, pair=tiny_pair, progress=False)
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("reward", "bleu", "unknown reward"), ("task", "mmlu", "unknown task"), ("batch_size", 0, "batch_size"),
+    ("rollout", "beam", "unknown rollout"),
+])
+def test_bad_training_config(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        HeadTrainConfig(**{field: value}).validate()
+
+
+def test_distilled_draft_moves_toward_target_and_is_a_usable_draft(tiny_dir, tmp_path):
+    from diversed.engine import speculative_generate
+    from diversed.models import load_pair
+    from diversed.train import DistillConfig, distill_draft, kl_loss
+
+    target, draft = str(tiny_dir / "tiny-target"), str(tiny_dir / "tiny-draft-l1")
+    cfg = DistillConfig(task="arith", target=target, draft=draft, n_train=4, max_new_tokens=16, epochs=3, lr=3e-3)
+    out = distill_draft(cfg, tmp_path / "ft", progress=False)
+    log = load_log(out / "train_log.csv")
+    assert len(log) == 12
+
+    def epoch_kl(e):
+        return sum(r["kl"] for r in log if r["epoch"] == e) / 4
+
+    assert epoch_kl(2) < 0.8 * epoch_kl(0)  # the same target text, fitted better
+    after = load_pair(target, str(out))
+    assert kl_loss(torch.zeros(2, 5), torch.zeros(2, 5)) == 0
+    gen = speculative_generate(after.target, after.draft, [1, 20, 30], verifier="strict", K=3, max_new_tokens=8,
+                               temperature=0)
+    assert len(gen.tokens) == 8
