@@ -1,7 +1,10 @@
 """arith: seeded multi-step arithmetic word problems, small enough for a 135M model to partly solve.
 
 Offline and built in: the split is generated from a seed, so train and eval never overlap and every
-machine sees the same problems. Difficulty = number of operations (1 to `steps`) and operand range.
+machine sees the same problems. Difficulty = number of operations (1 to `steps`, additions and
+subtractions) and operand range. At the default (1-2 operations, operands up to 10) SmolLM2-135M-
+Instruct answers 27% of 30 problems greedily and its 1-layer draft none (measured; multiplications
+brought the target down to 15%).
 """
 
 from __future__ import annotations
@@ -23,20 +26,14 @@ def problem(rng: random.Random, steps: int, top: int) -> tuple[str, int]:
     total = rng.randint(2, top)
     text = [f"{name} has {total} {item}."]
     for _ in range(rng.randint(1, steps)):
-        op = rng.choice(["add"] + ["sub"] * (total > 1) + ["mul"] * (1 <= total <= 12))
-        if op == "add":
+        if total < 2 or rng.random() < 0.5:
             n = rng.randint(1, top)
             total += n
             text.append(rng.choice([f"{name} gets {n} more {item}.", f"A friend gives {name} {n} {item}."]))
-        elif op == "sub":
-            n = rng.randint(1, total)
+        else:
+            n = rng.randint(1, total - 1)
             total -= n
             text.append(rng.choice([f"{name} gives away {n} {item}.", f"{name} loses {n} {item}."]))
-        else:
-            n = rng.randint(2, 3)
-            total *= n
-            text.append(f"Then the number of {item} {name} has becomes {'twice' if n == 2 else 'three times'} "
-                        "as large.")
     text.append(f"How many {item} does {name} have now?")
     return " ".join(text), total
 
