@@ -32,6 +32,16 @@ PROMPTS = [
 ]
 
 
+def expected_tokens_per_step(alpha: float, K: int) -> float:
+    """E[tokens per verification step] for i.i.d. acceptance alpha (DESIGN.md §2): (1 - a^(K+1)) / (1 - a)."""
+    return K + 1.0 if alpha >= 1 else (1 - alpha ** (K + 1)) / (1 - alpha)
+
+
+def ideal_speedup(alpha: float, K: int, c: float) -> float:
+    """The analytic bound on speedup over target-only decoding, c = draft step time / target step time."""
+    return expected_tokens_per_step(alpha, K) / (K * c + 1)
+
+
 @contextlib.contextmanager
 def no_eos(model: nn.Module) -> Iterator[None]:
     """Let transformers' generate run to max_new_tokens (the bench compares fixed-length outputs)."""
@@ -141,7 +151,8 @@ def run_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], *, 
             row["ms_per_token"] = 1000 * row["seconds_median"] / n_tokens
             if is_ours:
                 s = summarize([o[0] for o in outputs])
-                row |= {k: s[k] for k in ("draft_acceptance_rate", "mean_acceptance_length", "bias_tv")}
+                row |= {k: s[k] for k in ("draft_acceptance_rate", "conditional_acceptance", "mean_acceptance_length",
+                                          "bias_tv")}
                 if s["time_total"]:
                     row["share_draft"] = s["time_draft"] / s["time_total"]
                     row["share_verify"] = s["time_verify"] / s["time_total"]
@@ -155,12 +166,17 @@ def run_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], *, 
     for row in rows.values():
         row["speedup_vs_hf_target"] = row["tokens_per_s"] / ref["tokens_per_s"]
         row["speedup_vs_ours_target"] = row["tokens_per_s"] / rows["ours_target"]["tokens_per_s"]
+    c = rows["ours_draft"]["seconds_median"] / rows["ours_target"]["seconds_median"]  # per-token cost ratio
+    for row in rows.values():
+        alpha = row.get("conditional_acceptance")  # the bound's i.i.d. per-position alpha
+        if alpha is not None and alpha == alpha:  # our speculative methods (nan for the baselines)
+            row["ideal_speedup"] = ideal_speedup(alpha, K, c)
+            row["efficiency"] = row["speedup_vs_ours_target"] / row["ideal_speedup"]
     ratios = {
         "ours_target / hf_target": rows["ours_target"]["tokens_per_s"] / ref["tokens_per_s"],
         "ours_strict / hf_assisted_strict": rows["ours_strict"]["tokens_per_s"]
         / rows["hf_assisted_strict"]["tokens_per_s"],
-        "draft_cost_ratio_c": rows["ours_target"]["seconds_median"] and
-        rows["ours_draft"]["seconds_median"] / rows["ours_target"]["seconds_median"],
+        "draft_cost_ratio_c": c,
     }
     for w in weights:
         ratios[f"ours_fixed_w{w} / hf_assisted_fixed_w{w}"] = (rows[f"ours_fixed_w{w}"]["tokens_per_s"]
@@ -190,13 +206,14 @@ def markdown(result: dict) -> str:
     lines += [f"| {k} | {f(v)} |" for k, v in result["ratios"].items()]
     lines += ["", "| identical greedy tokens | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in result["identical_greedy_tokens"].items()]
-    lines += ["", "| method | tokens/s | ms/token | x hf target | x ours target | alpha | tau |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["", "| method | tokens/s | ms/token | x hf target | x ours target | alpha | tau | ideal | efficiency |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for name, r in result["methods"].items():
         alpha = r.get("draft_acceptance_rate", r.get("draft_acceptance_rate_approx"))
         lines.append(f"| {name} | {f(r['tokens_per_s'], '.1f')} | {f(r['ms_per_token'], '.2f')} | "
                      f"{f(r['speedup_vs_hf_target'])} | {f(r['speedup_vs_ours_target'])} | {f(alpha)} | "
-                     f"{f(r.get('mean_acceptance_length'))} |")
+                     f"{f(r.get('mean_acceptance_length'))} | {f(r.get('ideal_speedup'))} | "
+                     f"{f(r.get('efficiency'))} |")
     return "\n".join(lines) + "\n"
 
 

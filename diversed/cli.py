@@ -158,6 +158,17 @@ def cmd_score(a: argparse.Namespace) -> None:
               f"target argmax agreement {fid['target_argmax_agreement']:.3f}")
 
 
+def cmd_export_task(a: argparse.Namespace) -> None:
+    from diversed.evaluate import write_task_files
+    from diversed.tasks import get_task
+
+    examples = [ex.row() for ex in get_task(a.task, a.data_files).examples(a.split, a.n, seed=0)]
+    name = write_task_files(a.task, examples, Path(a.out), a.max_new_tokens)
+    print(f"lm-eval task {name} ({len(examples)} examples) in {a.out}; run it with:\n"
+          f"diversed lm-eval --model diversed --model_args target=embedded,draft=embedded,verifier=strict "
+          f"--tasks {name} --include_path {a.out}")
+
+
 def cmd_lm_eval(rest: list[str]) -> None:
     """lm-eval's own command line, with the `diversed` model registered."""
     from lm_eval.__main__ import cli_evaluate
@@ -270,6 +281,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_score)
 
     sub.add_parser("lm-eval", help="lm-eval's command line with the `diversed` model registered", add_help=False)
+
+    p = sub.add_parser("export-task", help="write a task split as JSONL + lm-eval task YAML (for `diversed lm-eval`)")
+    p.add_argument("--task", required=True)
+    p.add_argument("--split", default="eval")
+    p.add_argument("-n", type=int)
+    p.add_argument("--data-files")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_export_task)
 
     p = sub.add_parser("bench", help="time our engine against transformers on the same prompts")
     _pair_args(p)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from diversed.verifiers import MIXINGS, logits_to_probs, verify
+from diversed.verifiers import MIXINGS, logits_to_logprobs, logits_to_probs, synthetic_verify, verify
 
 VERIFIERS = ("autoregressive", "draft", "strict", "fixed", "dynamic")  # draft: the draft alone (baseline)
 
@@ -128,9 +128,13 @@ def output_head(lm_head: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
 class Stepper:
     """One model with its KV cache: feed new tokens, get logits and last hidden states back."""
 
-    def __init__(self, model: nn.Module, vocab_size: int | None = None, shared: int | None = None):
-        """vocab_size: common logit width (pads with -inf); shared: ids at or past it get -inf (see check_vocab)."""
+    def __init__(self, model: nn.Module, vocab_size: int | None = None, shared: int | None = None,
+                 max_len: int | None = None):
+        """vocab_size: common logit width (pads with -inf); shared: ids at or past it get -inf (see check_vocab);
+        max_len: positions the sequence will reach, which enables the static-cache fast path where supported."""
         from transformers import DynamicCache
+
+        from diversed import fastpath
 
         self.model = model
         self.decoder = model.get_decoder()
@@ -139,15 +143,19 @@ class Stepper:
         self.softcap = getattr(model.config, "final_logit_softcapping", None)
         self.pad = (vocab_size or self.lm_head.out_features) - self.lm_head.out_features
         self.shared = shared if shared is not None and shared < self.lm_head.out_features else None
-        self.cache = DynamicCache(config=model.config)
+        self.fast = fastpath.FastDecoder(model, max_len) if max_len and fastpath.supported(model) else None
+        self.cache = None if self.fast else DynamicCache(config=model.config)
         self.device = self.lm_head.weight.device
         self.n = 0  # positions held in the cache
 
     @torch.inference_mode()
     def __call__(self, ids: list[int], last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """ids [T] -> logits [T or 1, V] (float32), hidden [T or 1, h]."""
-        x = torch.tensor([ids], device=self.device)  # [1, T]
-        h = self.decoder(input_ids=x, cache=self.cache, use_cache=True).last_hidden_state[0]  # [T, h]
+        x = torch.tensor(ids, device=self.device)  # [T]
+        if self.fast is not None:
+            h = self.fast(x)  # [T, h]
+        else:
+            h = self.decoder(input_ids=x[None], cache=self.cache, use_cache=True).last_hidden_state[0]  # [T, h]
         self.n += len(ids)
         if last_only:
             h = h[-1:]
@@ -163,7 +171,10 @@ class Stepper:
     def crop(self, n: int) -> None:
         """Keep the first n positions (rollback of rejected drafts)."""
         if n < self.n:
-            self.cache.crop(n - self.n)
+            if self.fast is not None:
+                self.fast.crop(n)
+            else:
+                self.cache.crop(n - self.n)
             self.n = n
 
 
@@ -175,7 +186,8 @@ def _sync(device: torch.device) -> None:
 def _check_finite(logits: torch.Tensor, who: str, step: int) -> None:
     """NaN anywhere in a row, or a row without a finite value, makes its max non-finite (one reduction)."""
     if not bool(torch.isfinite(logits.amax(dim=-1)).all()):
-        raise FloatingPointError(f"{who} logits contain NaN or no finite value at step {step}; refusing to sample")
+        raise FloatingPointError(f"{who} logits are not finite (NaN, +inf, or no finite value) at step {step}; "
+                                 "refusing to sample")
 
 
 def _fidelity(out: Generation, logits: torch.Tensor, tokens: list[int]) -> None:
@@ -265,7 +277,7 @@ def autoregressive_generate(model: nn.Module, input_ids, *, max_new_tokens: int,
     check_request(model, None, len(ids), verifier="autoregressive", K=1, max_new_tokens=max_new_tokens,
                   temperature=temperature, top_p=top_p, weight=None, head=None, mixing="linear", vocab_size=None)
     eos = _eos_set(model, eos_token_id)
-    run = Stepper(model)
+    run = Stepper(model, max_len=len(ids) + max_new_tokens)
     out = Generation(tokens=[], K=0)
     _sync(run.device)
     t0 = time.perf_counter()
@@ -302,11 +314,13 @@ def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, 
                          max_new_tokens: int = 128, temperature: float = 1.0, top_p: float = 1.0,
                          weight: float | None = None, head: nn.Module | None = None, mixing: str = "linear",
                          generator: torch.Generator | None = None, eos_token_id: int | list[int] | None = None,
-                         vocab_size: int | None = None) -> Generation:
-    """Decode one prompt with `verifier` in {autoregressive, strict, fixed, dynamic}.
+                         vocab_size: int | None = None, synthetic_acceptance: float | None = None) -> Generation:
+    """Decode one prompt with `verifier` in {autoregressive, draft, strict, fixed, dynamic}.
 
     strict: w = 1 (lossless); fixed: constant `weight`; dynamic: w_i = head(h_target_i, h_draft_i).
-    temperature 0 is greedy. Returns the new tokens and per-step statistics.
+    temperature 0 is greedy. synthetic_acceptance = a replaces verification by accepting each draft
+    with probability a (timing at real sizes with random weights; see verifiers.synthetic_verify).
+    Returns the new tokens and per-step statistics.
     """
     ids = _prompt_ids(input_ids)
     check_request(target, draft, len(ids), verifier=verifier, K=K, max_new_tokens=max_new_tokens,
@@ -326,7 +340,8 @@ def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, 
     greedy = temperature == 0
     eos = _eos_set(target, eos_token_id)
     shared = min(target.get_output_embeddings().out_features, draft.get_output_embeddings().out_features)
-    T, D = Stepper(target, vocab_size, shared), Stepper(draft, vocab_size, shared)
+    max_len = len(ids) + max_new_tokens + 1
+    T, D = Stepper(target, vocab_size, shared, max_len), Stepper(draft, vocab_size, shared, max_len)
     if head is not None:
         head = head.to(T.device)
     out = Generation(tokens=[], K=K)
@@ -344,14 +359,14 @@ def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, 
 
         t_draft = clock()
         drafts: list[int] = []
-        q_rows, h_draft = [], []
+        log_q_rows, h_draft = [], []
         pending = tokens[D.n:]
         for _ in range(k):
             logits, h = D(pending, last_only=True)  # [1, V], [1, h_d]
             _check_finite(logits, "draft", step)
-            q_i = logits_to_probs(logits[0], temperature, top_p)  # [V]
-            drafts.append(_sample(q_i, greedy, generator))
-            q_rows.append(q_i)
+            log_q_i = logits_to_logprobs(logits[0], temperature, top_p)  # [V]
+            drafts.append(_sample(log_q_i.exp(), greedy, generator))
+            log_q_rows.append(log_q_i)
             h_draft.append(h[0])
             pending = drafts[-1:]
         _sync(T.device)
@@ -359,8 +374,9 @@ def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, 
 
         logits, h_target = T(tokens[T.n:] + drafts)  # [k + 1, V], [k + 1, h_t]
         _check_finite(logits, "target", step)
-        p = logits_to_probs(logits, temperature, top_p)  # [k + 1, V]
-        q = torch.stack(q_rows) if q_rows else p.new_zeros(0, p.shape[-1])  # [k, V]
+        log_p = logits_to_logprobs(logits, temperature, top_p)  # [k + 1, V]
+        log_q = torch.stack(log_q_rows) if log_q_rows else log_p.new_full((0, log_p.shape[-1]), -torch.inf)  # [k, V]
+        p, q = log_p.exp(), log_q.exp()
         if verifier == "strict":
             w = torch.ones(k, device=p.device)
         elif verifier == "fixed":
@@ -368,7 +384,11 @@ def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, 
         else:  # dynamic: the hidden state that predicts draft token i, from both models
             w = head(h_target[:k], torch.stack(h_draft)).float() if k else p.new_zeros(0)  # [k]
         draft_tokens = torch.tensor(drafts, dtype=torch.long, device=p.device)
-        verdict = verify(draft_tokens, q, p, w, mixing=mixing, greedy=greedy, generator=generator)
+        if synthetic_acceptance is None:
+            logs = {"log_p": log_p, "log_q": log_q} if mixing == "logit" else {}
+            verdict = verify(draft_tokens, q, p, w, mixing=mixing, greedy=greedy, generator=generator, **logs)
+        else:
+            verdict = synthetic_verify(k, p, synthetic_acceptance, greedy=greedy, generator=generator)
         _sync(T.device)
         t_done = clock()
         out.time_draft += t_verify - t_draft
@@ -403,6 +423,7 @@ def summarize(gens: list[Generation]) -> dict:
     drafted = [k for g in gens for k in g.drafted]
     accepted = [n for g in gens for n in g.accepted]
     K = max((g.K for g in gens), default=0)
+    counts = position_counts(drafted, accepted, K)
     new_tokens = sum(len(g.tokens) for g in gens)
     steps = sum(g.steps for g in gens)
     seconds = sum(g.time_total for g in gens)
@@ -410,7 +431,9 @@ def summarize(gens: list[Generation]) -> dict:
         "prompts": len(gens), "new_tokens": new_tokens, "steps": steps,
         "draft_acceptance_rate": rate(sum(accepted), sum(drafted)),
         "mean_acceptance_length": rate(new_tokens, steps),
-        "acceptance_by_position": [rate(*c) for c in position_counts(drafted, accepted, K)],
+        "acceptance_by_position": [rate(*c) for c in counts],
+        # per-position acceptance pooled over positions reached: the alpha of the i.i.d. analytic bound
+        "conditional_acceptance": rate(sum(h for h, _ in counts), sum(t for _, t in counts)),
         "mean_weight": _mean([w for g in gens for ws in g.weights for w in ws]),
         "bias_tv": _mean([b for g in gens for b in g.bias_tv]),
         "target_logprob": _mean([x for g in gens for x in g.target_logprob]),

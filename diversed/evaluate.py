@@ -81,6 +81,11 @@ class DiversedLM(LM):
         args = dict(kv.split("=", 1) for kv in arg_string.split(",") if kv.strip()) if arg_string else {}
         return cls(**args)
 
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None):
+        """lm-eval's --device/--batch_size defaults (cuda, 1) are ignored: the device is a model_arg here."""
+        return cls(**arg_dict)
+
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         out = []
         for i, req in enumerate(tqdm(requests, desc="generate", disable=disable_tqdm)):

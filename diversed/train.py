@@ -28,7 +28,7 @@ from diversed.engine import Stepper, _eos_set
 from diversed.head import WeightHead
 from diversed.models import DEFAULT_DRAFT_LAYERS
 from diversed.utils import atomic_path, config_hash, provenance, write_json, write_text
-from diversed.verifiers import MIXINGS, ensemble, logits_to_probs
+from diversed.verifiers import MIXINGS, ensemble, logits_to_logprobs
 
 REWARDS = ("task", "fidelity")
 
@@ -85,10 +85,18 @@ class Rollout:
     """One completion sampled from nu, with everything the loss needs (no graph attached)."""
 
     tokens: torch.Tensor  # [T] long
-    p: torch.Tensor  # [T, V] target probabilities
-    q: torch.Tensor  # [T, V] draft probabilities
+    log_p: torch.Tensor  # [T, V] target log-probabilities
+    log_q: torch.Tensor  # [T, V] draft log-probabilities
     h_target: torch.Tensor  # [T, h_t]
     h_draft: torch.Tensor  # [T, h_d]
+
+    @property
+    def p(self) -> torch.Tensor:
+        return self.log_p.exp()
+
+    @property
+    def q(self) -> torch.Tensor:
+        return self.log_q.exp()
 
 
 @torch.no_grad()
@@ -96,17 +104,17 @@ def rollout(target: nn.Module, draft: nn.Module, head: WeightHead, ids: list[int
             temperature: float, mixing: str, greedy: bool, generator: torch.Generator | None,
             eos: set[int]) -> Rollout:
     """Decode from nu_t = ensemble(p_t, q_t, head(h_t)) one token at a time, with KV caches."""
-    T, D = Stepper(target), Stepper(draft)
+    T, D = Stepper(target, max_len=len(ids) + max_new_tokens), Stepper(draft, max_len=len(ids) + max_new_tokens)
     ps, qs, hts, hds, tokens = [], [], [], [], []
     pending = ids
     for _ in range(max_new_tokens):
         lt, h_t = T(pending, last_only=True)  # [1, V], [1, h_t]
         ld, h_d = D(pending, last_only=True)
-        p, q = logits_to_probs(lt, temperature), logits_to_probs(ld, temperature)  # [1, V]
+        lp, lq = logits_to_logprobs(lt, temperature), logits_to_logprobs(ld, temperature)  # [1, V]
         w = head(h_t, h_d).float()  # [1]
-        nu = ensemble(p, q, w, mixing)[0]  # [V]
+        nu = ensemble(lp.exp(), lq.exp(), w, mixing, log_p=lp, log_q=lq)[0]  # [V]
         y = int(nu.argmax()) if greedy else int(torch.multinomial(nu, 1, generator=generator))
-        ps.append(p[0]), qs.append(q[0]), hts.append(h_t[0]), hds.append(h_d[0]), tokens.append(y)
+        ps.append(lp[0]), qs.append(lq[0]), hts.append(h_t[0]), hds.append(h_d[0]), tokens.append(y)
         pending = [y]
         if y in eos:
             break
@@ -117,9 +125,10 @@ def rollout(target: nn.Module, draft: nn.Module, head: WeightHead, ids: list[int
 def sequence_terms(head: WeightHead, r: Rollout, mixing: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(sum_t log nu_t(y_t), sum_t sum_v min(q_t, nu_t), w [T]) with gradients into the head."""
     w = head(r.h_target, r.h_draft).float()  # [T]
-    nu = ensemble(r.p, r.q, w, mixing)  # [T, V]
+    q = r.q
+    nu = ensemble(r.p, q, w, mixing, log_p=r.log_p, log_q=r.log_q)  # [T, V]
     log_nu = torch.log(nu.gather(-1, r.tokens[:, None])[:, 0].clamp_min(1e-30)).sum()
-    acceptance = torch.minimum(r.q, nu).sum()
+    acceptance = torch.minimum(q, nu).sum()
     return log_nu, acceptance, w
 
 
@@ -151,7 +160,7 @@ def task_reward(task, reward: str):
 
     def fn(completion: str, example, r: Rollout) -> float:
         if reward == "fidelity" or task.metric == "target_logprob":
-            return float(torch.log(r.p.gather(-1, r.tokens[:, None]).clamp_min(1e-30)).mean())
+            return float(r.log_p.gather(-1, r.tokens[:, None]).mean())
         return task.score(completion, example)[task.metric] / scale
 
     return fn

@@ -19,6 +19,11 @@ def logits_to_probs(logits: torch.Tensor, temperature: float = 1.0, top_p: float
     temperature == 0 means greedy decoding; the distribution used for mixing is then the plain
     softmax (T = 1), as in transformers' assisted generation.
     """
+    return logits_to_logprobs(logits, temperature, top_p).exp()
+
+
+def logits_to_logprobs(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0) -> torch.Tensor:
+    """As logits_to_probs, in log space (-inf for filtered tokens; no underflow at low temperature)."""
     logits = logits.float()
     if temperature > 0:
         logits = logits / temperature
@@ -29,7 +34,7 @@ def logits_to_probs(logits: torch.Tensor, temperature: float = 1.0, top_p: float
         drop_sorted = (cum - sorted_logits.softmax(dim=-1)) >= top_p
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
-    return logits.softmax(dim=-1)
+    return logits.log_softmax(dim=-1)
 
 
 def _as_weight(w: float | torch.Tensor, K: int, device: torch.device) -> torch.Tensor:
@@ -44,17 +49,24 @@ def _as_weight(w: float | torch.Tensor, K: int, device: torch.device) -> torch.T
     return w[:, None]
 
 
-def ensemble(p: torch.Tensor, q: torch.Tensor, w: float | torch.Tensor, mixing: str = "linear") -> torch.Tensor:
+def ensemble(p: torch.Tensor, q: torch.Tensor, w: float | torch.Tensor, mixing: str = "linear", *,
+             log_p: torch.Tensor | None = None, log_q: torch.Tensor | None = None) -> torch.Tensor:
     """Verification distribution nu from p, q: [K, V] each, w float or [K] -> [K, V].
 
-    linear: nu = w p + (1 - w) q;  logit: nu = softmax(w log p + (1 - w) log q).
+    linear: nu = w p + (1 - w) q;  logit: nu = softmax(w log p + (1 - w) log q). Pass log_p / log_q
+    (from logits_to_logprobs) for logit mixing at low temperature, where p and q underflow to 0.
     """
     w = _as_weight(w, p.shape[0], p.device)
     if mixing == "linear":
         return w * p + (1 - w) * q
     if mixing == "logit":
-        # xlogy gives 0 for w = 0 even where p = 0 (so a filtered-out token of the ignored model is harmless)
-        return (torch.xlogy(w, p) + torch.xlogy(1 - w, q)).softmax(dim=-1)
+        lp = torch.log(p) if log_p is None else log_p
+        lq = torch.log(q) if log_q is None else log_q
+        # w log p with w = 0 is 0 even where p = 0 (a token filtered by the ignored model stays possible)
+        mixed = torch.where(w == 0, 0.0, w * lp) + torch.where(w == 1, 0.0, (1 - w) * lq)  # [K, V]
+        # supports that do not overlap (top-p) leave no finite logit: the linear mixture is the only answer
+        none = torch.isinf(mixed).all(dim=-1, keepdim=True)
+        return torch.where(none, w * p + (1 - w) * q, mixed.softmax(dim=-1))
     raise ValueError(f"unknown mixing {mixing!r}; allowed: {', '.join(MIXINGS)}")
 
 
@@ -85,6 +97,8 @@ def verify(
     mixing: str = "linear",
     greedy: bool = False,
     generator: torch.Generator | None = None,
+    log_p: torch.Tensor | None = None,
+    log_q: torch.Tensor | None = None,
 ) -> Verdict:
     """Verify K draft tokens against nu = ensemble(p, q, w).
 
@@ -93,6 +107,7 @@ def verify(
     sample from norm(max(0, nu_n - q_n)); if all K pass, the bonus token comes from p_{K+1}.
     Greedy: accept while x_i == argmax nu_i; correction argmax nu_n; bonus argmax p_{K+1}.
     w = 1 is exactly standard speculative sampling (Leviathan et al. 2023, Algorithm 1).
+    log_p [K + 1, V] / log_q [K, V]: optional log-probabilities, used by logit mixing (no underflow).
     """
     K, V = q.shape
     if draft_tokens.shape != (K,) or p.shape != (K + 1, V):
@@ -100,7 +115,7 @@ def verify(
             f"shapes disagree: draft_tokens {tuple(draft_tokens.shape)}, q {tuple(q.shape)}, p {tuple(p.shape)}; "
             "expected [K], [K, V], [K + 1, V]"
         )
-    nu = ensemble(p[:K], q, w, mixing)  # [K, V]
+    nu = ensemble(p[:K], q, w, mixing, log_p=None if log_p is None else log_p[:K], log_q=log_q)  # [K, V]
     idx = torch.arange(K, device=q.device)
     if greedy:
         accepted = draft_tokens == nu.argmax(dim=-1)  # [K]
@@ -128,3 +143,19 @@ def verify(
     bias = torch.zeros(n + 1, device=q.device)
     bias[:emitted] = total_variation(nu[:emitted], p[:emitted])
     return Verdict(n_accepted=n, next_token=next_token, bias_tv=bias)
+
+
+def synthetic_verify(K: int, p: torch.Tensor, acceptance: float, *, greedy: bool = False,
+                     generator: torch.Generator | None = None) -> Verdict:
+    """Accept each of K drafts with probability `acceptance`, independently, up to the first rejection
+    (as vLLM's synthetic rejection sampler), then emit a target token at the stopping position.
+
+    For timing the engine at real model sizes with random weights, where real acceptance is
+    meaningless: the forwards, the rollback and the token counts are those of a real run at alpha.
+    """
+    if not 0 <= acceptance <= 1:
+        raise ValueError(f"synthetic acceptance must be in [0, 1], got {acceptance}")
+    r = torch.rand(K, generator=generator, device=p.device)
+    n = int((r < acceptance).long().cumprod(dim=0).sum())
+    next_token = int(p[n].argmax()) if greedy else int(torch.multinomial(p[n], 1, generator=generator))
+    return Verdict(n_accepted=n, next_token=next_token, bias_tv=torch.zeros(n + 1, device=p.device))

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import copy
 import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+
+ROOT = Path(__file__).resolve().parent.parent
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -61,3 +68,38 @@ def tiny_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     prepare_tiny(root)
     return root
+
+
+# ------------------------------------------------------------------------------------------- workflow
+
+
+def snakemake(*args, cwd=ROOT, check=True, timeout=900) -> subprocess.CompletedProcess:
+    env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+                        "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    if check:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def jobs(dry_run_output: str) -> dict[str, int]:
+    """Job counts per rule from a dry run's 'Job stats' table."""
+    table = dry_run_output.split("Job stats:")[-1]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, flags=re.M)
+            if m.group(1) != "total"}
+
+
+def workflow_copy(tmp: Path) -> Path:
+    for name in ("Snakefile", "workflow", "config", "profiles", "environment.yml"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp / name)
+    return tmp
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    """The smoke config run once, uninterrupted, in a copy of the workflow (W&B disabled)."""
+    wd = workflow_copy(tmp_path_factory.mktemp("smoke"))
+    snakemake("--cores", "2", "--configfile", "config/smoke.yaml", cwd=wd, timeout=1200)
+    return wd

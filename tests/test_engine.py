@@ -251,7 +251,7 @@ def test_nan_logits_are_reported_with_the_step(target, draft):
     broken = copy.deepcopy(draft)
     with torch.no_grad():
         broken.lm_head.weight[:] = float("nan")
-    with pytest.raises(FloatingPointError, match="draft logits contain NaN .* step 0"):
+    with pytest.raises(FloatingPointError, match="draft logits are not finite .* at step 0"):
         speculative_generate(target, broken, PROMPTS[0], verifier="strict", K=2, max_new_tokens=5)
 
 
@@ -265,3 +265,28 @@ def test_ensemble_definition_used_by_engine_bias(target, draft):
         q = draft(torch.tensor([ids])).logits[0, -1].float().softmax(-1)
     nu = ensemble(p[None], q[None], 0.25)[0]
     assert math.isclose(out.bias_tv[0], float(0.5 * (nu - p).abs().sum()), rel_tol=1e-5)
+
+
+def test_synthetic_acceptance_mode(target, other_draft):
+    """Synthetic acceptance a: each draft position is accepted with probability a, whatever the models say."""
+    gens = [speculative_generate(target, other_draft, PROMPTS[i % 3], verifier="strict", K=4, max_new_tokens=80,
+                                 temperature=1.0, generator=torch.Generator().manual_seed(i),
+                                 synthetic_acceptance=0.7) for i in range(6)]
+    s = summarize(gens)
+    assert all(abs(r - 0.7) < 0.12 for r in s["acceptance_by_position"][:3]), s["acceptance_by_position"]
+
+
+def test_logit_mixing_at_low_temperature(target, other_draft):
+    """Regression: at T = 0.1 the models' probabilities underflow on each other's tokens (the embedded DAG's
+    sweep crashed with NaN in multinomial); the engine mixes log-probabilities instead."""
+    import copy
+
+    sharp_t, sharp_d = copy.deepcopy(target), copy.deepcopy(other_draft)
+    with torch.no_grad():  # logits as spread out as a 49k-token model's
+        sharp_t.lm_head.weight.mul_(20.0)
+        sharp_d.lm_head.weight.mul_(20.0)
+    for seed in range(3):
+        out = speculative_generate(sharp_t, sharp_d, PROMPTS[seed], verifier="fixed", weight=0.5, mixing="logit",
+                                   K=3, max_new_tokens=40, temperature=0.1,
+                                   generator=torch.Generator().manual_seed(seed))
+        assert len(out.tokens) == 40

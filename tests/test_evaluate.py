@@ -85,3 +85,17 @@ def test_strict_greedy_run_agrees_with_target_everywhere(tiny_dir, task_file, tm
     run = execute(cfg, task_prompts(cfg), tmp_path, progress=False)
     s = json.loads(score_run(run).read_text())
     assert s["fidelity"]["target_argmax_agreement"] == 1.0
+
+
+def test_lm_eval_command_line_with_the_diversed_model(tiny_dir, tmp_path, capsys):
+    """lm-eval's own CLI (through `diversed lm-eval`, which registers the model) on an exported task."""
+    from diversed.cli import main
+
+    main(["export-task", "--task", "arith", "-n", "3", "--max-new-tokens", "8", "--out", str(tmp_path / "t")])
+    assert "diversed_arith" in capsys.readouterr().out
+    main(["lm-eval", "--model", "diversed", "--model_args",
+          f"target={tiny_dir / 'tiny-target'},draft={tiny_dir / 'tiny-draft-l1'},verifier=fixed,weight=0.5,"
+          "temperature=0,max_new_tokens=8", "--tasks", "diversed_arith", "--include_path", str(tmp_path / "t"),
+          "--output_path", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert "diversed_arith" in out and "accuracy" in out

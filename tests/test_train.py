@@ -25,7 +25,7 @@ def toy_rollouts(head: WeightHead, batch: int, gen: torch.Generator) -> list[Rol
         with torch.no_grad():
             nu = ensemble(p, q, head(h_t, h_d), "linear")
         tokens = torch.multinomial(nu, 1, generator=gen)[:, 0]
-        out.append(Rollout(tokens, p, q, h_t, h_d))
+        out.append(Rollout(tokens, p.log(), q.log(), h_t, h_d))
     return out
 
 

@@ -174,3 +174,34 @@ def test_shape_errors_and_unknown_mixing():
         verify(torch.tensor([0, 1]), q, p, 1.0)
     with pytest.raises(ValueError, match="unknown mixing"):
         ensemble(p[:2], q, 0.5, "geometric")
+
+
+def test_synthetic_acceptance_rate_and_position_structure():
+    from diversed.verifiers import synthetic_verify
+
+    p = random_dists(3, 6)
+    g = torch.Generator().manual_seed(0)
+    n = [synthetic_verify(5, p, 0.8, generator=g).n_accepted for _ in range(DRAWS // 4)]
+    # E[accepted per step] = sum_{i=1..K} a^i for independent acceptance up to the first rejection
+    expected = sum(0.8**i for i in range(1, 6))
+    assert abs(sum(n) / len(n) - expected) < 0.05
+    assert synthetic_verify(5, p, 1.0).n_accepted == 5 and synthetic_verify(5, p, 0.0).n_accepted == 0
+    with pytest.raises(ValueError, match="synthetic acceptance must be in"):
+        synthetic_verify(5, p, 1.2)
+
+
+def test_logit_mixing_at_low_temperature_does_not_underflow():
+    """At T = 0.1 the two models' probabilities underflow to 0 on each other's favourite tokens; with the
+    log-probabilities the geometric mixture is still exact (float64 reference), and verification samples."""
+    from diversed.verifiers import logits_to_logprobs
+
+    g = torch.Generator().manual_seed(0)
+    lt, ld = 30 * torch.randn(2, V, generator=g), 30 * torch.randn(2, V, generator=g)
+    log_p, log_q = logits_to_logprobs(lt, 0.1), logits_to_logprobs(ld[:1], 0.1)
+    p, q = log_p.exp(), log_q.exp()
+    assert (p[0] * q[0] == 0).all()  # the underflow that made softmax(w log p + (1 - w) log q) all NaN
+    nu = ensemble(p[:1], q, 0.5, "logit", log_p=log_p[:1], log_q=log_q)
+    ref = (0.5 * (lt[:1].double() / 0.1).log_softmax(-1) + 0.5 * (ld[:1].double() / 0.1).log_softmax(-1)).softmax(-1)
+    assert torch.isfinite(nu).all() and torch.allclose(nu.double(), ref, atol=1e-6)
+    v = verify(torch.tensor([int(q[0].argmax())]), q, p, 0.5, mixing="logit", generator=g, log_p=log_p, log_q=log_q)
+    assert 0 <= v.next_token < V

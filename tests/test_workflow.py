@@ -4,41 +4,11 @@
 from __future__ import annotations
 
 import json
-import os
-import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def snakemake(*args, cwd=ROOT, check=True, timeout=900) -> subprocess.CompletedProcess:
-    env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-                        "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-    if check:
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done
-
-
-def jobs(dry_run_output: str) -> dict[str, int]:
-    """Job counts per rule from a dry run's 'Job stats' table."""
-    table = dry_run_output.split("Job stats:")[-1]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, flags=re.M)
-            if m.group(1) != "total"}
-
-
-def workflow_copy(tmp: Path) -> Path:
-    for name in ("Snakefile", "workflow", "config", "environment.yml"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp / name)
-    return tmp
+from conftest import ROOT, jobs, snakemake
 
 
 def test_lint_is_clean():
@@ -91,11 +61,10 @@ def parses(path: Path) -> bool:
 
 
 @pytest.mark.slow
-def test_smoke_config_end_to_end(tmp_path):
+def test_smoke_config_end_to_end(smoke_run):
     import pandas as pd
 
-    wd = workflow_copy(tmp_path)
-    snakemake("--cores", "2", "--configfile", "config/smoke.yaml", cwd=wd, timeout=1200)
+    wd = smoke_run
     files = [p for d in ("results", "figures") for p in (wd / d).rglob("*") if p.is_file()]
     assert len(files) > 100
     for path in files:
