@@ -7,28 +7,13 @@ Writes results/bench/draft_layers.{json,md}.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
-from diversed.bench import PROMPTS
-from diversed.engine import Stepper, speculative_generate, summarize
+from diversed.bench import PROMPTS, step_ms
+from diversed.engine import speculative_generate, summarize
 from diversed.models import encode_prompt, load_model, load_tokenizer
 from diversed.utils import provenance, write_json, write_text
-
-
-def step_ms(model, ids, n_tokens=1, reps=15) -> float:
-    """Median ms of one cached forward of n_tokens after the prompt."""
-    s = Stepper(model)
-    s(ids)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        s(list(range(10, 10 + n_tokens)))
-        times.append(time.perf_counter() - t0)
-        s.crop(s.n - n_tokens)
-    return 1000 * statistics.median(times)
 
 
 def main() -> None:

@@ -9,13 +9,12 @@ Writes {out}/synthetic-{pair}.{json,md}; prints the summary table last.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
 
-from diversed.bench import hf_generate, ideal_speedup
-from diversed.engine import Stepper, autoregressive_generate, speculative_generate, summarize
+from diversed.bench import hf_generate, ideal_speedup, step_ms
+from diversed.engine import autoregressive_generate, speculative_generate, summarize
 from diversed.utils import provenance, write_json, write_text
 
 # The paper's architectures (public configs), built with random weights: (draft, target).
@@ -68,20 +67,6 @@ def copy_bandwidth(device: str, gib: float = 1.0) -> float:
     return 2 * x.numel() * 5 / (time.perf_counter() - t0)
 
 
-def step_ms(model, device: str, n_tokens: int = 1, context: int = 64, reps: int = 20) -> float:
-    s = Stepper(model)
-    s(list(range(1, context + 1)), last_only=True)
-    times = []
-    for _ in range(reps):
-        sync(device)
-        t0 = time.perf_counter()
-        s(list(range(5, 5 + n_tokens)))
-        sync(device)
-        times.append(time.perf_counter() - t0)
-        s.crop(s.n - n_tokens)
-    return 1000 * statistics.median(times)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pair", choices=sorted(ARCHITECTURES), default="llama")
@@ -99,7 +84,7 @@ def main() -> None:
     bw = copy_bandwidth(a.device, 1.0 if a.device.startswith("cuda") else 0.25)
     floor = {name: 1000 * sum(p.numel() * p.element_size() for p in m.parameters()) / bw
              for name, m in (("draft", draft), ("target", target))}
-    t_step, d_step = step_ms(target, a.device), step_ms(draft, a.device)
+    t_step, d_step = step_ms(target, prompts[0]), step_ms(draft, prompts[0])
     c = d_step / t_step
 
     def timed(fn):

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from diversed.engine import autoregressive_generate, speculative_generate, summarize
+from diversed.engine import Stepper, _sync, autoregressive_generate, speculative_generate, summarize
 from diversed.utils import provenance, write_json, write_text
 
 PROMPTS = [
@@ -40,6 +40,21 @@ def expected_tokens_per_step(alpha: float, K: int) -> float:
 def ideal_speedup(alpha: float, K: int, c: float) -> float:
     """The analytic bound on speedup over target-only decoding, c = draft step time / target step time."""
     return expected_tokens_per_step(alpha, K) / (K * c + 1)
+
+
+def step_ms(model: nn.Module, prompt: list[int], n_tokens: int = 1, reps: int = 20) -> float:
+    """Median ms of one cached forward of n_tokens after `prompt` (the engine's static-cache step), synced."""
+    s = Stepper(model, max_len=len(prompt) + n_tokens + 1)
+    s(prompt, last_only=True)
+    times = []
+    for _ in range(reps):
+        _sync(s.device)
+        t0 = time.perf_counter()
+        s(list(range(5, 5 + n_tokens)))
+        _sync(s.device)
+        times.append(time.perf_counter() - t0)
+        s.crop(s.n - n_tokens)
+    return 1000 * statistics.median(times)
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from diversed.verifiers import MIXINGS, logits_to_logprobs, logits_to_probs, synthetic_verify, verify
+from diversed.verifiers import MIXINGS, logits_to_logprobs, logits_to_probs, synthetic_on_device, verify_on_device
 
 VERIFIERS = ("autoregressive", "draft", "strict", "fixed", "dynamic")  # draft: the draft alone (baseline)
 
@@ -149,14 +149,14 @@ class Stepper:
         self.n = 0  # positions held in the cache
 
     @torch.inference_mode()
-    def __call__(self, ids: list[int], last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids [T] -> logits [T or 1, V] (float32), hidden [T or 1, h]."""
-        x = torch.tensor(ids, device=self.device)  # [T]
+    def __call__(self, ids: list[int] | torch.Tensor, last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """ids [T] (a list, or a long tensor on the model's device) -> logits [T or 1, V] (float32), hidden."""
+        x = ids if isinstance(ids, torch.Tensor) else torch.tensor(ids, device=self.device)  # [T]
         if self.fast is not None:
             h = self.fast(x)  # [T, h]
         else:
             h = self.decoder(input_ids=x[None], cache=self.cache, use_cache=True).last_hidden_state[0]  # [T, h]
-        self.n += len(ids)
+        self.n += x.shape[0]
         if last_only:
             h = h[-1:]
         logits = self.head(h).float()  # [T, V]
@@ -183,25 +183,61 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _check_finite(logits: torch.Tensor, who: str, step: int) -> None:
-    """NaN anywhere in a row, or a row without a finite value, makes its max non-finite (one reduction)."""
-    if not bool(torch.isfinite(logits.amax(dim=-1)).all()):
-        raise FloatingPointError(f"{who} logits are not finite (NaN, +inf, or no finite value) at step {step}; "
-                                 "refusing to sample")
+def _finite(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, ok []) without a host sync. NaN anywhere in a row, or a row without a finite value, makes
+    its max non-finite (one reduction). Broken logits are zeroed so that sampling can go on; the caller
+    raises at its next host sync (_raise_if_broken), and nothing sampled from them is ever emitted."""
+    ok = torch.isfinite(logits.amax(dim=-1)).all()
+    return torch.where(ok, logits, torch.zeros_like(logits)), ok
 
 
-def _fidelity(out: Generation, logits: torch.Tensor, tokens: list[int]) -> None:
-    """Record reference-free fidelity of emitted tokens from the target's raw logits [m, V] that predicted them."""
-    if not tokens:
-        return
-    idx = torch.tensor(tokens, device=logits.device)[:, None]  # [m, 1]
-    out.target_logprob.extend(logits[: len(tokens)].log_softmax(-1).gather(-1, idx)[:, 0].tolist())
-    out.target_argmax.extend((logits[: len(tokens)].argmax(-1) == idx[:, 0]).tolist())
+def _raise_if_broken(ok: list[float], who: list[str], step: int) -> None:
+    for flag, name in zip(ok, who, strict=True):
+        if not flag:
+            raise FloatingPointError(f"{name} logits are not finite (NaN, +inf, or no finite value) at step {step}; "
+                                     "refusing to sample")
 
 
-def _sample(probs: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> int:
-    """probs [V] -> one token id."""
-    return int(probs.argmax()) if greedy else int(torch.multinomial(probs, 1, generator=generator))
+def _fidelity(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference-free fidelity of tokens [m] under the target's raw logits [m, V] that predicted them:
+    (log p_target(token) at T = 1 [m], is it the target's argmax [m]), on the device."""
+    logprob = logits.log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
+    return logprob, logits.argmax(-1) == tokens
+
+
+def _sample(probs: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> torch.Tensor:
+    """probs [V] -> one token id [1] (long), on the device."""
+    return probs.argmax(-1, keepdim=True) if greedy else torch.multinomial(probs, 1, generator=generator)
+
+
+def _to_host(*xs: torch.Tensor) -> list[list[float]]:
+    """Small device tensors to Python lists in one transfer: the host sync of a step.
+
+    Packed as float32, which holds token ids exactly (< 2^24) and the float32 statistics unchanged."""
+    flat = torch.cat([x.reshape(-1).float() for x in xs]).tolist()
+    out, i = [], 0
+    for x in xs:
+        out.append(flat[i:i + x.numel()])
+        i += x.numel()
+    return out
+
+
+class _Clock:
+    """Timestamps inside a step without host syncs: CUDA events on a GPU (read after the final sync),
+    perf_counter elsewhere."""
+
+    def __init__(self, device: torch.device):
+        self.events = device.type == "cuda"
+
+    def __call__(self):
+        if not self.events:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, a, b) -> float:
+        return a.elapsed_time(b) / 1000 if self.events else b - a
 
 
 def _prompt_ids(input_ids) -> list[int]:
@@ -284,15 +320,17 @@ def autoregressive_generate(model: nn.Module, input_ids, *, max_new_tokens: int,
     pending = ids
     while len(out.tokens) < max_new_tokens:
         logits, _ = run(pending, last_only=True)  # [1, V]
-        _check_finite(logits, "model", len(out.tokens))
-        if temperature == 0:
-            token = int(logits[0].argmax())
-        else:
-            token = _sample(logits_to_probs(logits[0], temperature, top_p), False, generator)
+        logits, ok = _finite(logits)
+        greedy = temperature == 0
+        x = _sample(logits[0] if greedy else logits_to_probs(logits[0], temperature, top_p), greedy, generator)  # [1]
+        (ok, token), logprob, is_max = _to_host(torch.cat([ok[None].long(), x]), *_fidelity(logits, x))  # one sync
+        _raise_if_broken([ok], ["model"], len(out.tokens))
+        token = int(token)
         out.tokens.append(token)
         if fidelity:
-            _fidelity(out, logits, [token])
-        pending = [token]
+            out.target_logprob.extend(logprob)
+            out.target_argmax.extend(bool(a) for a in is_max)
+        pending = x
         if token in eos:
             out.stop = "eos"
             break
@@ -335,7 +373,8 @@ def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, 
                                       eos_token_id=eos_token_id if eos_token_id is not None else sorted(
                                           _eos_set(target, None)), fidelity=False)
         logits, _ = Stepper(target, vocab_size)(ids + out.tokens[:-1])  # [len(ids) + n - 1, V]
-        _fidelity(out, logits[len(ids) - 1:], out.tokens)
+        logprob, is_max = _to_host(*_fidelity(logits[len(ids) - 1:], torch.tensor(out.tokens, device=logits.device)))
+        out.target_logprob, out.target_argmax = logprob, [bool(a) for a in is_max]
         return out
     greedy = temperature == 0
     eos = _eos_set(target, eos_token_id)
@@ -345,35 +384,37 @@ def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, 
     if head is not None:
         head = head.to(T.device)
     out = Generation(tokens=[], K=K)
-    tokens = list(ids)
-    clock = time.perf_counter
+    n_tokens = len(ids)  # prompt + emitted so far; the caches hold all but the newest
+    clock = _Clock(T.device)
+    marks = []  # per step: (draft start, verify start, done)
     _sync(T.device)
-    t0 = clock()
+    t0 = time.perf_counter()
     if len(ids) > 1:  # prefill: caches hold all tokens but the newest
         T(ids[:-1], last_only=True)
         D(ids[:-1], last_only=True)
+    last = torch.tensor(ids[-1:], device=T.device)  # [1] the newest token, in neither cache
+    draft_pending = last  # what the draft has not seen: also its own last draft after a fully accepted step
 
+    # A step has one host sync (_to_host): everything before it stays on the device.
     while len(out.tokens) < max_new_tokens:
         step = len(out.drafted)
         k = min(K, max_new_tokens - len(out.tokens) - 1)  # the step emits at most k + 1 tokens
 
         t_draft = clock()
-        drafts: list[int] = []
-        log_q_rows, h_draft = [], []
-        pending = tokens[D.n:]
+        drafts, log_q_rows, h_draft, ok = [], [], [], []
+        pending = draft_pending
         for _ in range(k):
             logits, h = D(pending, last_only=True)  # [1, V], [1, h_d]
-            _check_finite(logits, "draft", step)
+            logits, ok_i = _finite(logits)
             log_q_i = logits_to_logprobs(logits[0], temperature, top_p)  # [V]
-            drafts.append(_sample(log_q_i.exp(), greedy, generator))
-            log_q_rows.append(log_q_i)
-            h_draft.append(h[0])
-            pending = drafts[-1:]
-        _sync(T.device)
+            pending = _sample(log_q_i.exp(), greedy, generator)  # [1]
+            drafts.append(pending), log_q_rows.append(log_q_i), h_draft.append(h[0]), ok.append(ok_i)
         t_verify = clock()
 
-        logits, h_target = T(tokens[T.n:] + drafts)  # [k + 1, V], [k + 1, h_t]
-        _check_finite(logits, "target", step)
+        draft_tokens = torch.cat(drafts) if drafts else last.new_zeros(0)  # [k]
+        logits, h_target = T(torch.cat([last, draft_tokens]))  # [k + 1, V], [k + 1, h_t]
+        logits, ok_t = _finite(logits)
+        ok.append(ok_t)
         log_p = logits_to_logprobs(logits, temperature, top_p)  # [k + 1, V]
         log_q = torch.stack(log_q_rows) if log_q_rows else log_p.new_full((0, log_p.shape[-1]), -torch.inf)  # [k, V]
         p, q = log_p.exp(), log_q.exp()
@@ -383,38 +424,48 @@ def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, 
             w = torch.full((k,), float(weight), device=p.device)
         else:  # dynamic: the hidden state that predicts draft token i, from both models
             w = head(h_target[:k], torch.stack(h_draft)).float() if k else p.new_zeros(0)  # [k]
-        draft_tokens = torch.tensor(drafts, dtype=torch.long, device=p.device)
         if synthetic_acceptance is None:
             logs = {"log_p": log_p, "log_q": log_q} if mixing == "logit" else {}
-            verdict = verify(draft_tokens, q, p, w, mixing=mixing, greedy=greedy, generator=generator, **logs)
+            n, next_token, bias = verify_on_device(draft_tokens, q, p, w, mixing=mixing, greedy=greedy,
+                                                   generator=generator, **logs)
         else:
-            verdict = synthetic_verify(k, p, synthetic_acceptance, greedy=greedy, generator=generator)
-        _sync(T.device)
+            n, next_token, bias = synthetic_on_device(k, p, synthetic_acceptance, greedy=greedy, generator=generator)
+        # every possible emission [k + 1]: the drafts up to position n, next_token at n
+        candidates = torch.cat([draft_tokens, next_token.view(1)])
+        candidates = torch.where(torch.arange(k + 1, device=p.device) == n, next_token, candidates)
+        head_, ok, drafted, ws, bias, logprob, is_max = _to_host(
+            torch.stack([n, next_token]), torch.stack(ok), draft_tokens, w, bias, *_fidelity(logits, candidates))
         t_done = clock()
-        out.time_draft += t_verify - t_draft
-        out.time_verify += t_done - t_verify
+        marks.append((t_draft, t_verify, t_done))
+        _raise_if_broken(ok, ["draft"] * k + ["target"], step)
 
-        emitted = verdict.emitted(draft_tokens)
-        bias = verdict.bias_tv.tolist()
+        n = int(head_[0])
+        emitted = [int(t) for t in drafted[:n]] + [int(head_[1])]
         for j, token in enumerate(emitted):
             if token in eos:
-                emitted, bias = emitted[: j + 1], bias[: j + 1]
+                emitted = emitted[: j + 1]
                 out.stop = "eos"
                 break
+        m = len(emitted)
         out.drafted.append(k)
-        out.accepted.append(verdict.n_accepted)
-        out.weights.append(w.tolist())
-        out.bias_tv.extend(bias)
+        out.accepted.append(n)
+        out.weights.append(ws)
+        out.bias_tv.extend(bias[:m])
+        out.target_logprob.extend(logprob[:m])
+        out.target_argmax.extend(bool(a) for a in is_max[:m])
         out.tokens.extend(emitted)
-        _fidelity(out, logits, emitted)
-        tokens.extend(emitted)
+        start, n_tokens = n_tokens, n_tokens + m  # candidates[j] sits at sequence position start + j
         # rollback: keep only positions of tokens that stay (the newest token is never cached)
-        T.crop(len(tokens) - 1)
-        D.crop(len(tokens) - 1)
+        T.crop(n_tokens - 1)
+        D.crop(n_tokens - 1)
+        last = candidates[m - 1:m]  # [1], still on the device
+        draft_pending = candidates[D.n - start:m]  # [1], or [2] when the draft never saw its K-th draft
         if out.stop == "eos":
             break
     _sync(T.device)
-    out.time_total = clock() - t0
+    out.time_total = time.perf_counter() - t0
+    out.time_draft = sum(clock.seconds(a, b) for a, b, _ in marks)
+    out.time_verify = sum(clock.seconds(b, c) for _, b, c in marks)
     return out
 
 

@@ -1,10 +1,11 @@
-"""A lean decoder step for Llama-family models (Llama, Qwen3) on CPU, in the spirit of gpt-fast:
-a static, preallocated KV cache (rollback = moving one integer), fused QKV and gate/up projections
-against transposed weights (GEMV-friendly on CPU), and no per-call wrappers.
+"""A lean decoder step for Llama-family models (Llama, Qwen3), in the spirit of gpt-fast: a static,
+preallocated KV cache on the model's device (rollback = moving one integer) and no per-call wrappers.
+On CPU in float32 the QKV and gate/up projections are fused against transposed copies (GEMV-friendly);
+elsewhere (GPU, bf16) the model's own weights are used as they are, so nothing is copied.
 
 Same math as transformers' modules (RMSNorm in float32, the model's own rotary embedding, SDPA);
-only the order of floating-point sums differs. The engine uses it for float32 Llama/Qwen3 on CPU and
-falls back to the transformers modules everywhere else (`DIVERSED_FASTPATH=0` turns it off).
+only the order of floating-point sums differs. The engine uses it for Llama/Qwen3 and falls back to
+the transformers modules for other architectures (`DIVERSED_FASTPATH=0` turns it off).
 """
 
 from __future__ import annotations
@@ -25,26 +26,42 @@ def supported(model: nn.Module) -> bool:
     if os.environ.get("DIVERSED_FASTPATH", "1") == "0":
         return False
     cfg = model.config
-    w = model.get_output_embeddings().weight
-    return (cfg.model_type in SUPPORTED and w.device.type == "cpu" and w.dtype == torch.float32
-            and not getattr(cfg, "attention_bias", False) and not getattr(cfg, "mlp_bias", False)
-            and getattr(cfg, "hidden_act", "silu") == "silu" and getattr(cfg, "sliding_window", None) is None)
+    return (cfg.model_type in SUPPORTED and not getattr(cfg, "attention_bias", False)
+            and not getattr(cfg, "mlp_bias", False) and getattr(cfg, "hidden_act", "silu") == "silu"
+            and getattr(cfg, "sliding_window", None) is None)
+
+
+class Proj:
+    """x [T, in] -> x @ [W_1; W_2; ...]^T [T, sum out]: one GEMM against a fused transposed copy on CPU in
+    float32 (2x faster GEMVs there), else the weights' own linear calls (no copy of a GPU model's weights)."""
+
+    def __init__(self, *weights: torch.Tensor):
+        weights = [w.detach() for w in weights]
+        fuse = weights[0].device.type == "cpu" and weights[0].dtype == torch.float32
+        self.fused_t = torch.cat(weights).T.contiguous() if fuse else None  # [in, sum out]
+        self.parts = None if fuse else weights
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused_t is not None:
+            return x @ self.fused_t
+        ys = [F.linear(x, w) for w in self.parts]
+        return ys[0] if len(ys) == 1 else torch.cat(ys, dim=-1)
 
 
 @dataclass
 class LayerWeights:
     ln1: torch.Tensor  # [h]
-    qkv_t: torch.Tensor  # [h, (n_q + 2 n_kv) d]
+    qkv: Proj  # h -> (n_q + 2 n_kv) d
     q_norm: torch.Tensor | None  # [d] (Qwen3)
     k_norm: torch.Tensor | None
-    o_t: torch.Tensor  # [n_q d, h]
+    o: Proj  # n_q d -> h
     ln2: torch.Tensor
-    gate_up_t: torch.Tensor  # [h, 2 I]
-    down_t: torch.Tensor  # [I, h]
+    gate_up: Proj  # h -> 2 I
+    down: Proj  # I -> h
 
 
 def layer_weights(model: nn.Module) -> list[LayerWeights]:
-    """Fused, transposed copies of the decoder weights, built once per model (and rebuilt if they change)."""
+    """The decoder weights as projections, built once per model (and rebuilt if they change)."""
     layers = model.get_decoder().layers
     key = tuple((p.data_ptr(), p._version) for p in layers[0].parameters())
     cached = _WEIGHTS.get(model)
@@ -55,12 +72,10 @@ def layer_weights(model: nn.Module) -> list[LayerWeights]:
         a, m = layer.self_attn, layer.mlp
         qn, kn = getattr(a, "q_norm", None), getattr(a, "k_norm", None)
         out.append(LayerWeights(
-            ln1=layer.input_layernorm.weight.detach(),
-            qkv_t=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).detach().T.contiguous(),
+            ln1=layer.input_layernorm.weight.detach(), qkv=Proj(a.q_proj.weight, a.k_proj.weight, a.v_proj.weight),
             q_norm=None if qn is None else qn.weight.detach(), k_norm=None if kn is None else kn.weight.detach(),
-            o_t=a.o_proj.weight.detach().T.contiguous(), ln2=layer.post_attention_layernorm.weight.detach(),
-            gate_up_t=torch.cat([m.gate_proj.weight, m.up_proj.weight]).detach().T.contiguous(),
-            down_t=m.down_proj.weight.detach().T.contiguous()))
+            o=Proj(a.o_proj.weight), ln2=layer.post_attention_layernorm.weight.detach(),
+            gate_up=Proj(m.gate_proj.weight, m.up_proj.weight), down=Proj(m.down_proj.weight)))
     _WEIGHTS[model] = (key, out)
     return out
 
@@ -86,8 +101,9 @@ class FastDecoder:
         self.n_q, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.d = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_q
         self.eps = cfg.rms_norm_eps
-        dtype = self.layers[0].qkv_t.dtype
-        self.k = torch.zeros(len(self.layers), self.n_kv, max_len, self.d, dtype=dtype)  # [L, n_kv, max_len, d]
+        ln = self.layers[0].ln1
+        self.k = torch.zeros(len(self.layers), self.n_kv, max_len, self.d, dtype=ln.dtype,
+                             device=ln.device)  # [L, n_kv, max_len, d]
         self.v = torch.zeros_like(self.k)
         self.max_len = max_len
         self.n = 0  # positions filled
@@ -99,14 +115,14 @@ class FastDecoder:
         if n + T > self.max_len:
             raise ValueError(f"static KV cache of {self.max_len} positions is full ({n} + {T})")
         x = self.decoder.embed_tokens(ids)  # [T, h]
-        pos = torch.arange(n, n + T)
+        pos = torch.arange(n, n + T, device=ids.device)
         cos, sin = self.decoder.rotary_emb(x[None], pos[None])  # [1, T, d] each
         cos, sin = cos[0], sin[0]  # [T, d]
-        mask = None if T == 1 else torch.ones(T, n + T, dtype=torch.bool).tril(n)  # [T, n + T]
+        mask = None if T == 1 else torch.ones(T, n + T, dtype=torch.bool, device=ids.device).tril(n)  # [T, n + T]
         nq, nkv, d = self.n_q, self.n_kv, self.d
         for i, w in enumerate(self.layers):
             h = rms_norm(x, w.ln1, self.eps)
-            qkv = h @ w.qkv_t  # [T, (nq + 2 nkv) d]
+            qkv = w.qkv(h)  # [T, (nq + 2 nkv) d]
             q, k, v = qkv.split([nq * d, nkv * d, nkv * d], dim=-1)
             q, k, v = q.view(T, nq, d), k.view(T, nkv, d), v.view(T, nkv, d)
             if w.q_norm is not None:
@@ -117,9 +133,9 @@ class FastDecoder:
             self.v[i, :, n:n + T] = v.transpose(0, 1)
             attn = F.scaled_dot_product_attention(q, self.k[i, :, :n + T], self.v[i, :, :n + T], attn_mask=mask,
                                                   enable_gqa=nq != nkv)  # [nq, T, d]
-            x = x + attn.transpose(0, 1).reshape(T, nq * d) @ w.o_t
-            g, u = (rms_norm(x, w.ln2, self.eps) @ w.gate_up_t).chunk(2, dim=-1)  # [T, I] each
-            x = x + (F.silu(g) * u) @ w.down_t
+            x = x + w.o(attn.transpose(0, 1).reshape(T, nq * d))
+            g, u = w.gate_up(rms_norm(x, w.ln2, self.eps)).chunk(2, dim=-1)  # [T, I] each
+            x = x + w.down(F.silu(g) * u)
         self.n = n + T
         return rms_norm(x, self.decoder.norm.weight, self.eps)
 

@@ -37,26 +37,26 @@ def logits_to_logprobs(logits: torch.Tensor, temperature: float = 1.0, top_p: fl
     return logits.log_softmax(dim=-1)
 
 
-def _as_weight(w: float | torch.Tensor, K: int, device: torch.device) -> torch.Tensor:
-    """w as a [K, 1] float tensor, checked to lie in [0, 1]."""
+def _as_weight(w: float | torch.Tensor, K: int, device: torch.device, *, check: bool = True) -> torch.Tensor:
+    """w as a [K, 1] float tensor; check: that it lies in [0, 1] (a host sync for a device tensor)."""
     w = torch.as_tensor(w, dtype=torch.float32, device=device)
     if w.dim() == 0:
         w = w.expand(K)
     if w.shape != (K,):
         raise ValueError(f"weight must be a float or a [K={K}] tensor, got shape {tuple(w.shape)}")
-    if not bool(((w >= 0) & (w <= 1)).all()):
+    if check and not bool(((w >= 0) & (w <= 1)).all()):
         raise ValueError(f"weight w must lie in [0, 1], got {w.tolist()}")
     return w[:, None]
 
 
 def ensemble(p: torch.Tensor, q: torch.Tensor, w: float | torch.Tensor, mixing: str = "linear", *,
-             log_p: torch.Tensor | None = None, log_q: torch.Tensor | None = None) -> torch.Tensor:
+             log_p: torch.Tensor | None = None, log_q: torch.Tensor | None = None, check: bool = True) -> torch.Tensor:
     """Verification distribution nu from p, q: [K, V] each, w float or [K] -> [K, V].
 
     linear: nu = w p + (1 - w) q;  logit: nu = softmax(w log p + (1 - w) log q). Pass log_p / log_q
     (from logits_to_logprobs) for logit mixing at low temperature, where p and q underflow to 0.
     """
-    w = _as_weight(w, p.shape[0], p.device)
+    w = _as_weight(w, p.shape[0], p.device, check=check)
     if mixing == "linear":
         return w * p + (1 - w) * q
     if mixing == "logit":
@@ -109,40 +109,56 @@ def verify(
     w = 1 is exactly standard speculative sampling (Leviathan et al. 2023, Algorithm 1).
     log_p [K + 1, V] / log_q [K, V]: optional log-probabilities, used by logit mixing (no underflow).
     """
+    _as_weight(w, q.shape[0], q.device)  # the range check; verify_on_device trusts its caller
+    n, next_token, bias = verify_on_device(draft_tokens, q, p, w, mixing=mixing, greedy=greedy, generator=generator,
+                                           log_p=log_p, log_q=log_q)
+    n, next_token = torch.stack([n, next_token]).tolist()  # the one host sync
+    return Verdict(n_accepted=n, next_token=next_token, bias_tv=bias[: n + 1])
+
+
+def verify_on_device(
+    draft_tokens: torch.Tensor,
+    q: torch.Tensor,
+    p: torch.Tensor,
+    w: float | torch.Tensor,
+    *,
+    mixing: str = "linear",
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+    log_p: torch.Tensor | None = None,
+    log_q: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """verify() without a host sync: (n_accepted [] long, next_token [] long, bias_tv [K + 1]) on the device.
+
+    bias_tv[i] = TV(nu_i, p_i) for i < K and 0 for the bonus position; the emitted tokens' biases are
+    bias_tv[:n + 1]. The outcome of every possible stopping point is computed, then the one at n taken,
+    so nothing waits for n. w is trusted to lie in [0, 1] (verify checks it).
+    """
     K, V = q.shape
     if draft_tokens.shape != (K,) or p.shape != (K + 1, V):
         raise ValueError(
             f"shapes disagree: draft_tokens {tuple(draft_tokens.shape)}, q {tuple(q.shape)}, p {tuple(p.shape)}; "
             "expected [K], [K, V], [K + 1, V]"
         )
-    nu = ensemble(p[:K], q, w, mixing, log_p=None if log_p is None else log_p[:K], log_q=log_q)  # [K, V]
+    nu = ensemble(p[:K], q, w, mixing, log_p=None if log_p is None else log_p[:K], log_q=log_q, check=False)  # [K, V]
     idx = torch.arange(K, device=q.device)
     if greedy:
         accepted = draft_tokens == nu.argmax(dim=-1)  # [K]
+        stop_dist = nu  # [K, V]: the correction is argmax nu_n
     else:
         nu_x, q_x = nu[idx, draft_tokens], q[idx, draft_tokens]  # [K]
         r = torch.rand(K, generator=generator, device=q.device)
         accepted = r * q_x < nu_x  # r < nu/q without dividing; a draft always has q_x > 0
-    n = int(accepted.long().cumprod(dim=0).sum())  # the one host sync of a step
-
-    if n == K:
-        dist = p[K]
-    elif greedy:
-        dist = nu[n]
-    else:
         # residual: for linear mixing nu - q = w (p - q), so norm(max(0, p - q)) is exact and better conditioned
-        residual = (p[n] if mixing == "linear" else nu[n]) - q[n]
-        dist = residual.clamp_min(0)
+        residual = ((p[:K] if mixing == "linear" else nu) - q).clamp_min(0)  # [K, V]
         # nu == q up to rounding leaves no residual mass; then a draw from nu is exact
-        dist = torch.where(dist.sum() > torch.finfo(dist.dtype).tiny, dist, nu[n])
-    if greedy:
-        next_token = int(dist.argmax())
-    else:
-        next_token = int(torch.multinomial(dist, 1, generator=generator))
-    emitted = min(n + 1, K)
-    bias = torch.zeros(n + 1, device=q.device)
-    bias[:emitted] = total_variation(nu[:emitted], p[:emitted])
-    return Verdict(n_accepted=n, next_token=next_token, bias_tv=bias)
+        empty = residual.sum(dim=-1, keepdim=True) <= torch.finfo(residual.dtype).tiny  # [K, 1]
+        stop_dist = torch.where(empty, nu, residual)  # [K, V]
+    n = accepted.long().cumprod(dim=0).sum()  # [] first rejection, K if none
+    dist = torch.cat([stop_dist, p[K:]]).index_select(0, n.view(1))[0]  # [V]: row n, the bonus p_{K+1} at n = K
+    next_token = dist.argmax() if greedy else torch.multinomial(dist, 1, generator=generator)[0]
+    bias = torch.cat([total_variation(nu, p[:K]), p.new_zeros(1)])  # [K + 1]
+    return n, next_token, bias
 
 
 def synthetic_verify(K: int, p: torch.Tensor, acceptance: float, *, greedy: bool = False,
@@ -153,9 +169,18 @@ def synthetic_verify(K: int, p: torch.Tensor, acceptance: float, *, greedy: bool
     For timing the engine at real model sizes with random weights, where real acceptance is
     meaningless: the forwards, the rollback and the token counts are those of a real run at alpha.
     """
+    n, next_token, bias = synthetic_on_device(K, p, acceptance, greedy=greedy, generator=generator)
+    n, next_token = torch.stack([n, next_token]).tolist()
+    return Verdict(n_accepted=n, next_token=next_token, bias_tv=bias[: n + 1])
+
+
+def synthetic_on_device(K: int, p: torch.Tensor, acceptance: float, *, greedy: bool = False,
+                        generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """synthetic_verify without a host sync, shaped as verify_on_device's result."""
     if not 0 <= acceptance <= 1:
         raise ValueError(f"synthetic acceptance must be in [0, 1], got {acceptance}")
     r = torch.rand(K, generator=generator, device=p.device)
-    n = int((r < acceptance).long().cumprod(dim=0).sum())
-    next_token = int(p[n].argmax()) if greedy else int(torch.multinomial(p[n], 1, generator=generator))
-    return Verdict(n_accepted=n, next_token=next_token, bias_tv=torch.zeros(n + 1, device=p.device))
+    n = (r < acceptance).long().cumprod(dim=0).sum()  # []
+    dist = p.index_select(0, n.view(1))[0]  # [V]
+    next_token = dist.argmax() if greedy else torch.multinomial(dist, 1, generator=generator)[0]
+    return n, next_token, p.new_zeros(K + 1)

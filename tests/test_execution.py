@@ -60,3 +60,22 @@ def test_network_is_blocked():
 @pytest.mark.skipif(os.geteuid() != 0, reason="privilege drop only happens when running as root")
 def test_runs_unprivileged_when_root():
     assert run_untrusted("import os\nassert os.geteuid() != 0\n").passed
+
+
+def test_os_limits_hold_when_the_python_guard_is_bypassed(tmp_path):
+    """The guard only patches Python names; `posix` reaches the raw system calls. The process, memory and
+    file-permission limits must still contain the candidate (defence in depth)."""
+    fork_bomb = "import posix\nwhile True:\n    posix.fork()\n"
+    t0 = time.time()
+    r = run_untrusted(fork_bomb, timeout=3)
+    assert not r.passed and time.time() - t0 < 15
+    r = run_untrusted("import posix\nxs = []\nwhile True:\n    xs.append(bytearray(10**8))\n", timeout=5,
+                      memory_mb=512)
+    assert not r.passed
+    if os.geteuid() == 0:  # as root the candidate runs as nobody: the OS refuses writes to our files
+        victim = tmp_path / "victim.txt"
+        victim.write_text("keep me")
+        r = run_untrusted(f"import posix\nfd = posix.open({str(victim)!r}, posix.O_WRONLY)\n"
+                          "posix.write(fd, b'pwned')\n")
+        assert not r.passed and "Permission" in r.detail
+        assert victim.read_text() == "keep me"

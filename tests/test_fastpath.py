@@ -72,3 +72,46 @@ def test_fast_path_rollback_matches_cache_free_reference():
     out = speculative_generate(target, draft, [1, 30, 31], verifier="fixed", weight=0.5, K=4, max_new_tokens=150,
                                temperature=1.0, generator=g2)
     assert out.tokens == ref and 0 < sum(out.accepted) < sum(out.drafted)
+
+
+def test_fast_path_off_cpu_float32_uses_the_weights_as_they_are():
+    """bfloat16 (as on a GPU): no fused copies, the model's own weights; same logits as transformers'
+    bfloat16 forward within bfloat16 rounding."""
+    model = tiny("qwen3").to(torch.bfloat16)
+    s = Stepper(model, max_len=64)
+    assert s.fast is not None and s.fast.layers[0].qkv.fused_t is None
+    assert s.fast.layers[0].qkv.parts[0].data_ptr() == model.model.layers[0].self_attn.q_proj.weight.data_ptr()
+    seq = torch.randint(3, 96, (30,), generator=torch.Generator().manual_seed(1)).tolist()
+    with torch.no_grad():
+        ref = model(torch.tensor([seq])).logits[0].float()  # [30, V]
+    got = torch.cat([s(seq[:10])[0]] + [s([t])[0] for t in seq[10:30]])
+    scale = ref.abs().max()
+    assert (got - ref).abs().max() / scale < 0.05
+    assert (got.argmax(-1) == ref.argmax(-1)).float().mean() >= 0.9
+
+
+def test_one_host_sync_per_speculative_step(monkeypatch):
+    """Everything in a step stays on the device but one transfer (what a GPU needs not to stall): count every
+    way a tensor reaches the host while decoding."""
+    from diversed import engine
+
+    target, draft = tiny("llama"), tiny("llama", seed=1)
+    syncs = []
+    for name in ("tolist", "item", "__bool__", "__int__", "__float__", "__index__"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _original=original, _name=name, **k):
+            syncs.append(_name)
+            return _original(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    from diversed.head import WeightHead
+
+    head = WeightHead(64, 64).bind(target, draft)
+    cases = (("strict", {}), ("fixed", {"weight": 0.5}), ("fixed", {"weight": 0.5, "mixing": "logit"}),
+             ("dynamic", {"head": head}))
+    for verifier, kw in cases:
+        syncs.clear()
+        out = engine.speculative_generate(target, draft, [1, 5, 7], verifier=verifier, K=4, max_new_tokens=40,
+                                          temperature=1.0, generator=torch.Generator().manual_seed(0), **kw)
+        assert syncs == ["tolist"] * out.steps, (verifier, kw, syncs[:10])
