@@ -120,9 +120,18 @@ def table1(df: pd.DataFrame, temperature: float) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["pair", "method", *tasks])
 
 
-def table3(df: pd.DataFrame) -> pd.DataFrame:
-    """Paper Table 3: head trained on task X (rows) evaluated on task Y (columns), DIVERSED."""
-    d = df[df["method"] == "dynamic"].copy()
+def transfer_temperature(df: pd.DataFrame) -> float:
+    """The temperature of Table 3: that of the runs decoded with another task's head (else the highest)."""
+    cross = df.loc[df["head_task"].notna() & (df["head_task"] != df["task"]), "temperature"].unique()
+    if len(cross) > 1:
+        raise ValueError(f"cross-task runs at several temperatures {sorted(cross)}; pass the one for Table 3")
+    return float(cross[0]) if len(cross) else float(df["temperature"].max())
+
+
+def table3(df: pd.DataFrame, temperature: float) -> pd.DataFrame:
+    """Paper Table 3: head trained on task X (rows) evaluated on task Y (columns), DIVERSED, at one temperature
+    (the diagonal is the task's own head, taken from the same temperature as the cross-task runs)."""
+    d = df[(df["method"] == "dynamic") & (df["temperature"] == temperature)].copy()
     d["head_task"] = d["head_task"].fillna(d["task"])
     tasks = sorted(set(d["task"]) | set(d["head_task"]))
     rows = []
@@ -176,8 +185,11 @@ def learned_weights(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["pair", "task", "head_task", "temperature", "seed", "position", "w"])
 
 
-def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str | Path] = ()) -> list[Path]:
-    """runs.csv (tidy, one row per run), sweeps.csv, weights.csv and the paper's tables under out/."""
+def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str | Path] = (),
+              table3_temperature: float | None = None) -> list[Path]:
+    """runs.csv (tidy, one row per run), sweeps.csv, weights.csv and the paper's tables under out/.
+
+    table3_temperature: the temperature of Table 3 (default: that of the cross-task runs)."""
     from diversed.sweep import COLUMNS
 
     out = Path(out)
@@ -189,8 +201,9 @@ def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str 
     paths = [out / "runs.csv", out / "sweeps.csv", out / "weights.csv"]
     paths += write_table(table1(df, 1.0), out / "table1", "Table 1 (T = 1.0): acceptance rate % / quality")
     paths += write_table(table1(df, 0.1), out / "table2", "Table 2 (T = 0.1): acceptance rate % / quality")
-    paths += write_table(table3(df), out / "table3", "Table 3: cross-task transfer of the DIVERSED head "
-                                                     "(acceptance % / quality)")
+    t3 = transfer_temperature(df) if table3_temperature is None else table3_temperature
+    paths += write_table(table3(df, t3), out / "table3", f"Table 3 (T = {t3:g}): cross-task transfer of the "
+                                                         "DIVERSED head (acceptance % / quality)")
     paths += write_table(speed_table(df), out / "speed", "Speed: tokens/s, speedup over target-only, "
                                                          "acceptance %, tau, bias TV, quality")
     return paths

@@ -130,7 +130,7 @@ def cmd_sweep(a: argparse.Namespace) -> None:
 def cmd_aggregate(a: argparse.Namespace) -> None:
     from diversed.aggregate import write_all
 
-    for path in write_all(a.runs, a.out, a.sweeps):
+    for path in write_all(a.runs, a.out, a.sweeps, a.transfer_temperature):
         print(path)
 
 
@@ -262,6 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", nargs="+", required=True, metavar="RUN_DIR")
     p.add_argument("--sweeps", nargs="*", default=[], metavar="SWEEP_CSV")
     p.add_argument("--out", default="results/tables")
+    p.add_argument("--transfer-temperature", type=float, help="temperature of Table 3 (default: that of the "
+                   "cross-task runs)")
     p.set_defaults(func=cmd_aggregate)
 
     p = sub.add_parser("plot", help="every figure (PNG + PDF) from the aggregated tables")

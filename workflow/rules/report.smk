@@ -7,12 +7,14 @@ rule aggregate:
         TABLES,
     params:
         runs=lambda wc, input: " ".join(s.rsplit("/", 1)[0] for s in input.scores),
+        transfer_temperature=config["transfer_temperature"],
     log:
         "logs/aggregate.log",
     conda:
         "../../environment.yml"
     shell:
-        "diversed aggregate --runs {params.runs} --sweeps {input.sweeps} --out results/tables > {log} 2>&1"
+        ("diversed aggregate --runs {params.runs} --sweeps {input.sweeps} "
+         "--transfer-temperature {params.transfer_temperature} --out results/tables > {log} 2>&1")
 
 
 rule plot:
