@@ -52,9 +52,9 @@ def test_killed_decoding_run_leaves_nothing_complete_and_rerun_finishes(tiny_dir
     prompts.write_text("".join(f'{{"prompt": "problem {i}: {i} + {i} ="}}\n' for i in range(60)))
     args = ["diversed", "generate", "--target", str(tiny_dir / "tiny-target"), "--draft",
             str(tiny_dir / "tiny-draft-l1"), "--verifier", "fixed", "--weight", "0.5", "--prompts", str(prompts),
-            "--max-new-tokens", "48", "--seed", "1"]
+            "--max-new-tokens", "64", "--seed", "1"]
     subprocess.run([*args, "--out", str(tmp_path / "clean")], env=ENV, check=True, capture_output=True)
-    at = random.Random(seed).randint(1, 55)  # a random point while decoding: after `at` of the 60 prompts
+    at = random.Random(seed).randint(1, 40)  # a random point while decoding, >= 20 prompts before the end
     log = tmp_path / "stderr.log"
     with log.open("w") as err:
         proc = start([*args, "--out", str(tmp_path / "killed")], stderr=err)

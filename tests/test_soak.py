@@ -1,5 +1,5 @@
 """Soak: a 2,000-token decode and a 200-prompt run on the tiny pair, without memory growth.
-Not part of the default suite (`pytest -m soak` runs it); prints peak RSS at 20, 100 and 200 prompts."""
+Part of the suite (a few seconds); `pytest -m soak -s` runs it alone and prints RSS at 20, 100 and 200 prompts."""
 
 from __future__ import annotations
 
