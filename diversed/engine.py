@@ -433,14 +433,14 @@ def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, 
         # every possible emission [k + 1]: the drafts up to position n, next_token at n
         candidates = torch.cat([draft_tokens, next_token.view(1)])
         candidates = torch.where(torch.arange(k + 1, device=p.device) == n, next_token, candidates)
-        head_, ok, drafted, ws, bias, logprob, is_max = _to_host(
+        n_next, ok, drafted, ws, bias, logprob, is_max = _to_host(
             torch.stack([n, next_token]), torch.stack(ok), draft_tokens, w, bias, *_fidelity(logits, candidates))
         t_done = clock()
         marks.append((t_draft, t_verify, t_done))
         _raise_if_broken(ok, ["draft"] * k + ["target"], step)
 
-        n = int(head_[0])
-        emitted = [int(t) for t in drafted[:n]] + [int(head_[1])]
+        n = int(n_next[0])
+        emitted = [int(t) for t in drafted[:n]] + [int(n_next[1])]
         for j, token in enumerate(emitted):
             if token in eos:
                 emitted = emitted[: j + 1]
