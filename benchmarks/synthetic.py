@@ -14,7 +14,7 @@ import time
 import torch
 
 from diversed.bench import hf_generate, ideal_speedup, step_ms
-from diversed.engine import autoregressive_generate, speculative_generate, summarize
+from diversed.engine import _sync, autoregressive_generate, speculative_generate, summarize
 from diversed.utils import provenance, write_json, write_text
 
 # The paper's architectures (public configs), built with random weights: (draft, target).
@@ -49,21 +49,16 @@ def build(spec: dict, dtype: torch.dtype, device: str):
     return model.eval().requires_grad_(False)
 
 
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def copy_bandwidth(device: str, gib: float = 1.0) -> float:
     """Measured device memory bandwidth (bytes/s) of a large copy: read + write."""
     x = torch.empty(int(gib * 2**30), dtype=torch.uint8, device=device)
     y = torch.empty_like(x)
     y.copy_(x)
-    sync(device)
+    _sync(torch.device(device))
     t0 = time.perf_counter()
     for _ in range(5):
         y.copy_(x)
-    sync(device)
+    _sync(torch.device(device))
     return 2 * x.numel() * 5 / (time.perf_counter() - t0)
 
 
@@ -89,10 +84,10 @@ def main() -> None:
 
     def timed(fn):
         fn(prompts[0])  # warm-up
-        sync(a.device)
+        _sync(torch.device(a.device))
         t0 = time.perf_counter()
         out = [fn(p) for p in prompts]
-        sync(a.device)
+        _sync(torch.device(a.device))
         return time.perf_counter() - t0, out
 
     kw = {"max_new_tokens": a.tokens, "temperature": 0.0, "eos_token_id": []}

@@ -317,11 +317,11 @@ def autoregressive_generate(model: nn.Module, input_ids, *, max_new_tokens: int,
     out = Generation(tokens=[], K=0)
     _sync(run.device)
     t0 = time.perf_counter()
+    greedy = temperature == 0
     pending = ids
     while len(out.tokens) < max_new_tokens:
         logits, _ = run(pending, last_only=True)  # [1, V]
         logits, ok = _finite(logits)
-        greedy = temperature == 0
         x = _sample(logits[0] if greedy else logits_to_probs(logits[0], temperature, top_p), greedy, generator)  # [1]
         (ok, token), logprob, is_max = _to_host(torch.cat([ok[None].long(), x]), *_fidelity(logits, x))  # one sync
         _raise_if_broken([ok], ["model"], len(out.tokens))

@@ -34,19 +34,19 @@ def _grid(n: int, width: float = 4.2, height: float = 3.4):
     return fig, axes[0]
 
 
-def _empty(ax, text="no data"):
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+def _panels(tasks: list[str]):
+    """(figure, [(axes, task)]): one panel per task, or a single "no data" panel when there is none."""
+    fig, axes = _grid(len(tasks))
+    if not tasks:
+        axes[0].text(0.5, 0.5, "no data", ha="center", va="center", transform=axes[0].transAxes)
+    return fig, list(zip(axes, tasks, strict=False))
 
 
 def acceptance_vs_weight(sweeps: pd.DataFrame, stem: Path) -> list[Path]:
     """Acceptance rate vs static weight w, one line per draft length K (linear mixing), one panel per task."""
     d = sweeps[sweeps["mixing"] == "linear"]
-    tasks = sorted(d["task"].unique())
-    fig, axes = _grid(len(tasks))
-    for ax, task in zip(axes, tasks or [None], strict=False):
-        if task is None:
-            _empty(ax)
-            continue
+    fig, panels = _panels(sorted(d["task"].unique()))
+    for ax, task in panels:
         for K, g in d[d["task"] == task].groupby("K"):
             g = g.groupby("weight", as_index=False)["draft_acceptance_rate"].mean().sort_values("weight")
             ax.plot(g["weight"], 100 * g["draft_acceptance_rate"], marker="o", label=f"K = {K}")
@@ -70,12 +70,8 @@ def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
 def quality_vs_time(runs: pd.DataFrame, sweeps: pd.DataFrame, stem: Path, temperature: float) -> list[Path]:
     """Quality vs time per sample: target-only, strict, fine-tuned draft, DIVERSED and the static sweep (front)."""
     d = runs[(runs["temperature"] == temperature) & runs["head_task"].isna()]
-    tasks = sorted(d["task"].unique())
-    fig, axes = _grid(len(tasks))
-    for ax, task in zip(axes, tasks or [None], strict=False):
-        if task is None:
-            _empty(ax)
-            continue
+    fig, panels = _panels(sorted(d["task"].unique()))
+    for ax, task in panels:
         s = sweeps[(sweeps["task"] == task) & (sweeps["temperature"] == temperature) & (sweeps["K"] == d["K"].max())]
         if len(s):
             ax.scatter(s["seconds_per_sample"], s["quality"], c="0.6", s=14, label="static sweep")
@@ -89,7 +85,7 @@ def quality_vs_time(runs: pd.DataFrame, sweeps: pd.DataFrame, stem: Path, temper
         metric = d[d["task"] == task]["metric"].iloc[0]
         ax.set(title=f"{task} (T = {temperature})", xlabel="seconds per sample", ylabel=metric)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    fig.axes[0].legend(fontsize=7)
     return _save(fig, stem)
 
 
@@ -97,12 +93,8 @@ def acceptance_by_position(runs: pd.DataFrame, stem: Path, temperature: float) -
     """P(draft token i accepted | 1..i-1 accepted) per position, per method, one panel per task."""
     d = runs[(runs["temperature"] == temperature) & runs["head_task"].isna()
              & runs["method"].isin(["strict", "finetuned", "fixed", "dynamic"])]
-    tasks = sorted(d["task"].unique())
-    fig, axes = _grid(len(tasks))
-    for ax, task in zip(axes, tasks or [None], strict=False):
-        if task is None:
-            _empty(ax)
-            continue
+    fig, panels = _panels(sorted(d["task"].unique()))
+    for ax, task in panels:
         methods = [m for m in ("strict", "finetuned", "fixed", "dynamic") if m in set(d[d["task"] == task]["method"])]
         width = 0.8 / max(len(methods), 1)
         for j, method in enumerate(methods):
@@ -119,12 +111,8 @@ def acceptance_by_position(runs: pd.DataFrame, stem: Path, temperature: float) -
 def weight_distribution(weights: pd.DataFrame, stem: Path) -> list[Path]:
     """Histogram of the learned w over the held-out (eval) prompts, one panel per task."""
     d = weights[weights["head_task"].isna() | (weights["head_task"] == weights["task"])]
-    tasks = sorted(d["task"].unique())
-    fig, axes = _grid(len(tasks))
-    for ax, task in zip(axes, tasks or [None], strict=False):
-        if task is None:
-            _empty(ax)
-            continue
+    fig, panels = _panels(sorted(d["task"].unique()))
+    for ax, task in panels:
         w = d[d["task"] == task]["w"]
         ax.hist(w, bins=30, range=(0, 1), color="tab:purple", alpha=0.8)
         ax.axvline(w.mean(), c="k", ls="--", lw=1, label=f"mean {w.mean():.2f}")
