@@ -3,7 +3,8 @@ probability alpha), the analytic bound, and per-step costs against the memory-ba
 
 python benchmarks/synthetic.py --pair llama --device cuda --dtype bfloat16   (GPU; no download)
 python benchmarks/synthetic.py --pair tiny                                    (CPU smoke of the same code)
-Writes {out}/synthetic-{pair}.{json,md}; prints the summary table last.
+--capture graph | compile runs our fixed-shape steps as CUDA graphs / compiled (warm-up and capture untimed).
+Writes {out}/synthetic-{pair}-{capture}.{json,md}; prints the summary table last.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def main() -> None:
     ap.add_argument("--alphas", type=float, nargs="+", default=[0.6, 0.8, 0.9])
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--capture", choices=["none", "graph", "compile"], default="none")
     ap.add_argument("--out", default="results/bench")
     a = ap.parse_args()
     dtype = getattr(torch, a.dtype)
@@ -79,7 +81,7 @@ def main() -> None:
     bw = copy_bandwidth(a.device, 1.0 if a.device.startswith("cuda") else 0.25)
     floor = {name: 1000 * sum(p.numel() * p.element_size() for p in m.parameters()) / bw
              for name, m in (("draft", draft), ("target", target))}
-    t_step, d_step = step_ms(target, prompts[0]), step_ms(draft, prompts[0])
+    t_step, d_step = step_ms(target, prompts[0], capture=a.capture), step_ms(draft, prompts[0], capture=a.capture)
     c = d_step / t_step
 
     def timed(fn):
@@ -90,7 +92,7 @@ def main() -> None:
         _sync(torch.device(a.device))
         return time.perf_counter() - t0, out
 
-    kw = {"max_new_tokens": a.tokens, "temperature": 0.0, "eos_token_id": []}
+    kw = {"max_new_tokens": a.tokens, "temperature": 0.0, "eos_token_id": [], "capture": a.capture}
     t_ar, _ = timed(lambda p: autoregressive_generate(target, p, **kw))
     rows = [{"method": "ours target-only", "tokens_per_s": a.prompts * a.tokens / t_ar, "speedup": 1.0}]
     for alpha in a.alphas:
@@ -103,12 +105,14 @@ def main() -> None:
                      "ideal_speedup": ideal, "efficiency": (t_ar / t) / ideal})
     t_ours, _ = timed(lambda p: speculative_generate(target, draft, p, verifier="strict", K=a.K, **kw))
     t_hf, _ = timed(lambda p: hf_generate(target, p, max_new_tokens=a.tokens, draft=draft, K=a.K))
-    result = {"pair": a.pair, "device": a.device, "dtype": a.dtype, "K": a.K, "copy_bandwidth_GBps": bw / 1e9,
+    result = {"pair": a.pair, "device": a.device, "dtype": a.dtype, "K": a.K, "capture": a.capture,
+              "copy_bandwidth_GBps": bw / 1e9,
               "target_step_ms": t_step, "draft_step_ms": d_step, "cost_ratio_c": c,
               "target_floor_ms": floor["target"], "draft_floor_ms": floor["draft"],
               "target_step_over_floor": t_step / floor["target"], "draft_step_over_floor": d_step / floor["draft"],
               "ours_strict_vs_hf_assisted_real_acceptance": t_hf / t_ours, "rows": rows, **provenance()}
-    md = [f"# Synthetic acceptance, {a.pair} shapes, random {a.dtype} weights, {a.device}, K = {a.K}", "",
+    md = [f"# Synthetic acceptance, {a.pair} shapes, random {a.dtype} weights, {a.device}, K = {a.K}, "
+          f"capture {a.capture}", "",
           f"copy bandwidth {bw / 1e9:.0f} GB/s; target step {t_step:.2f} ms ({t_step / floor['target']:.2f}x its "
           f"floor {floor['target']:.2f} ms); draft step {d_step:.2f} ms ({d_step / floor['draft']:.2f}x its floor "
           f"{floor['draft']:.2f} ms); c = {c:.3f}; ours strict / transformers assisted (random weights, real "
@@ -118,8 +122,8 @@ def main() -> None:
         md.append(f"| {r['method']} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f} | {r.get('alpha', float('nan')):.3f}"
                   f" | {r.get('tau', float('nan')):.2f} | {r.get('ideal_speedup', float('nan')):.2f} | "
                   f"{r.get('efficiency', float('nan')):.2f} |")
-    write_json(f"{a.out}/synthetic-{a.pair}.json", result)
-    write_text(f"{a.out}/synthetic-{a.pair}.md", "\n".join(md) + "\n")
+    write_json(f"{a.out}/synthetic-{a.pair}-{a.capture}.json", result)
+    write_text(f"{a.out}/synthetic-{a.pair}-{a.capture}.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
 

@@ -42,10 +42,13 @@ def ideal_speedup(alpha: float, K: int, c: float) -> float:
     return expected_tokens_per_step(alpha, K) / (K * c + 1)
 
 
-def step_ms(model: nn.Module, prompt: list[int], n_tokens: int = 1, reps: int = 20) -> float:
-    """Median ms of one cached forward of n_tokens after `prompt` (the engine's static-cache step), synced."""
-    s = Stepper(model, max_len=len(prompt) + n_tokens + 1)
+def step_ms(model: nn.Module, prompt: list[int], n_tokens: int = 1, reps: int = 20, capture: str = "none") -> float:
+    """Median ms of one cached forward of n_tokens after `prompt` (the engine's static-cache step, captured as the
+    engine captures it), synced; the first (capturing) call is not timed."""
+    s = Stepper(model, max_len=len(prompt) + n_tokens + 1, capture=capture, buckets=(n_tokens,))
     s(prompt, last_only=True)
+    s(list(range(5, 5 + n_tokens)))  # warm-up / capture
+    s.crop(s.n - n_tokens)
     times = []
     for _ in range(reps):
         _sync(s.device)
@@ -120,10 +123,11 @@ def _time(fn: Callable[[], object], device: torch.device) -> tuple[float, object
 
 def run_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], *, K: int = 5, max_new_tokens: int = 64,
               weights: tuple[float, ...] = (0.3, 0.5, 0.7), repeats: int = 3, vocab_size: int | None = None,
-              progress: bool = True) -> dict:
-    """Time every method over all prompts `repeats` times (after one warm-up each); greedy decoding."""
+              progress: bool = True, capture: str = "none") -> dict:
+    """Time every method over all prompts `repeats` times (after one warm-up each); greedy decoding.
+    capture: how our engine runs its fixed-shape steps (engine.speculative_generate)."""
     device = target.get_output_embeddings().weight.device
-    ours = {"eos_token_id": [], "temperature": 0.0, "max_new_tokens": max_new_tokens}
+    ours = {"eos_token_id": [], "temperature": 0.0, "max_new_tokens": max_new_tokens, "capture": capture}
 
     def ours_ar(ids):
         return [autoregressive_generate(target, ids, **ours)]
@@ -205,7 +209,7 @@ def run_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], *, 
         identical[f"ours_fixed_w{w} == hf_assisted_fixed_w{w}"] = (rows[f"ours_fixed_w{w}"]["tokens"]
                                                                    == rows[f"hf_assisted_fixed_w{w}"]["tokens"])
     return {"K": K, "max_new_tokens": max_new_tokens, "prompts": len(prompts), "repeats": repeats,
-            "methods": rows, "ratios": ratios, "identical_greedy_tokens": identical, **provenance()}
+            "capture": capture, "methods": rows, "ratios": ratios, "identical_greedy_tokens": identical, **provenance()}
 
 
 def markdown(result: dict) -> str:
@@ -214,7 +218,7 @@ def markdown(result: dict) -> str:
         return "–" if x is None or x != x else format(x, spec)
 
     lines = [f"# Bench: K = {result['K']}, {result['prompts']} prompts x {result['max_new_tokens']} tokens, greedy, "
-             f"median of {result['repeats']}", "",
+             f"median of {result['repeats']}, capture {result.get('capture', 'none')}", "",
              f"Hardware: {result['hardware'].get('gpu') or result['hardware']['cpu']}, "
              f"torch {result['versions'].get('torch')}, transformers {result['versions'].get('transformers')}", "",
              "| ratio | value |", "|---|---|"]

@@ -80,7 +80,8 @@ def cmd_bench(a: argparse.Namespace) -> None:
     pair = load_pair(a.target, a.draft, dtype=a.dtype, device=a.device, draft_layers=a.draft_layers)
     prompts = [encode_prompt(pair.tokenizer, t) for t in texts]
     result = bench.run_bench(pair.target, pair.draft, prompts, K=a.K, max_new_tokens=a.max_new_tokens,
-                             weights=tuple(a.weights), repeats=a.repeats, vocab_size=pair.vocab_size)
+                             weights=tuple(a.weights), repeats=a.repeats, vocab_size=pair.vocab_size,
+                             capture=a.capture)
     result["config"] = {k: v for k, v in vars(a).items() if k != "func"}
     json_path, md_path = bench.write(result, a.out)
     print(md_path.read_text())
@@ -301,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", help="JSONL prompts (default: a built-in set of 8)")
     p.add_argument("--weights", type=float, nargs="*", default=[0.3, 0.5, 0.7], help="fixed-verifier weights")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--capture", choices=["none", "graph", "compile"], default="none",
+                   help="our fixed-shape steps: eager, one CUDA graph each (GPU), or torch.compile (+ CUDA graphs on "
+                        "a GPU); warm-up and capture are not timed")
     p.add_argument("--out", default="results/bench")
     p.set_defaults(func=cmd_bench)
     return parser

@@ -8,6 +8,7 @@ then crops both caches back to the accepted prefix: accepted tokens are never re
 
 from __future__ import annotations
 
+import os
 import time
 import weakref
 from collections.abc import Callable
@@ -129,23 +130,28 @@ class Stepper:
     """One model with its KV cache: feed new tokens, get logits and last hidden states back."""
 
     def __init__(self, model: nn.Module, vocab_size: int | None = None, shared: int | None = None,
-                 max_len: int | None = None):
+                 max_len: int | None = None, capture: str = "none", buckets: tuple[int, ...] = ()):
         """vocab_size: common logit width (pads with -inf); shared: ids at or past it get -inf (see check_vocab);
-        max_len: positions the sequence will reach, which enables the static-cache fast path where supported."""
+        max_len: positions the sequence will reach, which enables the static-cache fast path where supported;
+        capture: "none" / "graph" / "compile" for the fast path's steps of the lengths in `buckets` (fastpath)."""
         from transformers import DynamicCache
 
         from diversed import fastpath
 
         self.model = model
         self.decoder = model.get_decoder()
-        self.lm_head = model.get_output_embeddings()
-        self.head = output_head(self.lm_head)
-        self.softcap = getattr(model.config, "final_logit_softcapping", None)
-        self.pad = (vocab_size or self.lm_head.out_features) - self.lm_head.out_features
-        self.shared = shared if shared is not None and shared < self.lm_head.out_features else None
-        self.fast = fastpath.FastDecoder(model, max_len) if max_len and fastpath.supported(model) else None
+        lm_head = model.get_output_embeddings()
+        self.device = lm_head.weight.device
+        softcap = getattr(model.config, "final_logit_softcapping", None)
+        pad = (vocab_size or lm_head.out_features) - lm_head.out_features
+        shared = shared if shared is not None and shared < lm_head.out_features else None
+        self.post = logits_fn(output_head(lm_head), softcap, shared, pad)
+        fast = bool(max_len) and fastpath.supported(model)
+        if capture != "none":
+            check_capture(capture, [("model", model)])
+        self.fast = fastpath.acquire(model, max_len, self, capture, buckets, self.post,
+                                     (softcap, shared, pad)) if fast else None
         self.cache = None if self.fast else DynamicCache(config=model.config)
-        self.device = self.lm_head.weight.device
         self.n = 0  # positions held in the cache
 
     @torch.inference_mode()
@@ -153,19 +159,12 @@ class Stepper:
         """ids [T] (a list, or a long tensor on the model's device) -> logits [T or 1, V] (float32), hidden."""
         x = ids if isinstance(ids, torch.Tensor) else torch.tensor(ids, device=self.device)  # [T]
         if self.fast is not None:
-            h = self.fast(x)  # [T, h]
+            logits, h = self.fast(x, last_only)  # [T or 1, V], [T or 1, h]
         else:
             h = self.decoder(input_ids=x[None], cache=self.cache, use_cache=True).last_hidden_state[0]  # [T, h]
+            h = h[-1:] if last_only else h
+            logits = self.post(h)
         self.n += x.shape[0]
-        if last_only:
-            h = h[-1:]
-        logits = self.head(h).float()  # [T, V]
-        if self.softcap:
-            logits = torch.tanh(logits / self.softcap) * self.softcap
-        if self.shared is not None:  # ids past the smaller model's head are padding, never real tokens
-            logits[:, self.shared:] = float("-inf")
-        if self.pad:
-            logits = torch.nn.functional.pad(logits, (0, self.pad), value=float("-inf"))
         return logits, h
 
     def crop(self, n: int) -> None:
@@ -176,6 +175,24 @@ class Stepper:
             else:
                 self.cache.crop(n - self.n)
             self.n = n
+
+
+def logits_fn(head: Callable[[torch.Tensor], torch.Tensor], softcap: float | None, shared: int | None,
+              pad: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """h [T, h] -> logits [T, V + pad] (float32): the output head, its softcap, -inf past the shared
+    vocabulary and for the padding."""
+
+    def post(h: torch.Tensor) -> torch.Tensor:
+        logits = head(h).float()  # [T, V]
+        if softcap:
+            logits = torch.tanh(logits / softcap) * softcap
+        if shared is not None:  # ids past the smaller model's head are padding, never real tokens
+            logits[:, shared:] = float("-inf")
+        if pad:
+            logits = torch.nn.functional.pad(logits, (0, pad), value=float("-inf"))
+        return logits
+
+    return post
 
 
 def _sync(device: torch.device) -> None:
@@ -257,8 +274,24 @@ def _context_length(model: nn.Module) -> int | None:
     return getattr(model.config, "max_position_embeddings", None)
 
 
+def resolve_capture(capture: str | None) -> str:
+    """The capture mode of the fast path's fixed-shape steps: the argument, else $DIVERSED_CAPTURE, else "none".
+    An execution setting like the device's threads, not part of a run's config: it changes speed, not tokens."""
+    return os.environ.get("DIVERSED_CAPTURE", "none") if capture is None else capture
+
+
+def check_capture(capture: str, models: list[tuple[str, nn.Module]]) -> None:
+    from diversed import fastpath
+
+    for role, model in models:
+        fastpath.check_capture(capture, model.get_output_embeddings().weight.device)
+        if capture != "none" and not fastpath.supported(model):
+            raise ValueError(f"capture {capture!r} needs the static-cache fast path (Llama / Qwen3, "
+                             f"DIVERSED_FASTPATH not 0); the {role} is {model.config.model_type!r}: use capture 'none'")
+
+
 def check_request(target, draft, prompt_len: int, *, verifier: str, K: int, max_new_tokens: int, temperature: float,
-                  top_p: float, weight, head, mixing: str, vocab_size: int | None) -> None:
+                  top_p: float, weight, head, mixing: str, vocab_size: int | None, capture: str | None = None) -> None:
     """Every check that can fail, before any compute: a clear message naming the bad value."""
     if verifier not in VERIFIERS:
         raise ValueError(f"unknown verifier {verifier!r}; allowed: {', '.join(VERIFIERS)}")
@@ -294,6 +327,7 @@ def check_request(target, draft, prompt_len: int, *, verifier: str, K: int, max_
         if head is None:
             raise ValueError("verifier 'dynamic' needs a trained weight head (--head)")
         head.check_pair(target, draft)
+    check_capture(resolve_capture(capture), models)
     for role, model in models:
         ctx = _context_length(model)
         if ctx is not None and prompt_len + max_new_tokens > ctx:
@@ -304,16 +338,20 @@ def check_request(target, draft, prompt_len: int, *, verifier: str, K: int, max_
 @torch.inference_mode()
 def autoregressive_generate(model: nn.Module, input_ids, *, max_new_tokens: int, temperature: float = 1.0,
                             top_p: float = 1.0, generator: torch.Generator | None = None,
-                            eos_token_id: int | list[int] | None = None, fidelity: bool = True) -> Generation:
+                            eos_token_id: int | list[int] | None = None, fidelity: bool = True,
+                            capture: str | None = None) -> Generation:
     """Plain one-token-per-forward decoding (the target-only and draft-only baselines).
 
-    fidelity: record log p(token) and argmax agreement under this model (turn off for a draft-only run).
+    fidelity: record log p(token) and argmax agreement under this model (turn off for a draft-only run);
+    capture: "none" / "graph" / "compile" for the 1-token step (see fastpath; None: resolve_capture).
     """
     ids = _prompt_ids(input_ids)
+    capture = resolve_capture(capture)
     check_request(model, None, len(ids), verifier="autoregressive", K=1, max_new_tokens=max_new_tokens,
-                  temperature=temperature, top_p=top_p, weight=None, head=None, mixing="linear", vocab_size=None)
+                  temperature=temperature, top_p=top_p, weight=None, head=None, mixing="linear", vocab_size=None,
+                  capture=capture)
     eos = _eos_set(model, eos_token_id)
-    run = Stepper(model, max_len=len(ids) + max_new_tokens)
+    run = Stepper(model, max_len=len(ids) + max_new_tokens, capture=capture, buckets=(1,))
     out = Generation(tokens=[], K=0)
     _sync(run.device)
     t0 = time.perf_counter()
@@ -352,26 +390,30 @@ def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, 
                          max_new_tokens: int = 128, temperature: float = 1.0, top_p: float = 1.0,
                          weight: float | None = None, head: nn.Module | None = None, mixing: str = "linear",
                          generator: torch.Generator | None = None, eos_token_id: int | list[int] | None = None,
-                         vocab_size: int | None = None, synthetic_acceptance: float | None = None) -> Generation:
+                         vocab_size: int | None = None, synthetic_acceptance: float | None = None,
+                         capture: str | None = None) -> Generation:
     """Decode one prompt with `verifier` in {autoregressive, draft, strict, fixed, dynamic}.
 
     strict: w = 1 (lossless); fixed: constant `weight`; dynamic: w_i = head(h_target_i, h_draft_i).
     temperature 0 is greedy. synthetic_acceptance = a replaces verification by accepting each draft
     with probability a (timing at real sizes with random weights; see verifiers.synthetic_verify).
-    Returns the new tokens and per-step statistics.
+    capture: "none" / "graph" / "compile" for the fixed-shape steps (the draft's 1- and 2-token steps, the
+    target's K + 1-token verification; see fastpath; None: resolve_capture). Returns the new tokens and
+    per-step statistics.
     """
     ids = _prompt_ids(input_ids)
+    capture = resolve_capture(capture)
     check_request(target, draft, len(ids), verifier=verifier, K=K, max_new_tokens=max_new_tokens,
                   temperature=temperature, top_p=top_p, weight=weight, head=head, mixing=mixing,
-                  vocab_size=vocab_size)
+                  vocab_size=vocab_size, capture=capture)
     if verifier == "autoregressive":
         return autoregressive_generate(target, ids, max_new_tokens=max_new_tokens, temperature=temperature,
-                                       top_p=top_p, generator=generator, eos_token_id=eos_token_id)
+                                       top_p=top_p, generator=generator, eos_token_id=eos_token_id, capture=capture)
     if verifier == "draft":  # the draft alone; fidelity is still judged by the target, in one extra pass
         out = autoregressive_generate(draft, ids, max_new_tokens=max_new_tokens, temperature=temperature,
                                       top_p=top_p, generator=generator,
                                       eos_token_id=eos_token_id if eos_token_id is not None else sorted(
-                                          _eos_set(target, None)), fidelity=False)
+                                          _eos_set(target, None)), fidelity=False, capture=capture)
         logits, _ = Stepper(target, vocab_size)(ids + out.tokens[:-1])  # [len(ids) + n - 1, V]
         logprob, is_max = _to_host(*_fidelity(logits[len(ids) - 1:], torch.tensor(out.tokens, device=logits.device)))
         out.target_logprob, out.target_argmax = logprob, [bool(a) for a in is_max]
@@ -380,7 +422,9 @@ def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, 
     eos = _eos_set(target, eos_token_id)
     shared = min(target.get_output_embeddings().out_features, draft.get_output_embeddings().out_features)
     max_len = len(ids) + max_new_tokens + 1
-    T, D = Stepper(target, vocab_size, shared, max_len), Stepper(draft, vocab_size, shared, max_len)
+    # the target verifies K + 1 tokens (fewer at the end: padded); the draft takes 1, or 2 after a full acceptance
+    T = Stepper(target, vocab_size, shared, max_len, capture, buckets=(K + 1,))
+    D = Stepper(draft, vocab_size, shared, max_len, capture, buckets=(1, 2))
     if head is not None:
         head = head.to(T.device)
     out = Generation(tokens=[], K=K)

@@ -3,15 +3,21 @@ preallocated KV cache on the model's device (rollback = moving one integer) and 
 On CPU in float32 the QKV and gate/up projections are fused against transposed copies (GEMV-friendly);
 elsewhere (GPU, bf16) the model's own weights are used as they are, so nothing is copied.
 
-Same math as transformers' modules (RMSNorm in float32, the model's own rotary embedding, SDPA);
-only the order of floating-point sums differs. The engine uses it for Llama/Qwen3 and falls back to
-the transformers modules for other architectures (`DIVERSED_FASTPATH=0` turns it off).
+Same math as transformers' modules (RMSNorm in float32, the model's rotary embedding tabulated once,
+SDPA); only the order of floating-point sums differs. The engine uses it for Llama/Qwen3 and falls
+back to the transformers modules for other architectures (`DIVERSED_FASTPATH=0` turns it off).
+
+Capture (`capture=`): the fixed-shape steps (the draft's 1-token step, the target's K + 1-token
+verification) can run as one CUDA graph each ("graph"), or compiled by torch.compile and, on a GPU,
+graphed ("compile"). A captured step is padded to its bucket length and attends over the whole cache
+under a mask by position, so its shapes never change; prefill and other lengths run eagerly.
 """
 
 from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +25,7 @@ from torch import nn
 from torch.nn import functional as F
 
 SUPPORTED = ("llama", "qwen3")
+CAPTURES = ("none", "graph", "compile")
 _WEIGHTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -28,7 +35,10 @@ def supported(model: nn.Module) -> bool:
     cfg = model.config
     return (cfg.model_type in SUPPORTED and not getattr(cfg, "attention_bias", False)
             and not getattr(cfg, "mlp_bias", False) and getattr(cfg, "hidden_act", "silu") == "silu"
-            and getattr(cfg, "sliding_window", None) is None)
+            and getattr(cfg, "sliding_window", None) is None
+            # the rotary table is computed once: no RoPE that rescales with the sequence length
+            and not any(t in str(getattr(model.get_decoder().rotary_emb, "rope_type", "default"))
+                        for t in ("dynamic", "longrope")))
 
 
 class Proj:
@@ -91,53 +101,176 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-class FastDecoder:
-    """The decoder of one model with a static KV cache of `max_len` positions."""
+def check_capture(capture: str, device: torch.device) -> None:
+    if capture not in CAPTURES:
+        raise ValueError(f"unknown capture {capture!r}; allowed: {', '.join(CAPTURES)}")
+    if capture == "graph" and device.type != "cuda":
+        raise ValueError(f"capture 'graph' (CUDA graphs) needs a CUDA device, not {device.type}; "
+                         "use 'compile' (torch.compile) or 'none'")
 
-    def __init__(self, model: nn.Module, max_len: int):
+
+class FastDecoder:
+    """The decoder of one model with a static KV cache of `max_len` positions.
+
+    capture: "none", "graph" or "compile" (see the module docstring); buckets: the step lengths to
+    capture (a step of T tokens runs in the smallest bucket >= T); post: h [T, h] -> logits [T, V],
+    the output head, captured with the step.
+    """
+
+    def __init__(self, model: nn.Module, max_len: int, capture: str = "none", buckets: tuple[int, ...] = (),
+                 post: Callable[[torch.Tensor], torch.Tensor] | None = None):
         cfg = model.config
-        self.decoder = model.get_decoder()
+        decoder = model.get_decoder()
         self.layers = layer_weights(model)
         self.n_q, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.d = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_q
         self.eps = cfg.rms_norm_eps
-        ln = self.layers[0].ln1
-        self.k = torch.zeros(len(self.layers), self.n_kv, max_len, self.d, dtype=ln.dtype,
-                             device=ln.device)  # [L, n_kv, max_len, d]
-        self.v = torch.zeros_like(self.k)
+        self.embed = decoder.embed_tokens.weight.detach()  # [V, h]
+        self.norm = decoder.norm.weight.detach()  # [h]
+        device = self.embed.device
+        check_capture(capture, device)
+        self.capture = capture
+        self.buckets = tuple(sorted(set(buckets))) if capture != "none" else ()
+        self.post = post
         self.max_len = max_len
+        self.capacity = max_len + max(self.buckets, default=0)  # room for a padded step at the end
+        self.key_pos = torch.arange(self.capacity, device=device)  # [capacity]
+        cos, sin = decoder.rotary_emb(self.embed[None, :1], self.key_pos[None])  # [1, capacity, d] each
+        self.cos, self.sin = cos[0], sin[0]  # [capacity, d]
+        shape = (self.n_kv, self.capacity, self.d)
+        self.k = [torch.zeros(shape, dtype=self.embed.dtype, device=device) for _ in self.layers]  # L x [n_kv, cap, d]
+        self.v = [torch.zeros_like(k) for k in self.k]
+        self.steps: dict[int, CapturedStep] = {}
         self.n = 0  # positions filled
+        self.key, self.owner = None, None  # set by acquire() for pooled decoders
 
     @torch.inference_mode()
-    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [T] -> last hidden states [T, h] (after the final norm); appends T positions to the cache."""
+    def __call__(self, ids: torch.Tensor, last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """ids [T] -> (post(h) [T or 1, V], h [T or 1, h]): the last hidden states after the final norm and
+        their logits; appends T positions to the cache."""
         T, n = ids.shape[0], self.n
         if n + T > self.max_len:
             raise ValueError(f"static KV cache of {self.max_len} positions is full ({n} + {T})")
-        x = self.decoder.embed_tokens(ids)  # [T, h]
-        pos = torch.arange(n, n + T, device=ids.device)
-        cos, sin = self.decoder.rotary_emb(x[None], pos[None])  # [1, T, d] each
-        cos, sin = cos[0], sin[0]  # [T, d]
-        mask = None if T == 1 else torch.ones(T, n + T, dtype=torch.bool, device=ids.device).tril(n)  # [T, n + T]
-        nq, nkv, d = self.n_q, self.n_kv, self.d
-        for i, w in enumerate(self.layers):
-            h = rms_norm(x, w.ln1, self.eps)
-            qkv = w.qkv(h)  # [T, (nq + 2 nkv) d]
-            q, k, v = qkv.split([nq * d, nkv * d, nkv * d], dim=-1)
-            q, k, v = q.view(T, nq, d), k.view(T, nkv, d), v.view(T, nkv, d)
-            if w.q_norm is not None:
-                q, k = rms_norm(q, w.q_norm, self.eps), rms_norm(k, w.k_norm, self.eps)
-            q = (q * cos[:, None] + rotate_half(q) * sin[:, None]).transpose(0, 1)  # [nq, T, d]
-            k = (k * cos[:, None] + rotate_half(k) * sin[:, None]).transpose(0, 1)  # [nkv, T, d]
-            self.k[i, :, n:n + T] = k
-            self.v[i, :, n:n + T] = v.transpose(0, 1)
-            attn = F.scaled_dot_product_attention(q, self.k[i, :, :n + T], self.v[i, :, :n + T], attn_mask=mask,
-                                                  enable_gqa=nq != nkv)  # [nq, T, d]
-            x = x + w.o(attn.transpose(0, 1).reshape(T, nq * d))
-            g, u = w.gate_up(rms_norm(x, w.ln2, self.eps)).chunk(2, dim=-1)  # [T, I] each
-            x = x + w.down(F.silu(g) * u)
+        P = next((b for b in self.buckets if b >= T), None)
+        if P is None:  # eager: attend over the filled positions only
+            h = forward(self, ids, self.key_pos[n:n + T], n + T, masked=T > 1)
+            h = h[-1:] if last_only else h
+            logits = self.post(h) if self.post else h
+        else:
+            step = self.steps.get(P) or self.steps.setdefault(P, CapturedStep(self, P))
+            logits, h = step(ids, self.key_pos[n:n + P])  # [P, V], [P, h]: static buffers, reused by the next call
+            rows = slice(T - 1, T) if last_only else slice(0, T)
+            logits, h = logits[rows].clone(), h[rows].clone()
         self.n = n + T
-        return rms_norm(x, self.decoder.norm.weight, self.eps)
+        return logits, h
 
     def crop(self, n: int) -> None:
         self.n = min(self.n, n)  # later writes overwrite the rolled-back positions
+
+
+def forward(dec: FastDecoder, ids: torch.Tensor, pos: torch.Tensor, window: int, masked: bool) -> torch.Tensor:
+    """ids [T] at positions pos [T] -> h [T, h] after the final norm. Writes the T keys/values into the cache
+    at pos and attends over cache positions [0, window), keys at or before each query's position when masked
+    (else all of them). Only tensors change between calls, so a fixed T and window can be captured."""
+    T = ids.shape[0]
+    x = F.embedding(ids, dec.embed)  # [T, h]
+    cos, sin = dec.cos[pos][:, None], dec.sin[pos][:, None]  # [T, 1, d]
+    nq, nkv, d = dec.n_q, dec.n_kv, dec.d
+    group = nq // nkv  # query heads per key/value head: attention runs as nkv heads over group * T query rows
+    mask = (dec.key_pos[None, :window] <= pos[:, None]).repeat(group, 1) if masked else None  # [group T, window]
+    for w, k_cache, v_cache in zip(dec.layers, dec.k, dec.v, strict=True):
+        h = rms_norm(x, w.ln1, dec.eps)
+        q, k, v = w.qkv(h).split([nq * d, nkv * d, nkv * d], dim=-1)  # [T, nq d], [T, nkv d] x 2
+        q, k, v = q.view(T, nq, d), k.view(T, nkv, d), v.view(T, nkv, d)
+        if w.q_norm is not None:
+            q, k = rms_norm(q, w.q_norm, dec.eps), rms_norm(k, w.k_norm, dec.eps)
+        q = (q * cos + rotate_half(q) * sin).transpose(0, 1)  # [nq, T, d]
+        k = (k * cos + rotate_half(k) * sin).transpose(0, 1)  # [nkv, T, d]
+        k_cache.index_copy_(1, pos, k)
+        v_cache.index_copy_(1, pos, v.transpose(0, 1))
+        attn = F.scaled_dot_product_attention(q.reshape(nkv, group * T, d), k_cache[:, :window],
+                                              v_cache[:, :window], attn_mask=mask)  # [nkv, group T, d]
+        # (query head j group + i attends with kv head j, as transformers' repeat_kv)
+        attn = attn.view(nq, T, d)
+        x = x + w.o(attn.transpose(0, 1).reshape(T, nq * d))
+        g, u = w.gate_up(rms_norm(x, w.ln2, dec.eps)).chunk(2, dim=-1)  # [T, I] each
+        x = x + w.down(F.silu(g) * u)
+    return rms_norm(x, dec.norm, dec.eps)
+
+
+_POOL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> captured decoders
+
+
+def acquire(model: nn.Module, max_len: int, owner: object, capture: str = "none", buckets: tuple[int, ...] = (),
+            post: Callable[[torch.Tensor], torch.Tensor] | None = None, post_key: tuple = ()) -> FastDecoder:
+    """A decoder with an empty cache for `owner` (a Stepper) while it lives. Captured decoders are pooled per
+    model and reused across sequences, so their graphs and compiled code are built once, not per prompt;
+    post_key names what `post` computes (decoders are shared only between equal keys)."""
+    if capture == "none":
+        return FastDecoder(model, max_len, post=post)
+    key = (capture, tuple(sorted(set(buckets))), post_key)
+    layers = layer_weights(model)  # rebuilt when the weights changed: then the pooled decoders are stale
+    pool = [d for d in _POOL.get(model, []) if d.layers is layers]
+    free = [d for d in pool if d.key == key and (d.owner is None or d.owner() is None)]
+    dec = next((d for d in free if d.max_len >= max_len), None)
+    if dec is None:
+        pool = [d for d in pool if d not in free]  # a larger one replaces the free ones of this key
+        # capacities in powers of two (>= 256): room for varying prompts, few shapes to compile
+        dec = FastDecoder(model, max(256, 1 << (max_len - 1).bit_length()), capture, buckets, post)
+        dec.key = key
+        pool.append(dec)
+    _POOL[model] = pool
+    dec.owner, dec.n = weakref.ref(owner), 0
+    return dec
+
+
+_COMPILED: dict[str, Callable] = {}
+
+
+def _compiled(fn: Callable) -> Callable:
+    """torch.compile(fn) once per process. Its guards are on shapes and dtypes, so decoders of the same shapes share
+    the compiled code; each (model shape, step length, cache capacity) is one entry, hence the raised limit."""
+    if fn.__name__ not in _COMPILED:
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        _COMPILED[fn.__name__] = torch.compile(fn, fullgraph=True, dynamic=False)
+    return _COMPILED[fn.__name__]
+
+
+def _step(dec: FastDecoder, ids: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fixed-shape step: ids, pos [P] -> (logits [P, V], h [P, h]) over the whole cache."""
+    h = forward(dec, ids, pos, dec.capacity, masked=True)
+    return (dec.post(h) if dec.post else h), h
+
+
+class CapturedStep:
+    """The step of one bucket length P on static input buffers: compiled and/or one CUDA graph.
+
+    The graph is captured at the first call, on that call's own inputs: warm-up runs write the same keys
+    and values the real step writes, so nothing in the cache is disturbed."""
+
+    def __init__(self, dec: FastDecoder, P: int):
+        self.dec = dec
+        device = dec.embed.device
+        self.ids = torch.zeros(P, dtype=torch.long, device=device)  # [P] (the tail past T stays padding)
+        self.pos = torch.zeros(P, dtype=torch.long, device=device)  # [P]
+        self.fn = _compiled(_step) if dec.capture == "compile" else _step
+        self.use_graph = device.type == "cuda"
+        self.graph, self.out = None, None
+
+    def __call__(self, ids: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.ids[:ids.shape[0]].copy_(ids)
+        self.pos.copy_(pos)
+        if not self.use_graph:
+            return self.fn(self.dec, self.ids, self.pos)
+        if self.graph is None:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up (and compilation) outside the capture
+                for _ in range(3):
+                    self.fn(self.dec, self.ids, self.pos)
+            torch.cuda.current_stream().wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.out = self.fn(self.dec, self.ids, self.pos)
+        self.graph.replay()
+        return self.out

@@ -90,10 +90,13 @@ def test_fast_path_off_cpu_float32_uses_the_weights_as_they_are():
     assert (got.argmax(-1) == ref.argmax(-1)).float().mean() >= 0.9
 
 
-def test_one_host_sync_per_speculative_step(monkeypatch):
+@pytest.mark.parametrize("capture", ["none", "compile"])
+def test_one_host_sync_per_speculative_step(monkeypatch, capture):
     """Everything in a step stays on the device but one transfer (what a GPU needs not to stall): count every
-    way a tensor reaches the host while decoding."""
+    way a tensor reaches the host while decoding, eager and with the padded captured steps."""
     from diversed import engine
+
+    monkeypatch.setattr(fastpath, "_compiled", lambda fn: fn)
 
     target, draft = tiny("llama"), tiny("llama", seed=1)
     syncs = []
@@ -113,5 +116,102 @@ def test_one_host_sync_per_speculative_step(monkeypatch):
     for verifier, kw in cases:
         syncs.clear()
         out = engine.speculative_generate(target, draft, [1, 5, 7], verifier=verifier, K=4, max_new_tokens=40,
-                                          temperature=1.0, generator=torch.Generator().manual_seed(0), **kw)
+                                          temperature=1.0, generator=torch.Generator().manual_seed(0),
+                                          capture=capture, **kw)
         assert syncs == ["tolist"] * out.steps, (verifier, kw, syncs[:10])
+
+
+@pytest.fixture
+def eager_capture(monkeypatch):
+    """The captured step's math (padded to its bucket, whole-cache attention under a mask by position) without
+    compiling it: what a CUDA graph replays, runnable on a CPU."""
+    monkeypatch.setattr(fastpath, "_compiled", lambda fn: fn)
+    fastpath._POOL.clear()
+    yield
+    fastpath._POOL.clear()
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen3"])
+def test_padded_whole_cache_steps_match_the_full_forward(model_type, eager_capture):
+    model = tiny(model_type)
+    seq = torch.randint(3, 96, (40,), generator=torch.Generator().manual_seed(0)).tolist()
+    with torch.no_grad():
+        ref = model(torch.tensor([seq])).logits[0]  # [40, V]
+    s = Stepper(model, max_len=64, capture="compile", buckets=(1, 2, 6))
+    got = [s(seq[:10])[0]]  # prefill: longer than every bucket, eager
+    got += [s([t])[0] for t in seq[10:13]]  # bucket 1
+    got.append(s(seq[13:15])[0])  # bucket 2
+    got.append(s(seq[15:18])[0])  # 3 tokens padded to bucket 6
+    s(seq[18:24])  # a full verification block, rolled back
+    s.crop(18)
+    got.append(s(seq[18:24])[0])
+    got.append(s(seq[24:40])[0])
+    assert sorted(s.fast.steps) == [1, 2, 6]
+    assert torch.allclose(torch.cat(got), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_captured_decoders_are_pooled_per_model_and_never_shared_while_in_use(eager_capture):
+    target = tiny("llama")
+    a = Stepper(target, max_len=40, capture="compile", buckets=(1,))
+    b = Stepper(target, max_len=40, capture="compile", buckets=(1,))  # a is alive: b needs its own cache
+    assert a.fast is not b.fast
+    dec = a.fast
+    del a
+    c = Stepper(target, max_len=200, capture="compile", buckets=(1,))  # reuses a's (capacity 256)
+    assert c.fast is dec and c.fast.n == 0
+    del b, c
+    with torch.no_grad():
+        target.model.layers[0].mlp.down_proj.weight.mul_(1.5)  # changed weights: the pooled decoders are stale
+    assert Stepper(target, max_len=40, capture="compile", buckets=(1,)).fast is not dec
+
+
+@pytest.mark.parametrize("verifier,kw", [("strict", {"temperature": 0}), ("fixed", {"weight": 0.5, "temperature": 1.0}),
+                                         ("fixed", {"weight": 0.5, "temperature": 1.0, "mixing": "logit"})])
+def test_captured_engine_emits_the_eager_tokens(verifier, kw, eager_capture):
+    """Sampled or greedy, with the end of the sequence padded and the draft stepping 2 tokens after full
+    acceptance: the captured steps give the eager engine's tokens and statistics, the draft drafting for itself
+    included (two caches of one model in use at once)."""
+    target = tiny("llama")
+    for draft in (truncated_draft(target, 1), target):
+        for ids in ([1, 5, 7, 9], [1, 30, 31]):
+            outs = [speculative_generate(target, draft, ids, verifier=verifier, K=4, max_new_tokens=43,
+                                         generator=torch.Generator().manual_seed(2), capture=c, **kw)
+                    for c in ("none", "compile")]
+            assert outs[0].tokens == outs[1].tokens and outs[0].accepted == outs[1].accepted
+            assert outs[0].bias_tv == pytest.approx(outs[1].bias_tv, abs=1e-5)
+    assert max(outs[1].accepted) == 4  # a fully accepted step happened (the draft's 2-token step)
+
+
+def test_compiled_steps_match_eager():
+    """torch.compile (inductor, on this CPU) of the fixed-shape steps: the same tokens as eager, compiled
+    without graph breaks (fullgraph), one entry per step length and model shape."""
+    from torch._dynamo.utils import counters
+
+    fastpath._POOL.clear()
+    target = tiny("llama")
+    draft = truncated_draft(target, 1)
+    before = counters["stats"]["unique_graphs"]
+    for ids in ([1, 5, 7, 9], [1, 30, 31]):
+        outs = [speculative_generate(target, draft, ids, verifier="fixed", weight=0.5, K=3, max_new_tokens=30,
+                                     temperature=1.0, generator=torch.Generator().manual_seed(0), capture=c)
+                for c in ("none", "compile")]
+        assert outs[0].tokens == outs[1].tokens and outs[0].accepted == outs[1].accepted
+    assert counters["stats"]["unique_graphs"] - before == 3  # draft 1 and 2 tokens, target K + 1; then reused
+    fastpath._POOL.clear()
+
+
+def test_capture_is_checked_before_any_compute(monkeypatch):
+    target = tiny("llama")
+    draft = truncated_draft(target, 1)
+    kw = {"verifier": "strict", "K": 2, "max_new_tokens": 4}
+    with pytest.raises(ValueError, match="unknown capture 'cuda'; allowed: none, graph, compile"):
+        speculative_generate(target, draft, [1, 2], capture="cuda", **kw)
+    with pytest.raises(ValueError, match="capture 'graph' .* needs a CUDA device, not cpu"):
+        speculative_generate(target, draft, [1, 2], capture="graph", **kw)
+    monkeypatch.setenv("DIVERSED_CAPTURE", "graph")  # the environment's default, when no argument is given
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        speculative_generate(target, draft, [1, 2], **kw)
+    monkeypatch.setenv("DIVERSED_CAPTURE", "compile")
+    monkeypatch.setenv("DIVERSED_FASTPATH", "0")
+    with pytest.raises(ValueError, match="capture 'compile' needs the static-cache fast path"):
+        speculative_generate(target, draft, [1, 2], **kw)
