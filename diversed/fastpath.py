@@ -168,34 +168,44 @@ class FastDecoder:
         self.n = min(self.n, n)  # later writes overwrite the rolled-back positions
 
 
-def forward(dec: FastDecoder, ids: torch.Tensor, pos: torch.Tensor, window: int, masked: bool) -> torch.Tensor:
+def forward(dec: FastDecoder, ids: torch.Tensor, pos: torch.Tensor, window: int, masked: bool,
+            layer: Callable | None = None) -> torch.Tensor:
     """ids [T] at positions pos [T] -> h [T, h] after the final norm. Writes the T keys/values into the cache
     at pos and attends over cache positions [0, window), keys at or before each query's position when masked
-    (else all of them). Only tensors change between calls, so a fixed T and window can be captured."""
-    T = ids.shape[0]
+    (else all of them). Only tensors change between calls, so a fixed T and window can be captured.
+    layer: decoder_layer, or its compiled form (one compilation serves every layer: they share shapes)."""
+    layer = layer or decoder_layer
     x = F.embedding(ids, dec.embed)  # [T, h]
     cos, sin = dec.cos[pos][:, None], dec.sin[pos][:, None]  # [T, 1, d]
-    nq, nkv, d = dec.n_q, dec.n_kv, dec.d
-    group = nq // nkv  # query heads per key/value head: attention runs as nkv heads over group * T query rows
+    group = dec.n_q // dec.n_kv  # query heads per key/value head
     mask = (dec.key_pos[None, :window] <= pos[:, None]).repeat(group, 1) if masked else None  # [group T, window]
     for w, k_cache, v_cache in zip(dec.layers, dec.k, dec.v, strict=True):
-        h = rms_norm(x, w.ln1, dec.eps)
-        q, k, v = w.qkv(h).split([nq * d, nkv * d, nkv * d], dim=-1)  # [T, nq d], [T, nkv d] x 2
-        q, k, v = q.view(T, nq, d), k.view(T, nkv, d), v.view(T, nkv, d)
-        if w.q_norm is not None:
-            q, k = rms_norm(q, w.q_norm, dec.eps), rms_norm(k, w.k_norm, dec.eps)
-        q = (q * cos + rotate_half(q) * sin).transpose(0, 1)  # [nq, T, d]
-        k = (k * cos + rotate_half(k) * sin).transpose(0, 1)  # [nkv, T, d]
-        k_cache.index_copy_(1, pos, k)
-        v_cache.index_copy_(1, pos, v.transpose(0, 1))
-        attn = F.scaled_dot_product_attention(q.reshape(nkv, group * T, d), k_cache[:, :window],
-                                              v_cache[:, :window], attn_mask=mask)  # [nkv, group T, d]
-        # (query head j group + i attends with kv head j, as transformers' repeat_kv)
-        attn = attn.view(nq, T, d)
-        x = x + w.o(attn.transpose(0, 1).reshape(T, nq * d))
-        g, u = w.gate_up(rms_norm(x, w.ln2, dec.eps)).chunk(2, dim=-1)  # [T, I] each
-        x = x + w.down(F.silu(g) * u)
+        x = layer(dec, w, k_cache, v_cache, x, pos, cos, sin, mask, window)
     return rms_norm(x, dec.norm, dec.eps)
+
+
+def decoder_layer(dec: FastDecoder, w: LayerWeights, k_cache: torch.Tensor, v_cache: torch.Tensor, x: torch.Tensor,
+                  pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
+                  window: int) -> torch.Tensor:
+    """One pre-norm decoder layer: x [T, h] -> [T, h]; k_cache, v_cache [n_kv, capacity, d] get the T new
+    positions. Attention runs as n_kv heads over group * T query rows: query head j group + i attends with
+    key/value head j, as transformers' repeat_kv, without expanding the cache."""
+    T = x.shape[0]
+    nq, nkv, d = dec.n_q, dec.n_kv, dec.d
+    h = rms_norm(x, w.ln1, dec.eps)
+    q, k, v = w.qkv(h).split([nq * d, nkv * d, nkv * d], dim=-1)  # [T, nq d], [T, nkv d] x 2
+    q, k, v = q.view(T, nq, d), k.view(T, nkv, d), v.view(T, nkv, d)
+    if w.q_norm is not None:
+        q, k = rms_norm(q, w.q_norm, dec.eps), rms_norm(k, w.k_norm, dec.eps)
+    q = (q * cos + rotate_half(q) * sin).transpose(0, 1)  # [nq, T, d]
+    k = (k * cos + rotate_half(k) * sin).transpose(0, 1)  # [nkv, T, d]
+    k_cache.index_copy_(1, pos, k)
+    v_cache.index_copy_(1, pos, v.transpose(0, 1))
+    attn = F.scaled_dot_product_attention(q.reshape(nkv, nq // nkv * T, d), k_cache[:, :window],
+                                          v_cache[:, :window], attn_mask=mask)  # [nkv, group T, d]
+    x = x + w.o(attn.view(nq, T, d).transpose(0, 1).reshape(T, nq * d))
+    gate, up = w.gate_up(rms_norm(x, w.ln2, dec.eps)).chunk(2, dim=-1)  # [T, I] each
+    return x + w.down(F.silu(gate) * up)
 
 
 _POOL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> captured decoders
@@ -228,17 +238,18 @@ _COMPILED: dict[str, Callable] = {}
 
 
 def _compiled(fn: Callable) -> Callable:
-    """torch.compile(fn) once per process. Its guards are on shapes and dtypes, so decoders of the same shapes share
-    the compiled code; each (model shape, step length, cache capacity) is one entry, hence the raised limit."""
+    """torch.compile(fn) once per process. Its guards are on shapes and dtypes, so the layers of a model, and
+    decoders of the same shapes, share the compiled code; each (layer shape, step length, cache capacity) is
+    one entry, hence the raised limit."""
     if fn.__name__ not in _COMPILED:
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         _COMPILED[fn.__name__] = torch.compile(fn, fullgraph=True, dynamic=False)
     return _COMPILED[fn.__name__]
 
 
-def _step(dec: FastDecoder, ids: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _step(dec: FastDecoder, ids: torch.Tensor, pos: torch.Tensor, layer: Callable) -> tuple[torch.Tensor, torch.Tensor]:
     """A fixed-shape step: ids, pos [P] -> (logits [P, V], h [P, h]) over the whole cache."""
-    h = forward(dec, ids, pos, dec.capacity, masked=True)
+    h = forward(dec, ids, pos, dec.capacity, masked=True, layer=layer)
     return (dec.post(h) if dec.post else h), h
 
 
@@ -253,24 +264,27 @@ class CapturedStep:
         device = dec.embed.device
         self.ids = torch.zeros(P, dtype=torch.long, device=device)  # [P] (the tail past T stays padding)
         self.pos = torch.zeros(P, dtype=torch.long, device=device)  # [P]
-        self.fn = _compiled(_step) if dec.capture == "compile" else _step
+        self.layer = _compiled(decoder_layer) if dec.capture == "compile" else decoder_layer
         self.use_graph = device.type == "cuda"
         self.graph, self.out = None, None
+
+    def run(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return _step(self.dec, self.ids, self.pos, self.layer)
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         self.ids[:ids.shape[0]].copy_(ids)
         self.pos.copy_(pos)
         if not self.use_graph:
-            return self.fn(self.dec, self.ids, self.pos)
+            return self.run()
         if self.graph is None:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):  # warm-up (and compilation) outside the capture
                 for _ in range(3):
-                    self.fn(self.dec, self.ids, self.pos)
+                    self.run()
             torch.cuda.current_stream().wait_stream(side)
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph):
-                self.out = self.fn(self.dec, self.ids, self.pos)
+                self.out = self.run()
         self.graph.replay()
         return self.out

@@ -1,0 +1,67 @@
+"""Checks that need a CUDA device (skipped without one; benchmarks/gpu.sh runs them first on a GPU machine):
+the CUDA-graph and compiled steps emit the eager engine's tokens, decoding is deterministic from a seed, and
+the fast path in bfloat16 matches transformers' own forward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from diversed import fastpath
+from diversed.engine import Stepper, speculative_generate
+from diversed.models import truncated_draft
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def tiny_cuda(dtype=torch.float32, seed: int = 0):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.for_model("llama", vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                               num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                               max_position_embeddings=512, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg).to("cuda", dtype).eval().requires_grad_(False)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    model.generation_config.eos_token_id = None
+    return model
+
+
+@pytest.mark.parametrize("capture", ["graph", "compile"])
+@pytest.mark.parametrize("verifier,kw", [("strict", {"temperature": 0}),
+                                         ("fixed", {"weight": 0.5, "temperature": 1.0})])
+def test_captured_steps_emit_the_eager_tokens_on_cuda(capture, verifier, kw):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    fastpath._POOL.clear()
+    target = tiny_cuda()
+    draft = truncated_draft(target, 1)
+    for ids in ([1, 5, 7, 9], [1, 30, 31], [4]):
+        outs = [speculative_generate(target, draft, ids, verifier=verifier, K=4, max_new_tokens=43,
+                                     generator=torch.Generator("cuda").manual_seed(2), capture=c, **kw)
+                for c in ("none", capture)]
+        assert outs[0].accepted == outs[1].accepted
+        assert outs[0].tokens == outs[1].tokens
+    assert all(len(d.steps) for d in fastpath._POOL[target])  # the steps were captured, not run eagerly
+
+
+@pytest.mark.parametrize("capture", ["none", "graph"])
+def test_sampled_decoding_is_deterministic_on_cuda(capture):
+    target = tiny_cuda()
+    draft = truncated_draft(target, 1)
+    runs = [speculative_generate(target, draft, [1, 5, 7], verifier="fixed", weight=0.5, K=4, max_new_tokens=64,
+                                 temperature=1.0, generator=torch.Generator("cuda").manual_seed(7), capture=capture)
+            for _ in range(2)]
+    assert runs[0].tokens == runs[1].tokens and runs[0].bias_tv == runs[1].bias_tv
+
+
+def test_fast_path_in_bfloat16_on_cuda_matches_transformers():
+    model = tiny_cuda(torch.bfloat16)
+    seq = torch.randint(3, 96, (30,), generator=torch.Generator().manual_seed(1)).tolist()
+    with torch.no_grad():
+        ref = model(torch.tensor([seq], device="cuda")).logits[0].float()  # [30, V]
+    s = Stepper(model, max_len=64)
+    assert s.fast is not None
+    got = torch.cat([s(seq[:10])[0]] + [s([t])[0] for t in seq[10:30]])
+    assert (got - ref).abs().max() / ref.abs().max() < 0.05
+    assert (got.argmax(-1) == ref.argmax(-1)).float().mean() >= 0.9
