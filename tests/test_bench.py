@@ -1,0 +1,37 @@
+"""diversed bench: the analytic bound, and one small run of the whole bench on a tiny pair."""
+
+from __future__ import annotations
+
+import pytest
+
+from diversed.bench import expected_tokens_per_step, ideal_speedup, markdown, run_bench
+from diversed.models import truncated_draft
+
+
+def test_analytic_bound():
+    assert expected_tokens_per_step(0.0, 5) == 1.0 and expected_tokens_per_step(1.0, 5) == 6.0
+    assert expected_tokens_per_step(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+    assert ideal_speedup(1.0, 5, 0.0) == 6.0
+    assert ideal_speedup(0.8, 5, 0.2) == pytest.approx((1 - 0.8**6) / 0.2 / 2.0)
+    assert ideal_speedup(0.8, 5, 0.2, v=1.5) == pytest.approx((1 - 0.8**6) / 0.2 / 2.5)
+
+
+def test_bench_runs_every_method_and_agrees_with_transformers():
+    from test_fastpath import tiny
+
+    target = tiny("llama")
+    draft = truncated_draft(target, 1)
+    result = run_bench(target, draft, [[1, 5, 7, 9], [1, 30, 31]], K=3, max_new_tokens=12, weights=(0.5,), repeats=1,
+                       progress=False)
+    assert set(result["methods"]) == {"hf_target", "ours_target", "ours_draft", "hf_assisted_strict", "ours_strict",
+                                      "hf_assisted_fixed_w0.5", "ours_fixed_w0.5"}
+    assert all(result["identical_greedy_tokens"].values()), result["identical_greedy_tokens"]
+    strict = result["methods"]["ours_strict"]
+    assert strict["new_tokens"] == 24 and 0 <= strict["conditional_acceptance"] <= 1
+    c, v = result["ratios"]["draft_cost_ratio_c"], result["ratios"]["verify_cost_ratio_v"]
+    assert c > 0 and v > 0
+    alpha, speedup = strict["conditional_acceptance"], strict["speedup_vs_ours_target"]
+    assert strict["efficiency"] == pytest.approx(speedup / ideal_speedup(alpha, 3, c))
+    assert strict["efficiency_at_measured_v"] == pytest.approx(speedup / ideal_speedup(alpha, 3, c, v))
+    md = markdown(result)
+    assert "| ours_strict |" in md and "efficiency at measured v" in md
