@@ -35,3 +35,11 @@ def test_bench_runs_every_method_and_agrees_with_transformers():
     assert strict["efficiency_at_measured_v"] == pytest.approx(speedup / ideal_speedup(alpha, 3, c, v))
     md = markdown(result)
     assert "| ours_strict |" in md and "efficiency at measured v" in md
+
+
+def test_bench_refuses_a_bad_capture_before_timing_anything():
+    from test_fastpath import tiny
+
+    target = tiny("llama")
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        run_bench(target, truncated_draft(target, 1), [[1, 2]], capture="graph", progress=False)
