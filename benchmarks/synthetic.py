@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from diversed.bench import hf_generate, ideal_speedup, step_ms
+from diversed.bench import _time, hf_generate, ideal_speedup, step_ms
 from diversed.engine import _sync, autoregressive_generate, speculative_generate, summarize
 from diversed.utils import provenance, write_json, write_text
 
@@ -65,6 +65,12 @@ def copy_bandwidth(device: str, gib: float = 1.0) -> float:
     return 2 * x.numel() * 5 / (time.perf_counter() - t0)
 
 
+def timed_prompts(fn, prompts: list[list[int]], device: torch.device) -> tuple[float, list]:
+    """(seconds, outputs) of fn over every prompt, after one warm-up (allocation, capture, compilation), synced."""
+    fn(prompts[0])
+    return _time(lambda: [fn(p) for p in prompts], device)
+
+
 def measure(target, draft, prompts: list[list[int]], a: argparse.Namespace, capture: str, floor: dict) -> dict:
     """Step costs and synthetic-acceptance decoding of our engine with one capture mode."""
     device = torch.device(a.device)
@@ -74,12 +80,7 @@ def measure(target, draft, prompts: list[list[int]], a: argparse.Namespace, capt
     c = d_step / t_step
 
     def timed(fn):
-        fn(prompts[0])  # warm-up: allocation, capture, compilation
-        _sync(device)
-        t0 = time.perf_counter()
-        out = [fn(p) for p in prompts]
-        _sync(device)
-        return time.perf_counter() - t0, out
+        return timed_prompts(fn, prompts, device)
 
     kw = {"max_new_tokens": a.tokens, "temperature": 0.0, "eos_token_id": [], "capture": capture}
     t_ar, _ = timed(lambda p: autoregressive_generate(target, p, **kw))
@@ -161,12 +162,8 @@ def main() -> None:
     for name, fn in (("hf_target_tokens_per_s", lambda p: hf_generate(target, p, max_new_tokens=a.tokens)),
                      ("hf_assisted_tokens_per_s",
                       lambda p: hf_generate(target, p, max_new_tokens=a.tokens, draft=draft, K=a.K))):
-        fn(prompts[0])  # warm-up
-        _sync(torch.device(a.device))
-        t0 = time.perf_counter()
-        n = sum(len(fn(p)) for p in prompts)
-        _sync(torch.device(a.device))
-        result[name] = n / (time.perf_counter() - t0)
+        t, outs = timed_prompts(fn, prompts, torch.device(a.device))
+        result[name] = sum(len(o) for o in outs) / t
     tokens = {}  # capture -> greedy tokens with real verification
     for capture in sorted(a.captures, key=lambda c: c != "none"):  # eager first: the reference for agreement
         try:

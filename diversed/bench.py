@@ -17,7 +17,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from diversed.engine import Stepper, _sync, autoregressive_generate, check_capture, speculative_generate, summarize
+from diversed.engine import Stepper, _sync, autoregressive_generate, speculative_generate, summarize
+from diversed.fastpath import check_capture
 from diversed.utils import provenance, write_json, write_text
 
 PROMPTS = [
@@ -128,7 +129,8 @@ def run_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], *, 
               progress: bool = True, capture: str = "none") -> dict:
     """Time every method over all prompts `repeats` times (after one warm-up each); greedy decoding.
     capture: how our engine runs its fixed-shape steps (engine.speculative_generate)."""
-    check_capture(capture, [("target", target), ("draft", draft)])  # before anything is timed
+    for role, model in (("target", target), ("draft", draft)):  # before anything is timed
+        check_capture(capture, model, role)
     device = target.get_output_embeddings().weight.device
     ours = {"eos_token_id": [], "temperature": 0.0, "max_new_tokens": max_new_tokens, "capture": capture}
 

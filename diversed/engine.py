@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from diversed import fastpath
 from diversed.verifiers import MIXINGS, logits_to_logprobs, logits_to_probs, synthetic_on_device, verify_on_device
 
 VERIFIERS = ("autoregressive", "draft", "strict", "fixed", "dynamic")  # draft: the draft alone (baseline)
@@ -129,8 +130,6 @@ class Stepper:
         capture: "none" / "graph" / "compile" for the fast path's steps of the lengths in `buckets` (fastpath)."""
         from transformers import DynamicCache
 
-        from diversed import fastpath
-
         self.model = model
         self.decoder = model.get_decoder()
         lm_head = model.get_output_embeddings()
@@ -139,9 +138,8 @@ class Stepper:
         pad = (vocab_size or lm_head.out_features) - lm_head.out_features
         shared = shared if shared is not None and shared < lm_head.out_features else None
         self.post = logits_fn(output_head(lm_head), softcap, shared, pad)
+        fastpath.check_capture(capture, model)  # else an unsupported model would silently run uncaptured
         fast = bool(max_len) and fastpath.supported(model)
-        if capture != "none":
-            check_capture(capture, [("model", model)])
         self.fast = fastpath.acquire(model, max_len, self, capture, buckets, self.post,
                                      (softcap, shared, pad)) if fast else None
         self.cache = None if self.fast else DynamicCache(config=model.config)
@@ -273,16 +271,6 @@ def resolve_capture(capture: str | None) -> str:
     return os.environ.get("DIVERSED_CAPTURE", "none") if capture is None else capture
 
 
-def check_capture(capture: str, models: list[tuple[str, nn.Module]]) -> None:
-    from diversed import fastpath
-
-    for role, model in models:
-        fastpath.check_capture(capture, model.get_output_embeddings().weight.device)
-        if capture != "none" and not fastpath.supported(model):
-            raise ValueError(f"capture {capture!r} needs the static-cache fast path (Llama / Qwen3, "
-                             f"DIVERSED_FASTPATH not 0); the {role} is {model.config.model_type!r}: use capture 'none'")
-
-
 def check_request(target, draft, prompt_len: int, *, verifier: str, K: int, max_new_tokens: int, temperature: float,
                   top_p: float, weight, head, mixing: str, vocab_size: int | None, capture: str | None = None) -> None:
     """Every check that can fail, before any compute: a clear message naming the bad value."""
@@ -320,8 +308,8 @@ def check_request(target, draft, prompt_len: int, *, verifier: str, K: int, max_
         if head is None:
             raise ValueError("verifier 'dynamic' needs a trained weight head (--head)")
         head.check_pair(target, draft)
-    check_capture(resolve_capture(capture), models)
     for role, model in models:
+        fastpath.check_capture(resolve_capture(capture), model, role)
         ctx = _context_length(model)
         if ctx is not None and prompt_len + max_new_tokens > ctx:
             raise ValueError(f"prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "

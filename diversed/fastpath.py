@@ -15,6 +15,7 @@ under a mask by position, so its shapes never change; prefill and other lengths 
 
 from __future__ import annotations
 
+import functools
 import os
 import weakref
 from collections.abc import Callable
@@ -101,12 +102,17 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def check_capture(capture: str, device: torch.device) -> None:
+def check_capture(capture: str, model: nn.Module, role: str = "model") -> None:
+    """A clear error unless `capture` can run for `model` (the `role` names it in the message)."""
     if capture not in CAPTURES:
         raise ValueError(f"unknown capture {capture!r}; allowed: {', '.join(CAPTURES)}")
+    device = model.get_output_embeddings().weight.device
     if capture == "graph" and device.type != "cuda":
         raise ValueError(f"capture 'graph' (CUDA graphs) needs a CUDA device, not {device.type}; "
                          "use 'compile' (torch.compile) or 'none'")
+    if capture != "none" and not supported(model):
+        raise ValueError(f"capture {capture!r} needs the static-cache fast path (Llama / Qwen3, "
+                         f"DIVERSED_FASTPATH not 0); the {role} is {model.config.model_type!r}: use capture 'none'")
 
 
 class FastDecoder:
@@ -128,7 +134,7 @@ class FastDecoder:
         self.embed = decoder.embed_tokens.weight.detach()  # [V, h]
         self.norm = decoder.norm.weight.detach()  # [h]
         device = self.embed.device
-        check_capture(capture, device)
+        check_capture(capture, model)
         self.capture = capture
         self.buckets = tuple(sorted(set(buckets))) if capture != "none" else ()
         self.post = post
@@ -221,7 +227,7 @@ def acquire(model: nn.Module, max_len: int, owner: object, capture: str = "none"
     key = (capture, tuple(sorted(set(buckets))), post_key)
     layers = layer_weights(model)  # rebuilt when the weights changed: then the pooled decoders are stale
     pool = [d for d in _POOL.get(model, []) if d.layers is layers]
-    free = [d for d in pool if d.key == key and (d.owner is None or d.owner() is None)]
+    free = [d for d in pool if d.key == key and d.owner() is None]  # pooled decoders always have an owner
     dec = next((d for d in free if d.max_len >= max_len), None)
     if dec is None:
         pool = [d for d in pool if d not in free]  # a larger one replaces the free ones of this key
@@ -234,17 +240,13 @@ def acquire(model: nn.Module, max_len: int, owner: object, capture: str = "none"
     return dec
 
 
-_COMPILED: dict[str, Callable] = {}
-
-
+@functools.cache
 def _compiled(fn: Callable) -> Callable:
     """torch.compile(fn) once per process. Its guards are on shapes and dtypes, so the layers of a model, and
     decoders of the same shapes, share the compiled code; each (layer shape, step length, cache capacity) is
     one entry, hence the raised limit."""
-    if fn.__name__ not in _COMPILED:
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-        _COMPILED[fn.__name__] = torch.compile(fn, fullgraph=True, dynamic=False)
-    return _COMPILED[fn.__name__]
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    return torch.compile(fn, fullgraph=True, dynamic=False)
 
 
 def _step(dec: FastDecoder, ids: torch.Tensor, pos: torch.Tensor, layer: Callable) -> tuple[torch.Tensor, torch.Tensor]:
