@@ -3,12 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
+import typing
 from pathlib import Path
 
 from diversed.models import DEFAULT_DRAFT_LAYERS
 from diversed.tasks import registry
+from diversed.train import DistillConfig, HeadTrainConfig
+
+
+def add_config_args(p: argparse.ArgumentParser, cls: type, *, required: tuple[str, ...] = ()) -> None:
+    """One flag per field of the config dataclass `cls` (diversed.utils.option): its type, default and help come
+    from the field, so every default lives in the dataclass alone."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+        help = f.metadata.get("help", "")
+        if hints[f.name] is bool:
+            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default, help=help)
+            continue
+        kind = next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))
+        required_ = f.name in required
+        p.add_argument(flag, dest=f.name, type=kind, default=None if required_ else f.default, required=required_,
+                       help=help if required_ else f"{help} (default %(default)s)")
+
+
+def config_from_args(cls: type, a: argparse.Namespace):
+    """The config dataclass `cls` from the flags that add_config_args made."""
+    return cls(**{f.name: getattr(a, f.name) for f in dataclasses.fields(cls)})
 
 
 def _pair_args(p: argparse.ArgumentParser) -> None:
@@ -91,11 +115,7 @@ def cmd_bench(a: argparse.Namespace) -> None:
 def cmd_train_head(a: argparse.Namespace) -> None:
     from diversed.train import HeadTrainConfig, load_log, train_head
 
-    cfg = HeadTrainConfig(task=a.task, target=a.target, draft=a.draft, draft_layers=a.draft_layers,
-                          data_files=a.data_files, n_train=a.n_train, epochs=a.epochs, batch_size=a.batch_size,
-                          max_new_tokens=a.max_new_tokens, lr=a.lr, acceptance_weight=a.acceptance_weight,
-                          rollout=a.rollout, temperature=a.temperature, mixing=a.mixing, reward=a.reward,
-                          seed=a.seed, dtype=a.dtype, device=a.device)
+    cfg = config_from_args(HeadTrainConfig, a)
     cfg.validate()
     path = train_head(cfg, a.out)
     last = load_log(path.parent / "train_log.csv")[-1]
@@ -106,9 +126,8 @@ def cmd_train_head(a: argparse.Namespace) -> None:
 def cmd_train_draft(a: argparse.Namespace) -> None:
     from diversed.train import DistillConfig, distill_draft
 
-    cfg = DistillConfig(task=a.task, target=a.target, draft=a.draft, draft_layers=a.draft_layers,
-                        data_files=a.data_files, n_train=a.n_train, max_new_tokens=a.max_new_tokens,
-                        epochs=a.epochs, lr=a.lr, seed=a.seed, dtype=a.dtype, device=a.device)
+    cfg = config_from_args(DistillConfig, a)
+    cfg.validate()
     print(f"fine-tuned draft: {distill_draft(cfg, a.out)}")
 
 
@@ -220,28 +239,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train a task's verifiers: `train head` (DIVERSED) or `train draft`")
     train = p.add_subparsers(dest="what", required=True)
-    for what, fn, helptext in (("head", cmd_train_head, "the DIVERSED weight head (REINFORCE)"),
-                               ("draft", cmd_train_draft, "the fine-tuned-draft baseline (KL distillation)")):
+    for what, cls, fn, helptext in (("head", HeadTrainConfig, cmd_train_head, "the DIVERSED weight head (REINFORCE)"),
+                                    ("draft", DistillConfig, cmd_train_draft,
+                                     "the fine-tuned-draft baseline (KL distillation)")):
         t = train.add_parser(what, help=helptext)
-        _pair_args(t)
-        t.add_argument("--task", required=True)
-        t.add_argument("--data-files", help="local JSONL for the task (offline use of hub tasks)")
-        t.add_argument("--n-train", type=int, default=400, help="training prompts (seeded subsample)")
-        t.add_argument("--epochs", type=int, default=2)
-        t.add_argument("--max-new-tokens", type=int, default=128)
-        t.add_argument("--seed", type=int, default=0)
+        add_config_args(t, cls, required=("task",))
         t.add_argument("--out", required=True, help="output folder")
         t.set_defaults(func=fn)
-        if what == "head":
-            t.add_argument("--batch-size", type=int, default=8)
-            t.add_argument("--lr", type=float, default=5e-4)
-            t.add_argument("--acceptance-weight", type=float, default=0.1, help="lambda of the acceptance term")
-            t.add_argument("--rollout", default="greedy", help="greedy (the paper) | sample")
-            t.add_argument("--temperature", type=float, default=1.0)
-            t.add_argument("--mixing", default="linear")
-            t.add_argument("--reward", default="task", help="task (the task metric) | fidelity (target log p)")
-        else:
-            t.add_argument("--lr", type=float, default=1e-4)
 
     p = sub.add_parser("sweep-weight", help="static frontier: decode + score a task for w on a grid, pick fixed w")
     _pair_args(p)

@@ -81,6 +81,26 @@ def _resolve(name: str, role: str, draft_layers: int) -> str:
     return str(path)
 
 
+def available_devices() -> list[str]:
+    """The devices this torch build can use here: cpu, then cuda:0..N-1 and mps where present."""
+    cuda = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    return ["cpu", *cuda] + (["mps"] if torch.backends.mps.is_available() else [])
+
+
+def check_device(device: str) -> None:
+    """Refuse a device that torch cannot use here, in one line naming it and what is available."""
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"unknown device {device!r}; allowed: cpu, cuda, cuda:N, mps") from e
+    ok = (d.type == "cpu" or (d.type == "mps" and torch.backends.mps.is_available())
+          or (d.type == "cuda" and torch.cuda.is_available() and (d.index or 0) < torch.cuda.device_count()))
+    if not ok:
+        cuda = "" if torch.backends.cuda.is_built() else f" (torch {torch.__version__} is built without CUDA)"
+        raise ValueError(f"device {device!r} is not available here{cuda}; available: "
+                         f"{', '.join(available_devices())}")
+
+
 def load_model(name: str, *, dtype: str = "float32", device: str = "cpu", role: str = "target",
                draft_layers: int = DEFAULT_DRAFT_LAYERS) -> nn.Module:
     """Load a causal LM from a local path, a hub id, or `embedded`; eval mode, no grads."""
@@ -88,6 +108,7 @@ def load_model(name: str, *, dtype: str = "float32", device: str = "cpu", role: 
 
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; allowed: {', '.join(DTYPES)}")
+    check_device(device)
     path = _resolve(name, role, draft_layers)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])

@@ -27,7 +27,8 @@ from tqdm.auto import tqdm
 from diversed.engine import Stepper, _eos_set
 from diversed.head import WeightHead
 from diversed.models import DEFAULT_DRAFT_LAYERS
-from diversed.utils import atomic_path, config_hash, provenance, write_json, write_text
+from diversed.models import vocab_size as vocab_width
+from diversed.utils import atomic_path, config_hash, option, provenance, write_json, write_text
 from diversed.verifiers import MIXINGS, ensemble, logits_to_logprobs
 
 REWARDS = ("task", "fidelity")
@@ -35,30 +36,31 @@ REWARDS = ("task", "fidelity")
 
 @dataclass
 class HeadTrainConfig:
-    """Paper defaults (AdamW 5e-4, warm-up + cosine, batch 8, 2 epochs, 400 prompts, 128 tokens, clip 5)."""
+    """One head's training run. Defaults are the paper's (AdamW 5e-4, warm-up + cosine, batch 8, 2 epochs, 400
+    prompts, 128 tokens, clip 5, greedy rollouts)."""
 
-    task: str = "arith"
-    target: str = "embedded"
-    draft: str = "embedded"
-    draft_layers: int = DEFAULT_DRAFT_LAYERS
-    data_files: str | None = None
-    n_train: int = 400
-    epochs: int = 2
-    batch_size: int = 8
-    max_new_tokens: int = 128
-    lr: float = 5e-4
-    warmup_frac: float = 0.1
-    grad_clip: float = 5.0
-    acceptance_weight: float = 0.1  # lambda > 0
-    baseline_momentum: float = 0.9
-    rollout: str = "greedy"  # the paper's default; "sample" explores
-    temperature: float = 1.0  # applied to p and q (and to sampled rollouts)
-    mixing: str = "linear"
-    reward: str = "task"  # "task": the task metric; "fidelity": mean target log-likelihood per token
-    seed: int = 0
-    dtype: str = "float32"
-    device: str = "cpu"
-    chat: bool = True
+    task: str = option("arith", "task whose train split and reward the head learns")
+    target: str = option("embedded", "target model: local path, hub id, or `embedded`")
+    draft: str = option("embedded", "draft model: local path, hub id, or `embedded`")
+    draft_layers: int = option(DEFAULT_DRAFT_LAYERS, "which embedded draft (first N target layers)")
+    data_files: str | None = option(None, "local JSONL for the task (offline use of hub tasks)")
+    n_train: int = option(400, "training prompts (seeded subsample of the train split)")
+    epochs: int = option(2, "passes over the training prompts")
+    batch_size: int = option(8, "prompts per REINFORCE step")
+    max_new_tokens: int = option(128, "rollout length")
+    lr: float = option(5e-4, "AdamW learning rate")
+    warmup_frac: float = option(0.1, "fraction of the steps spent in linear warm-up")
+    grad_clip: float = option(5.0, "gradient-norm clip")
+    acceptance_weight: float = option(0.1, "lambda >= 0, the weight of the expected-acceptance term")
+    baseline_momentum: float = option(0.9, "momentum of the running-mean reward baseline")
+    rollout: str = option("greedy", "greedy (the paper) | sample (explores)")
+    temperature: float = option(1.0, "temperature of p and q (and of sampled rollouts)")
+    mixing: str = option("linear", "linear | logit")
+    reward: str = option("task", "task (the task metric) | fidelity (mean target log-likelihood per token)")
+    seed: int = option(0, "seed of the subsample, batch order and sampling")
+    dtype: str = option("float32", "float32 | bfloat16 | float16")
+    device: str = option("cpu", "cpu | cuda | cuda:N")
+    chat: bool = option(True, "apply the tokenizer's chat template")
 
     def validate(self) -> None:
         from diversed.tasks import registry
@@ -102,9 +104,13 @@ class Rollout:
 @torch.no_grad()
 def rollout(target: nn.Module, draft: nn.Module, head: WeightHead, ids: list[int], *, max_new_tokens: int,
             temperature: float, mixing: str, greedy: bool, generator: torch.Generator | None,
-            eos: set[int]) -> Rollout:
-    """Decode from nu_t = ensemble(p_t, q_t, head(h_t)) one token at a time, with KV caches."""
-    T, D = Stepper(target, max_len=len(ids) + max_new_tokens), Stepper(draft, max_len=len(ids) + max_new_tokens)
+            eos: set[int], vocab_size: int | None = None) -> Rollout:
+    """Decode from nu_t = ensemble(p_t, q_t, head(h_t)) one token at a time, with KV caches.
+
+    vocab_size: the pair's common logit width (Pair.vocab_size) when the two heads differ by padding."""
+    shared = min(vocab_width(target), vocab_width(draft))
+    max_len = len(ids) + max_new_tokens
+    T, D = Stepper(target, vocab_size, shared, max_len), Stepper(draft, vocab_size, shared, max_len)
     ps, qs, hts, hds, tokens = [], [], [], [], []
     pending = ids
     for _ in range(max_new_tokens):
@@ -192,7 +198,7 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
     steps_per_epoch = math.ceil(len(examples) / cfg.batch_size)
     total = cfg.epochs * steps_per_epoch
     opt, sched = make_optimizer(head, cfg.lr, total, cfg.warmup_frac)
-    baseline, start, log_rows = None, 0, []
+    baseline, start, log_rows, samples = None, 0, [], []  # samples: (prompt, completion) of the last batch
 
     ckpt_path = out / "checkpoint.pt"
     if ckpt_path.is_file():
@@ -205,7 +211,7 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
         head.load_state_dict(ckpt["head"])
         opt.load_state_dict(ckpt["optimizer"])
         sched.load_state_dict(ckpt["scheduler"])
-        baseline, start, log_rows = ckpt["baseline"], ckpt["step"], ckpt["log"]
+        baseline, start, log_rows, samples = ckpt["baseline"], ckpt["step"], ckpt["log"], ckpt["samples"]
 
     reward_fn = task_reward(task, cfg.reward)
     eos = _eos_set(pair.target, None)
@@ -223,8 +229,9 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
         head.eval()
         rollouts = [rollout(pair.target, pair.draft, head, encoded[i], max_new_tokens=cfg.max_new_tokens,
                             temperature=cfg.temperature, mixing=cfg.mixing, greedy=cfg.rollout == "greedy",
-                            generator=gen, eos=eos) for i in batch]
+                            generator=gen, eos=eos, vocab_size=pair.vocab_size) for i in batch]
         completions = [pair.tokenizer.decode(r.tokens.tolist(), skip_special_tokens=True) for r in rollouts]
+        samples = [[examples[i].prompt[:500], c[:500]] for i, c in zip(batch, completions, strict=True)]
         rewards = torch.tensor([reward_fn(c, examples[i], r) for c, i, r in zip(completions, batch, rollouts,
                                                                                  strict=True)], device=device)
         if baseline is None:
@@ -246,7 +253,8 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
                         acc=f"{row['expected_acceptance']:.3f}")
         with atomic_path(ckpt_path) as tmp:
             torch.save({"config_id": cid, "step": step + 1, "head": head.state_dict(), "optimizer": opt.state_dict(),
-                        "scheduler": sched.state_dict(), "baseline": baseline, "log": log_rows}, tmp)
+                        "scheduler": sched.state_dict(), "baseline": baseline, "log": log_rows,
+                        "samples": samples}, tmp)
         if on_step is not None:
             on_step(step + 1)
 
@@ -255,9 +263,8 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
     head.save(head_path, task=cfg.task, config=dataclasses.asdict(cfg), config_id=cid, steps=total)
     summary = {k: log_rows[-1][k] for k in ("reward", "expected_acceptance", "mean_w")} if log_rows else {}
     tracker.summary(summary)
-    if log_rows:
-        tracker.table("samples", ["prompt", "completion"], [[examples[i].prompt[:500], c[:500]] for i, c in
-                                                             zip(batch, completions, strict=True)])
+    if samples:
+        tracker.table("samples", ["prompt", "completion"], samples)
     tracker.finish()
     write_json(out / "manifest.json", {"config": dataclasses.asdict(cfg), "config_id": cid, "steps": total,
                                        "seconds": sum(r["seconds"] for r in log_rows), "final": summary,
@@ -288,26 +295,41 @@ def load_log(path: str | Path) -> list[dict]:
 class DistillConfig:
     """Distil the draft toward the target: KL(p_target || q_draft) on target-generated text."""
 
-    task: str = "arith"
-    target: str = "embedded"
-    draft: str = "embedded"
-    draft_layers: int = DEFAULT_DRAFT_LAYERS
-    data_files: str | None = None
-    n_train: int = 400
-    max_new_tokens: int = 128
-    epochs: int = 2
-    lr: float = 1e-4
-    grad_clip: float = 1.0
-    seed: int = 0
-    dtype: str = "float32"
-    device: str = "cpu"
-    chat: bool = True
+    task: str = option("arith", "task whose train prompts the target writes the text for")
+    target: str = option("embedded", "target model: local path, hub id, or `embedded`")
+    draft: str = option("embedded", "draft model to fine-tune: local path, hub id, or `embedded`")
+    draft_layers: int = option(DEFAULT_DRAFT_LAYERS, "which embedded draft (first N target layers)")
+    data_files: str | None = option(None, "local JSONL for the task (offline use of hub tasks)")
+    n_train: int = option(400, "training prompts (seeded subsample of the train split)")
+    max_new_tokens: int = option(128, "length of the target's greedy completions")
+    epochs: int = option(2, "passes over the target's text")
+    lr: float = option(1e-4, "AdamW learning rate")
+    grad_clip: float = option(1.0, "gradient-norm clip")
+    seed: int = option(0, "seed of the subsample and the order")
+    dtype: str = option("float32", "float32 | bfloat16 | float16")
+    device: str = option("cpu", "cpu | cuda | cuda:N")
+    chat: bool = option(True, "apply the tokenizer's chat template")
+
+
+    def validate(self) -> None:
+        from diversed.tasks import registry
+
+        if self.task not in registry():
+            raise ValueError(f"unknown task {self.task!r}; allowed: {', '.join(sorted(registry()))}")
+        for name in ("n_train", "epochs", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
 
 
 def kl_loss(target_logits: torch.Tensor, draft_logits: torch.Tensor) -> torch.Tensor:
-    """Mean over positions of KL(softmax(target) || softmax(draft)): [L, V] x [L, V] -> scalar."""
-    log_p = target_logits.float().log_softmax(-1)
-    log_q = draft_logits.float().log_softmax(-1)
+    """Mean over positions of KL(softmax(target) || softmax(draft)): [L, V_t] x [L, V_d] -> scalar.
+
+    Heads that differ only by padding are compared over the shared ids (the rest are never real tokens)."""
+    shared = min(target_logits.shape[-1], draft_logits.shape[-1])
+    log_p = target_logits[..., :shared].float().log_softmax(-1)  # [L, shared]
+    log_q = draft_logits[..., :shared].float().log_softmax(-1)
     return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
 
 

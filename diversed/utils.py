@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -15,6 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+
+def option(default: Any, help: str, flag: str | None = None) -> Any:
+    """A config dataclass field with its help text: the command line's flag for it is generated from the field
+    (cli.add_config_args), so its default lives in one place. flag: a short form such as "-K"."""
+    return dataclasses.field(default=default, metadata={"help": help} | ({"flag": flag} if flag else {}))
 
 
 @contextlib.contextmanager

@@ -84,3 +84,30 @@ def test_prompts_file_errors(tiny_dir, tmp_path, capsys):
     with pytest.raises(SystemExit):
         generate(tiny_dir, tmp_path / "out", "--prompts", str(bad))
     assert "prompt 2 has no non-empty \"prompt\" field" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:7", "tpu"])
+def test_unavailable_device_is_one_line_error(tiny_dir, tmp_path, capsys, device):
+    import torch
+
+    if torch.cuda.is_available() and device != "tpu":
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(SystemExit) as e:
+        generate(tiny_dir, tmp_path, "--device", device, "--prompt", "hi")
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1
+    assert (f"device {device!r}" in err and "available: cpu" in err) or "unknown device" in err
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("what", ["head", "draft"])
+def test_training_flags_default_to_the_config_dataclass(what):
+    """The dataclass is the one place a default lives: parsing only the required flags gives its defaults."""
+    from diversed.cli import build_parser, config_from_args
+    from diversed.train import DistillConfig, HeadTrainConfig
+
+    cls = {"head": HeadTrainConfig, "draft": DistillConfig}[what]
+    a = build_parser().parse_args(["train", what, "--task", "arith", "--out", "x"])
+    assert config_from_args(cls, a) == cls(task="arith")
+    a = build_parser().parse_args(["train", what, "--task", "arith", "--out", "x", "--lr", "0.25", "--no-chat"])
+    assert config_from_args(cls, a) == cls(task="arith", lr=0.25, chat=False)

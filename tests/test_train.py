@@ -160,3 +160,45 @@ def test_distilled_draft_moves_toward_target_and_is_a_usable_draft(tiny_dir, tmp
     gen = speculative_generate(after.target, after.draft, [1, 20, 30], verifier="strict", K=3, max_new_tokens=8,
                                temperature=0)
     assert len(gen.tokens) == 8
+
+
+def test_resume_after_the_last_checkpoint_finishes(tiny_pair, tmp_path):
+    """Killed after the last step's checkpoint, before the head is saved: the rerun saves the same head."""
+    full = train_head(config(), tmp_path / "full", pair=tiny_pair, progress=False)
+
+    def kill_at_end(step):
+        if step == 6:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        train_head(config(), tmp_path / "killed", pair=tiny_pair, progress=False, on_step=kill_at_end)
+    resumed = train_head(config(), tmp_path / "killed", pair=tiny_pair, progress=False)
+    a, b = load_head(full, tiny_pair.target, tiny_pair.draft), load_head(resumed, tiny_pair.target, tiny_pair.draft)
+    assert torch.equal(a.proj.weight, b.proj.weight)
+
+
+@pytest.fixture(scope="module")
+def padded_draft_dir(tiny_dir, tmp_path_factory):
+    """The tiny draft with its head padded to a wider vocabulary: same tokenizer, so load_pair accepts the pair."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path_factory.mktemp("padded") / "draft"
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir / "tiny-draft-l1")
+    model.resize_token_embeddings(160)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_dir / "tiny-draft-l1").save_pretrained(out)
+    return out
+
+
+def test_head_training_and_distillation_on_a_padded_pair(tiny_dir, padded_draft_dir, tmp_path):
+    from diversed.models import load_pair, vocab_size
+    from diversed.train import DistillConfig, distill_draft
+
+    target = str(tiny_dir / "tiny-target")
+    pair = load_pair(target, str(padded_draft_dir))
+    assert pair.vocab_size == 160 and vocab_size(pair.target) == 128
+    train_head(config(), tmp_path / "head", pair=pair, progress=False)
+    cfg = DistillConfig(task="arith", target=target, draft=str(padded_draft_dir), n_train=2, max_new_tokens=6,
+                        epochs=1)
+    out = distill_draft(cfg, tmp_path / "ft", progress=False)
+    assert len(load_log(out / "train_log.csv")) == 2
