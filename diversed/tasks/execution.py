@@ -1,17 +1,30 @@
 """Run model-written code as untrusted input: one process per candidate, limits on everything.
 
-Each candidate runs in a fresh `python -I` process in an empty temporary directory, in its own
-session (killed as a group at the deadline), with limits on address space, CPU time, file size,
-open files and processes, as an unprivileged user when we are root, and behind a guard that removes
-networking, process creation and destructive file operations before the candidate's first line.
-A candidate that hangs, forks, floods memory or touches the network fails its example and nothing else.
+Each candidate runs in a fresh `python -I` process in an empty temporary folder (deleted afterwards), in its own
+session (killed as a group at the deadline), with limits on address space, CPU time, file size, open files and
+processes, as user nobody when we are root. Isolation comes from the operating system first (the first of
+`ISOLATIONS` that works on this machine, checked once per process):
+
+- "bwrap": bubblewrap, new user, mount, pid, network, ipc and uts namespaces; the whole file system read-only,
+  private tmpfs on /tmp, /var/tmp and the home folder, a fresh /dev and /proc; only the candidate's folder is
+  writable, and nothing written elsewhere outlives the candidate.
+- "unshare": util-linux's unshare where bwrap is missing or refused: the same namespaces, private tmpfs on /tmp,
+  /var/tmp and /dev/shm, the home folder read-only; elsewhere only file permissions stop writes.
+- "none": the limits and the guard only (a warning says so once).
+
+A Python guard, executed before the candidate's first line, is the second layer: it removes networking, process
+creation and destructive file operations, and refuses writes outside the candidate's folder through `open`,
+`io.open` (so `pathlib`) and `os.open`. A candidate that hangs, forks, floods memory, touches the network or
+writes elsewhere fails its example or leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,10 +32,14 @@ import tempfile
 from dataclasses import dataclass
 
 NOBODY = 65534
+PATH = "/usr/bin:/bin"  # where the sandbox's tools and the candidate's commands are looked up
+MAX_PROCESSES = 32
+ISOLATIONS = ("bwrap", "unshare", "none")  # best first
 
-# Executed before the candidate; closes the doors a test program never needs.
-GUARD = r'''
-import builtins, os, shutil, socket, subprocess, sys
+# Executed before the candidate; closes the doors a test program never needs. The process limit is set here,
+# inside the namespaces, so that it counts the candidate's processes only.
+GUARD = f"import resource\nresource.setrlimit(resource.RLIMIT_NPROC, ({MAX_PROCESSES}, {MAX_PROCESSES}))\n" + r'''
+import builtins, io, os, shutil, socket, subprocess, sys
 def _blocked(*a, **k):
     raise PermissionError("blocked by the diversed sandbox")
 for _name in ("socket", "create_connection", "create_server", "socketpair", "fromfd", "getaddrinfo"):
@@ -36,16 +53,36 @@ for _name in ("fork", "forkpty", "system", "popen", "execv", "execve", "execvp",
         setattr(os, _name, _blocked)
 shutil.rmtree = shutil.move = shutil.chown = _blocked
 subprocess.Popen = subprocess.run = subprocess.call = subprocess.check_output = subprocess.check_call = _blocked
-_open = builtins.open
+_open, _os_open = builtins.open, os.open
 _here = os.path.realpath(os.getcwd())
+_WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+def _outside(file):
+    return not isinstance(file, int) and not os.path.realpath(os.fsdecode(file)).startswith(_here + os.sep)
 def _guarded_open(file, mode="r", *a, **k):
-    if any(c in mode for c in "wax+") and not os.path.realpath(str(file)).startswith(_here + os.sep):
+    if any(c in mode for c in "wax+") and _outside(file):
         raise PermissionError("writes outside the sandbox directory are blocked")
     return _open(file, mode, *a, **k)
-builtins.open = _guarded_open
+def _guarded_os_open(path, flags, mode=0o777, *, dir_fd=None):
+    if flags & _WRITE and (dir_fd is not None or _outside(path)):
+        raise PermissionError("writes outside the sandbox directory are blocked")
+    return _os_open(path, flags, mode)
+builtins.open = io.open = _guarded_open
+os.open = _guarded_os_open
 sys.modules["multiprocessing"] = None
 sys.modules["ctypes"] = None
 del _name, _blocked
+'''
+
+# unshare's first process: private mounts as the namespace's root, then the candidate with no capabilities left.
+# The work folder is held as the current directory across the tmpfs that may cover it, then bound back over it.
+UNSHARE_PROLOGUE = r'''
+set -e
+work="$1"; home="$2"; shift 2
+cd "$work"
+if [ -n "$home" ]; then mount --bind "$home" "$home"; mount -o remount,bind,ro "$home"; fi
+for d in /tmp /var/tmp /dev/shm; do if [ -d "$d" ]; then mount -t tmpfs -o mode=1777 tmpfs "$d"; fi; done
+mkdir -p "$work"; mount --no-canonicalize --bind . "$work"; cd "$work"
+exec setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"
 '''
 
 
@@ -54,6 +91,7 @@ class ExecResult:
     passed: bool
     status: str  # "passed" | "failed" | "timeout" | "error"
     detail: str = ""
+    isolation: str = ""  # one of ISOLATIONS
 
 
 def _world_executable(path: str) -> bool:
@@ -84,6 +122,59 @@ def interpreter() -> tuple[str, bool]:
     return sys.executable, False
 
 
+def _home() -> str:
+    """The home folder to protect, "" when there is none worth a mount."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    return home if home != os.sep and os.path.isdir(home) else ""
+
+
+def _under(path: str, folder: str) -> bool:
+    return bool(folder) and (path + os.sep).startswith(folder + os.sep)
+
+
+def _isolated(isolation: str, cmd: list[str], work: str) -> list[str]:
+    """`cmd` wrapped in the namespaces of `isolation`, with `work` its only writable folder."""
+    home = _home()
+    if isolation == "bwrap":
+        args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                "--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/var/tmp"]
+        if home:  # hidden, except the interpreter when it lives there
+            args += ["--tmpfs", home]
+            prefixes = {os.path.dirname(os.path.dirname(p)) for p in (cmd[0], os.path.realpath(cmd[0]))}
+            for prefix in sorted(p for p in prefixes if _under(p, home)):
+                args += ["--ro-bind", prefix, prefix]
+        return [*args, "--bind", work, work, "--chdir", work, "--unshare-all", "--die-with-parent",
+                "--new-session", "--", *cmd]
+    if isolation == "unshare":
+        return ["unshare", "--user", "--map-root-user", "--mount", "--net", "--pid", "--ipc", "--uts", "--fork",
+                "--kill-child", "--mount-proc", "sh", "-c", UNSHARE_PROLOGUE, "sh", work, home, *cmd]
+    if isolation == "none":
+        return cmd
+    raise ValueError(f"unknown isolation {isolation!r}; allowed: {', '.join(ISOLATIONS)}")
+
+
+@functools.cache
+def unavailable(isolation: str) -> str:
+    """Why `isolation` cannot run a trivial candidate on this machine, "" when it can (checked once per process)."""
+    if isolation == "none":
+        return ""
+    if shutil.which(isolation, path=PATH) is None:
+        return f"`{isolation}` is not installed in {PATH}"
+    r = run_untrusted("", isolation=isolation)
+    return "" if r.passed else f"`{isolation}` fails here: {(r.detail.strip().splitlines() or [r.status])[-1]}"
+
+
+@functools.cache
+def best_isolation() -> str:
+    """The first of ISOLATIONS that works here, checked once per process; a warning when it is not bwrap."""
+    best = next(i for i in ISOLATIONS if not unavailable(i))
+    if best != "bwrap":
+        print(f"warning: the code sandbox runs with isolation {best!r}, not 'bwrap' ({unavailable('bwrap')}); "
+              "install bubblewrap for a read-only file system and a private home and temporary folder",
+              file=sys.stderr)
+    return best
+
+
 def _limits(memory_mb: int, cpu_s: int, drop: bool) -> None:
     """preexec_fn: runs in the child between fork and exec."""
     os.setsid()
@@ -97,40 +188,45 @@ def _limits(memory_mb: int, cpu_s: int, drop: bool) -> None:
         os.setgroups([])
         os.setgid(NOBODY)
         os.setuid(NOBODY)
-    resource.setrlimit(resource.RLIMIT_NPROC, (32, 32))
 
 
-def run_untrusted(program: str, *, timeout: float = 10.0, memory_mb: int = 1024) -> ExecResult:
-    """Run `program` (candidate + its tests); passed means exit status 0 within the limits."""
+def run_untrusted(program: str, *, timeout: float = 10.0, memory_mb: int = 1024,
+                  isolation: str | None = None) -> ExecResult:
+    """Run `program` (candidate + its tests); passed means exit status 0 within the limits.
+
+    `isolation` is one of ISOLATIONS; None takes the best that works here (`best_isolation`)."""
+    level = isolation or best_isolation()
     with tempfile.TemporaryDirectory(prefix="diversed-exec-") as tmp:
+        tmp = os.path.realpath(tmp)
         os.chmod(tmp, 0o777)  # the unprivileged child must be able to work in it
         path = os.path.join(tmp, "candidate.py")
         with open(path, "w") as f:
             f.write(GUARD + "\n" + program)
         os.chmod(path, 0o644)
         python, drop = interpreter()
-        cmd = [python, "-I", "-B", path]
-        env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "HOME": tmp, "LANG": "C.UTF-8"}
+        cmd = _isolated(level, [python, "-I", "-B", path], tmp)
+        env = {"PATH": PATH, "PYTHONHASHSEED": "0", "HOME": tmp, "LANG": "C.UTF-8"}
         try:
             proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.PIPE,
                                     preexec_fn=lambda: _limits(memory_mb, int(timeout) + 1, drop))
         except OSError as e:
-            return ExecResult(False, "error", f"could not start: {e}")
+            return ExecResult(False, "error", f"could not start: {e}", level)
         try:
             _, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
-            return ExecResult(False, "timeout", f"no result within {timeout:g} s")
+            return ExecResult(False, "timeout", f"no result within {timeout:g} s", level)
         finally:
             _kill_group(proc)
         detail = err.decode(errors="replace")[-2000:]
         if proc.returncode == 0:
-            return ExecResult(True, "passed", detail)
-        return ExecResult(False, "failed", detail or f"exit status {proc.returncode}")
+            return ExecResult(True, "passed", detail, level)
+        return ExecResult(False, "failed", detail or f"exit status {proc.returncode}", level)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the candidate's session; bwrap and unshare take their namespaces' processes down with them."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
