@@ -1,5 +1,6 @@
-# The diversed reproduction: verifier training per task -> decoding runs -> quality scoring -> tables,
-# figures and results/REPORT.md. `snakemake --cores all` runs config/config.yaml (the embedded default).
+# The diversed reproduction: static weight sweeps and verifier training per task -> decoding runs -> quality
+# scoring -> tables, figures and results/REPORT.md. `snakemake --cores all` runs config/config.yaml (the embedded
+# default).
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -14,11 +15,12 @@ if not config:
 include: "workflow/rules/common.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/sweep.smk"
 include: "workflow/rules/decode.smk"
 include: "workflow/rules/report.smk"
 
 
 rule all:
     input:
-        final_outputs(),
+        rules.report.output,
     default_target: True

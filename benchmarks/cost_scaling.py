@@ -8,12 +8,13 @@ own would show as ms/step rising from 64 to 1024 new tokens.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from diversed.engine import speculative_generate
+from diversed.engine import Execution, Sampling, speculative_generate
 from diversed.models import truncated_draft
 from diversed.utils import provenance, write_json, write_text
 
@@ -26,27 +27,30 @@ def tiny_pair():
     return target, truncated_draft(target, 1)
 
 
-def decode(target, draft, prompts: int, tokens: int, seed: int = 0):
+def decode(target, draft, prompts: int, tokens: int, execution: Execution, seed: int = 0):
     t0 = time.perf_counter()
     gens = [speculative_generate(target, draft, [1, 10 + i % 100, 20], verifier="fixed", weight=0.5, K=5,
-                                 max_new_tokens=tokens, temperature=1.0, eos_token_id=[],
-                                 generator=torch.Generator().manual_seed(seed + i)) for i in range(prompts)]
+                                 max_new_tokens=tokens, sampling=Sampling(temperature=1.0), eos_token_id=[],
+                                 generator=torch.Generator().manual_seed(seed + i), execution=execution)
+            for i in range(prompts)]
     return time.perf_counter() - t0, gens
 
 
 def main() -> None:
     target, draft = tiny_pair()
-    decode(target, draft, 2, 32)  # warm-up
+    execution = Execution.from_env()
+    decode(target, draft, 2, 32, execution)  # warm-up
     rows = []
     for prompts, tokens in [(1, 64), (10, 64), (100, 64), (1, 256), (1, 1024)]:
-        seconds, gens = decode(target, draft, prompts, tokens)
+        seconds, gens = decode(target, draft, prompts, tokens, execution)
         n_tokens = sum(len(g.tokens) for g in gens)
         steps = sum(g.steps for g in gens)
         rows.append({"prompts": prompts, "new_tokens_each": tokens, "seconds": seconds,
                      "ms_per_token": 1000 * seconds / n_tokens, "ms_per_step": 1000 * seconds / steps,
                      "tau": n_tokens / steps})
         print(rows[-1], flush=True)
-    write_json("results/bench/cost_scaling.json", {"rows": rows, **provenance()})
+    write_json("results/bench/cost_scaling.json",
+               {"rows": rows, "execution": dataclasses.asdict(execution), **provenance()})
     md = ["| prompts | new tokens each | seconds | ms/token | ms/step | tau |", "|---|---|---|---|---|---|"]
     md += [f"| {r['prompts']} | {r['new_tokens_each']} | {r['seconds']:.2f} | {r['ms_per_token']:.3f} | "
            f"{r['ms_per_step']:.3f} | {r['tau']:.2f} |" for r in rows]

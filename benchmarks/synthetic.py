@@ -12,12 +12,14 @@ prints the summary tables last.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import torch
 
-from diversed.bench import _time, hf_generate, ideal_speedup, step_ms
-from diversed.engine import _sync, autoregressive_generate, speculative_generate, summarize
+from diversed.bench import hf_generate, ideal_speedup, step_ms, time_prompts
+from diversed.engine import Execution, Sampling, autoregressive_generate, speculative_generate, synchronize
+from diversed.stats import summarize
 from diversed.utils import provenance, write_json, write_text
 
 # The paper's architectures (public configs), built with random weights: (draft, target).
@@ -57,32 +59,28 @@ def copy_bandwidth(device: str, gib: float = 1.0) -> float:
     x = torch.empty(int(gib * 2**30), dtype=torch.uint8, device=device)
     y = torch.empty_like(x)
     y.copy_(x)
-    _sync(torch.device(device))
+    synchronize(torch.device(device))
     t0 = time.perf_counter()
     for _ in range(5):
         y.copy_(x)
-    _sync(torch.device(device))
+    synchronize(torch.device(device))
     return 2 * x.numel() * 5 / (time.perf_counter() - t0)
 
 
-def timed_prompts(fn, prompts: list[list[int]], device: torch.device) -> tuple[float, list]:
-    """(seconds, outputs) of fn over every prompt, after one warm-up (allocation, capture, compilation), synced."""
-    fn(prompts[0])
-    return _time(lambda: [fn(p) for p in prompts], device)
-
-
-def measure(target, draft, prompts: list[list[int]], a: argparse.Namespace, capture: str, floor: dict) -> dict:
+def measure(target, draft, prompts: list[list[int]], a: argparse.Namespace, execution: Execution,
+            floor: dict) -> dict:
     """Step costs and synthetic-acceptance decoding of our engine with one capture mode."""
-    device = torch.device(a.device)
-    t_step = step_ms(target, prompts[0], capture=capture)
-    v_step = step_ms(target, prompts[0], n_tokens=a.K + 1, capture=capture)
-    d_step = step_ms(draft, prompts[0], capture=capture)
+    device, capture = torch.device(a.device), execution.capture
+    t_step = step_ms(target, prompts[0], execution=execution)
+    v_step = step_ms(target, prompts[0], n_tokens=a.K + 1, execution=execution)
+    d_step = step_ms(draft, prompts[0], execution=execution)
     c = d_step / t_step
 
     def timed(fn):
-        return timed_prompts(fn, prompts, device)
+        return time_prompts(fn, prompts, device, warmup=True)
 
-    kw = {"max_new_tokens": a.tokens, "temperature": 0.0, "eos_token_id": [], "capture": capture}
+    kw = {"max_new_tokens": a.tokens, "sampling": Sampling(temperature=0.0), "eos_token_id": [],
+          "execution": execution}
     t_ar, _ = timed(lambda p: autoregressive_generate(target, p, **kw))
     rows = [{"method": f"ours target-only ({capture})", "tokens_per_s": len(prompts) * a.tokens / t_ar,
              "speedup": 1.0}]
@@ -156,18 +154,19 @@ def main() -> None:
     bw = copy_bandwidth(a.device, 1.0 if a.device.startswith("cuda") else 0.25)
     floor = {name: 1000 * sum(p.numel() * p.element_size() for p in m.parameters()) / bw
              for name, m in (("draft", draft), ("target", target))}
+    execution = Execution.from_env()
     result = {"pair": a.pair, "device": a.device, "dtype": a.dtype, "K": a.K, "tokens": a.tokens,
               "prompts": a.prompts, "copy_bandwidth_GBps": bw / 1e9, "floor_ms": floor, "captures": [],
-              **provenance()}
+              "execution": dataclasses.asdict(execution), **provenance()}
     for name, fn in (("hf_target_tokens_per_s", lambda p: hf_generate(target, p, max_new_tokens=a.tokens)),
                      ("hf_assisted_tokens_per_s",
                       lambda p: hf_generate(target, p, max_new_tokens=a.tokens, draft=draft, K=a.K))):
-        t, outs = timed_prompts(fn, prompts, torch.device(a.device))
+        t, outs = time_prompts(fn, prompts, torch.device(a.device), warmup=True)
         result[name] = sum(len(o) for o in outs) / t
     tokens = {}  # capture -> greedy tokens with real verification
     for capture in sorted(a.captures, key=lambda c: c != "none"):  # eager first: the reference for agreement
         try:
-            m = measure(target, draft, prompts, a, capture, floor)
+            m = measure(target, draft, prompts, a, dataclasses.replace(execution, capture=capture), floor)
             tokens[capture] = m.pop("tokens")
             if "none" in tokens:
                 m["tokens_equal_to_eager"] = agreement(tokens[capture], tokens["none"])

@@ -16,6 +16,8 @@ METHOD_NAMES = {"autoregressive": "Target only", "draft": "Draft only", "strict"
                 "finetuned": "SD with fine-tuned draft", "fixed": "Static ensemble (fixed w)",
                 "dynamic": "DIVERSED"}
 TABLE1_METHODS = ("strict", "finetuned", "dynamic")
+BASELINES = ("autoregressive", "draft")  # one model decoding alone: no draft length K
+SPEEDUP_KEYS = ["pair", "task", "temperature", "seed"]  # what a run shares with its target-only baseline
 
 # Published numbers (DESIGN.md §1), T = 1.0, Llama-3.2-1B-Instruct drafting for Llama-3.1-8B-Instruct:
 # {(method, task): (acceptance %, quality)}; quality in the task's metric (accuracy/pass@1 as fractions).
@@ -40,7 +42,8 @@ def run_record(run_dir: str | Path) -> dict:
     return {
         "pair": labels.get("pair", f"{c['target']}|{c['draft']}"), "task": labels.get("task", c.get("task")),
         "method": labels.get("method", c["verifier"]), "head_task": labels.get("head_task"),
-        "temperature": c["temperature"], "K": c["K"], "seed": c["seed"], "target": c["target"], "draft": c["draft"],
+        "temperature": c["temperature"], "K": None if c["verifier"] in BASELINES else c["K"], "seed": c["seed"],
+        "target": c["target"], "draft": c["draft"],
         "weight": c.get("weight"), "mixing": c["mixing"], "prompts": s["prompts"],
         "draft_acceptance_rate": s["draft_acceptance_rate"], "mean_acceptance_length": s["mean_acceptance_length"],
         "acceptance_by_position": json.dumps(s["acceptance_by_position"]), "mean_weight": s["mean_weight"],
@@ -53,13 +56,23 @@ def run_record(run_dir: str | Path) -> dict:
 
 
 def collect(run_dirs: list[str | Path]) -> pd.DataFrame:
-    """All runs as a tidy frame, with speedup over the target-only run of the same pair/task/T/K/seed."""
+    """All runs as a tidy frame, with each run's speedup over its target-only baseline."""
     df = pd.DataFrame([run_record(d) for d in run_dirs])
-    keys = ["pair", "task", "temperature", "seed"]
-    ar = df[df["method"] == "autoregressive"].set_index(keys)["seconds_per_sample"]
-    ar = ar[~ar.index.duplicated()]
-    df["speedup"] = [ar.get(tuple(r[k] for k in keys), math.nan) / r["seconds_per_sample"] for _, r in df.iterrows()]
+    df["K"] = df["K"].astype("Int64")  # empty for the baselines
+    df["speedup"] = speedup(df)
     return df
+
+
+def speedup(df: pd.DataFrame) -> pd.Series:
+    """tokens/s of each run over that of the target-only run with the same pair, task, T and seed (one per
+    such key: it has no K), nan where there is none."""
+    target_only = df[df["method"] == "autoregressive"]
+    twice = target_only[target_only.duplicated(SPEEDUP_KEYS, keep=False)]
+    if len(twice):
+        key = ", ".join(f"{k} {twice.iloc[0][k]}" for k in SPEEDUP_KEYS)
+        raise ValueError(f"{len(twice)} target-only runs for {key}: the speedup baseline needs exactly one")
+    base = df[SPEEDUP_KEYS].merge(target_only[[*SPEEDUP_KEYS, "tokens_per_s"]], on=SPEEDUP_KEYS, how="left")
+    return pd.Series(df["tokens_per_s"].to_numpy() / base["tokens_per_s"].to_numpy(), index=df.index)
 
 
 def ci95(values) -> tuple[float, float]:
@@ -84,7 +97,10 @@ def fmt(mean: float, half: float, scale: float = 1.0, digits: int = 1) -> str:
 
 
 def _quality_scale(metric: str) -> tuple[float, int]:
-    return (100.0, 1) if metric in ("accuracy", "pass@1") else (1.0, 2)
+    """Fractions are shown in percent with one digit; percentages and log-likelihoods as they are, two digits."""
+    from diversed.tasks import metric_spec
+
+    return (100.0, 1) if metric_spec(metric).unit == "fraction" else (1.0, 2)
 
 
 def cell(group: pd.DataFrame) -> str:
@@ -107,12 +123,12 @@ def table1(df: pd.DataFrame, temperature: float) -> pd.DataFrame:
             g = d[(d["pair"] == pair) & (d["method"] == method)]
             if g.empty:
                 continue
-            row = {"pair": pair, "method": METHOD_NAMES[method]}
+            row = {"pair": pair, "method": METHOD_NAMES.get(method, method)}
             row |= {t: cell(g[g["task"] == t]) for t in tasks}
             rows.append(row)
             first = g.iloc[0]
             if temperature == 1.0 and (first["target"], first["draft"]) == PAPER_PAIR:
-                ref = {"pair": pair, "method": METHOD_NAMES[method] + " (paper)"}
+                ref = {"pair": pair, "method": METHOD_NAMES.get(method, method) + " (paper)"}
                 for t in tasks:
                     a, q = PAPER.get((method, t), (None, None))
                     ref[t] = "–" if a is None else f"{a:.2f} / {'–' if q is None else q}"
@@ -145,11 +161,12 @@ def table3(df: pd.DataFrame, temperature: float) -> pd.DataFrame:
 
 
 def speed_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Tokens/s, speedup over target-only, alpha, tau, bias, per pair/task/T/method (mean ± 95% CI)."""
+    """Tokens/s, speedup over target-only, alpha, tau, bias, per pair/task/T/method/K (mean ± 95% CI)."""
     rows = []
-    keys = ["pair", "task", "temperature", "method", "head_task"]
-    for key, g in df.fillna({"head_task": ""}).groupby(keys, sort=True):
+    keys = ["pair", "task", "temperature", "method", "K", "head_task"]
+    for key, g in df.fillna({"head_task": ""}).groupby(keys, sort=True, dropna=False):
         row = dict(zip(keys, key, strict=True))
+        row["K_text"] = "–" if pd.isna(row["K"]) else str(int(row["K"]))  # the baselines have no K
         for col, scale, digits in (("tokens_per_s", 1, 1), ("speedup", 1, 2), ("draft_acceptance_rate", 100, 1),
                                    ("mean_acceptance_length", 1, 2), ("bias_tv", 1, 3), ("quality", 1, 3)):
             m, h = ci95(g[col])

@@ -8,6 +8,7 @@ generation at the same K, plus alpha, tau and whether the greedy tokens agree.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -17,8 +18,9 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from diversed.engine import Stepper, _sync, autoregressive_generate, speculative_generate, summarize
+from diversed.engine import Execution, Sampling, Stepper, autoregressive_generate, speculative_generate, synchronize
 from diversed.fastpath import check_capture
+from diversed.stats import summarize
 from diversed.utils import provenance, write_json, write_text
 
 PROMPTS = [
@@ -45,19 +47,20 @@ def ideal_speedup(alpha: float, K: int, c: float, v: float = 1.0) -> float:
     return expected_tokens_per_step(alpha, K) / (K * c + v)
 
 
-def step_ms(model: nn.Module, prompt: list[int], n_tokens: int = 1, reps: int = 20, capture: str = "none") -> float:
-    """Median ms of one cached forward of n_tokens after `prompt` (the engine's static-cache step, captured as the
-    engine captures it), synced; the first (capturing) call is not timed."""
-    s = Stepper(model, max_len=len(prompt) + n_tokens + 1, capture=capture, buckets=(n_tokens,))
+def step_ms(model: nn.Module, prompt: list[int], n_tokens: int = 1, reps: int = 20,
+            execution: Execution | None = None) -> float:
+    """Median ms of one cached forward of n_tokens after `prompt` (the engine's step, run and captured as
+    `execution` says; default Execution()), synced; the first (capturing) call is not timed."""
+    s = Stepper(model, max_len=len(prompt) + n_tokens + 1, execution=execution or Execution(), buckets=(n_tokens,))
     s(prompt, last_only=True)
     s(list(range(5, 5 + n_tokens)))  # warm-up / capture
     s.crop(s.n - n_tokens)
     times = []
     for _ in range(reps):
-        _sync(s.device)
+        synchronize(s.device)
         t0 = time.perf_counter()
         s(list(range(5, 5 + n_tokens)))
-        _sync(s.device)
+        synchronize(s.device)
         times.append(time.perf_counter() - t0)
         s.crop(s.n - n_tokens)
     return 1000 * statistics.median(times)
@@ -114,13 +117,16 @@ class _CallCounter:
         self.n += 1
 
 
-def _time(fn: Callable[[], object], device: torch.device) -> tuple[float, object]:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def time_prompts(fn: Callable[[list[int]], object], prompts: list[list[int]], device: torch.device,
+                 warmup: bool = False) -> tuple[float, list]:
+    """(seconds, [fn(p) for p in prompts]), synced before and after; warmup: one untimed fn(prompts[0]) first
+    (allocation, capture, compilation)."""
+    if warmup:
+        fn(prompts[0])
+    synchronize(device)
     t0 = time.perf_counter()
-    result = fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    result = [fn(p) for p in prompts]
+    synchronize(device)
     return time.perf_counter() - t0, result
 
 
@@ -128,11 +134,13 @@ def run_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], *, 
               weights: tuple[float, ...] = (0.3, 0.5, 0.7), repeats: int = 3, vocab_size: int | None = None,
               progress: bool = True, capture: str = "none") -> dict:
     """Time every method over all prompts `repeats` times (after one warm-up each); greedy decoding.
-    capture: how our engine runs its fixed-shape steps (engine.speculative_generate)."""
+    capture: how our engine runs its fixed-shape steps (engine.Execution; the rest from the environment)."""
+    execution = dataclasses.replace(Execution.from_env(), capture=capture)
     for role, model in (("target", target), ("draft", draft)):  # before anything is timed
-        check_capture(capture, model, role)
+        check_capture(capture, model, role, enabled=execution.fastpath)
     device = target.get_output_embeddings().weight.device
-    ours = {"eos_token_id": [], "temperature": 0.0, "max_new_tokens": max_new_tokens, "capture": capture}
+    ours = {"eos_token_id": [], "sampling": Sampling(temperature=0.0), "max_new_tokens": max_new_tokens,
+            "execution": execution}
 
     def ours_ar(ids):
         return [autoregressive_generate(target, ids, **ours)]
@@ -163,7 +171,7 @@ def run_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], *, 
             for _ in range(repeats):
                 if counter:
                     counter.n = 0
-                t, outputs = _time(lambda fn=fn: [fn(ids) for ids in prompts], device)
+                t, outputs = time_prompts(fn, prompts, device)
                 times.append(t)
             if counter:
                 counter.handle.remove()
@@ -191,7 +199,7 @@ def run_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], *, 
         row["speedup_vs_hf_target"] = row["tokens_per_s"] / ref["tokens_per_s"]
         row["speedup_vs_ours_target"] = row["tokens_per_s"] / rows["ours_target"]["tokens_per_s"]
     c = rows["ours_draft"]["seconds_median"] / rows["ours_target"]["seconds_median"]  # per-token cost ratio
-    v = step_ms(target, prompts[0], K + 1, capture=capture) / step_ms(target, prompts[0], capture=capture)
+    v = step_ms(target, prompts[0], K + 1, execution=execution) / step_ms(target, prompts[0], execution=execution)
     for row in rows.values():
         alpha = row.get("conditional_acceptance")  # the bound's i.i.d. per-position alpha
         if alpha is not None and alpha == alpha:  # our speculative methods (nan for the baselines)
@@ -217,7 +225,8 @@ def run_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], *, 
         identical[f"ours_fixed_w{w} == hf_assisted_fixed_w{w}"] = (rows[f"ours_fixed_w{w}"]["tokens"]
                                                                    == rows[f"hf_assisted_fixed_w{w}"]["tokens"])
     return {"K": K, "max_new_tokens": max_new_tokens, "prompts": len(prompts), "repeats": repeats,
-            "capture": capture, "methods": rows, "ratios": ratios, "identical_greedy_tokens": identical, **provenance()}
+            "capture": capture, "execution": dataclasses.asdict(execution), "methods": rows,
+            "ratios": ratios, "identical_greedy_tokens": identical, **provenance()}
 
 
 def markdown(result: dict) -> str:
@@ -225,8 +234,10 @@ def markdown(result: dict) -> str:
     def f(x, spec=".3f"):
         return "–" if x is None or x != x else format(x, spec)
 
+    ex = result.get("execution")
+    how = f", fast path {'on' if ex['fastpath'] else 'off'}, {ex['threads']} threads" if ex else ""
     lines = [f"# Bench: K = {result['K']}, {result['prompts']} prompts x {result['max_new_tokens']} tokens, greedy, "
-             f"median of {result['repeats']}, capture {result.get('capture', 'none')}", "",
+             f"median of {result['repeats']}, capture {result.get('capture', 'none')}{how}", "",
              f"Hardware: {result['hardware'].get('gpu') or result['hardware']['cpu']}, "
              f"torch {result['versions'].get('torch')}, transformers {result['versions'].get('transformers')}", "",
              "| ratio | value |", "|---|---|"]

@@ -10,7 +10,7 @@ import typing
 from pathlib import Path
 
 from diversed.models import DEFAULT_DRAFT_LAYERS
-from diversed.tasks import registry
+from diversed.runs import RunConfig
 from diversed.train import DistillConfig, HeadTrainConfig
 
 
@@ -27,7 +27,7 @@ def add_config_args(p: argparse.ArgumentParser, cls: type, *, required: tuple[st
         kind = next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))
         required_ = f.name in required
         p.add_argument(flag, dest=f.name, type=kind, default=None if required_ else f.default, required=required_,
-                       help=help if required_ else f"{help} (default %(default)s)")
+                       help=help if required_ or f.default is None else f"{help} (default %(default)s)")
 
 
 def config_from_args(cls: type, a: argparse.Namespace):
@@ -63,7 +63,7 @@ def cmd_prepare_models(a: argparse.Namespace) -> None:
 
 
 def cmd_generate(a: argparse.Namespace) -> None:
-    from diversed.runs import RunConfig, execute, load_prompts, task_prompts
+    from diversed.runs import execute, load_prompts, task_prompts
 
     if a.weight_file:
         choice = json.loads(Path(a.weight_file).read_text())
@@ -73,11 +73,7 @@ def cmd_generate(a: argparse.Namespace) -> None:
     labels = dict(kv.split("=", 1) for kv in a.label)
     if sum(map(bool, (a.prompts, a.prompt, a.task))) != 1:
         raise SystemExit("error: give prompts with one of --task NAME, --prompts FILE.jsonl or --prompt TEXT")
-    cfg = RunConfig(task=a.task, split=a.split, n=a.n, data_files=a.data_files,
-                    target=a.target, draft=a.draft, draft_layers=a.draft_layers, verifier=a.verifier,
-                    weight=a.weight, head=a.head, mixing=a.mixing, K=a.K, temperature=a.temperature,
-                    top_p=a.top_p, max_new_tokens=a.max_new_tokens, seed=a.seed, dtype=a.dtype, device=a.device,
-                    chat=not a.no_chat)
+    cfg = config_from_args(RunConfig, a)
     cfg.validate()  # before reading prompts or loading models
     if a.task:
         prompts = task_prompts(cfg)
@@ -131,20 +127,50 @@ def cmd_train_draft(a: argparse.Namespace) -> None:
     print(f"fine-tuned draft: {distill_draft(cfg, a.out)}")
 
 
-def cmd_sweep(a: argparse.Namespace) -> None:
+def _sweep_base(a: argparse.Namespace):
+    """The sweep's run config before a point sets its verifier, w and mixing; checked before any model loads."""
     from diversed.runs import RunConfig
-    from diversed.sweep import sweep_weight
 
     base = RunConfig(target=a.target, draft=a.draft, draft_layers=a.draft_layers, K=a.K, temperature=a.temperature,
                      max_new_tokens=a.max_new_tokens, seed=a.seed, dtype=a.dtype, device=a.device, task=a.task,
                      n=a.n, data_files=a.data_files)
     base.validate()
+    return base
+
+
+def _print_choice(out: str | Path, choice: dict) -> None:
+    def num(x):
+        return "unknown" if x is None else f"{x:.4g}"
+
+    print((Path(out) / "sweep.md").read_text())
+    print(f"fixed verifier: w = {choice['weight']} ({choice['mixing']}), alpha {choice['draft_acceptance_rate']:.3f}, "
+          f"{choice['metric']} {num(choice['quality'])} (strict {num(choice['strict_quality'])}, tolerance "
+          f"{choice['tolerance']})")
+
+
+def cmd_sweep(a: argparse.Namespace) -> None:
+    from diversed.sweep import MIXINGS, WEIGHTS, sweep_weight
+
     labels = dict(kv.split("=", 1) for kv in a.label)
-    choice = sweep_weight(base, a.out, weights=a.weights, mixings=a.mixings, tolerance=a.tolerance, labels=labels)
-    print((Path(a.out) / "sweep.md").read_text())
-    print(f"fixed verifier for {a.task}: w = {choice['weight']} ({choice['mixing']}), alpha "
-          f"{choice['draft_acceptance_rate']:.3f}, {choice['metric']} {choice['quality']:.4g} "
-          f"(strict {choice['strict_quality']:.4g}, tolerance {choice['tolerance']})")
+    choice = sweep_weight(_sweep_base(a), a.out, weights=a.weights or WEIGHTS, mixings=a.mixings or MIXINGS,
+                          tolerance=a.tolerance, labels=labels)
+    _print_choice(a.out, choice)
+
+
+def cmd_sweep_point(a: argparse.Namespace) -> None:
+    from diversed.evaluate import read_scores
+    from diversed.sweep import sweep_point
+
+    labels = dict(kv.split("=", 1) for kv in a.label)
+    run_dir = sweep_point(_sweep_base(a), a.weight, a.mixing, a.run_dir, labels=labels)
+    s = read_scores(run_dir)
+    print(f"sweep point {run_dir}: w = {a.weight} ({a.mixing}), {s['metric']} = {s['quality']}")
+
+
+def cmd_sweep_choose(a: argparse.Namespace) -> None:
+    from diversed.sweep import choose_runs
+
+    _print_choice(a.out, choose_runs(a.run_dirs, a.out, a.tolerance))
 
 
 def cmd_aggregate(a: argparse.Namespace) -> None:
@@ -157,7 +183,7 @@ def cmd_aggregate(a: argparse.Namespace) -> None:
 def cmd_plot(a: argparse.Namespace) -> None:
     from diversed.plots import write_all
 
-    for path in write_all(a.tables, a.out, a.temperatures):
+    for path in write_all(a.tables, a.out, a.temperatures, a.sweep_temperature):
         print(path)
 
 
@@ -213,23 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_prepare_models)
 
     p = sub.add_parser("generate", help="decode prompts with a verifier; writes a run directory")
-    _pair_args(p)
-    p.add_argument("--verifier", default="strict", help="autoregressive | strict | fixed | dynamic")
-    p.add_argument("--weight", type=float, help="w on the target for the fixed verifier, in [0, 1]")
-    p.add_argument("--head", help="trained weight head (.safetensors) for the dynamic verifier")
-    p.add_argument("--mixing", default="linear", help="linear | logit")
-    p.add_argument("-K", type=int, default=5, help="draft length")
-    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--seed", type=int, default=0)
+    add_config_args(p, RunConfig)
     p.add_argument("--prompts", help="JSONL file, one {\"prompt\": ...} per line")
     p.add_argument("--prompt", action="append", help="a prompt (repeatable)")
-    p.add_argument("--task", help="prompts + references of a task: " + ", ".join(sorted(registry())))
-    p.add_argument("--split", default="eval", help="task split: train | eval")
-    p.add_argument("-n", type=int, help="seeded subsample size of the task split (default: all)")
-    p.add_argument("--data-files", help="local JSONL for the task (offline use of hub tasks)")
-    p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     p.add_argument("--out", default="results/runs", help="parent folder of the run directory")
     p.add_argument("--run-dir", help="write the run exactly here instead of OUT/{run_id}")
     p.add_argument("--weight-file", help="take --weight and --mixing from a sweep's choice.json")
@@ -247,21 +259,40 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument("--out", required=True, help="output folder")
         t.set_defaults(func=fn)
 
+    def sweep_args(p: argparse.ArgumentParser) -> None:
+        _pair_args(p)
+        p.add_argument("--task", required=True)
+        p.add_argument("--data-files")
+        p.add_argument("-n", type=int, help="eval prompts (seeded subsample)")
+        p.add_argument("-K", type=int, default=5)
+        p.add_argument("--temperature", type=float, default=1.0)
+        p.add_argument("--max-new-tokens", type=int, default=128)
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                       help="stored in each run's manifest")
+
+    tolerance = "allowed quality drop vs strict, in the metric's units (default: the task metric's own)"
     p = sub.add_parser("sweep-weight", help="static frontier: decode + score a task for w on a grid, pick fixed w")
-    _pair_args(p)
-    p.add_argument("--task", required=True)
-    p.add_argument("--data-files")
-    p.add_argument("-n", type=int, help="eval prompts (seeded subsample)")
-    p.add_argument("--weights", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9])
-    p.add_argument("--mixings", nargs="+", default=["linear", "logit"])
-    p.add_argument("--tolerance", type=float, help="allowed quality drop vs strict (default per metric)")
-    p.add_argument("-K", type=int, default=5)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True)
-    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="stored in each run's manifest")
+    sweep_args(p)
+    p.add_argument("--weights", type=float, nargs="+", help="the grid of w (default: the paper's, 0 to 0.9); "
+                   "strict (w = 1) is always added")
+    p.add_argument("--mixings", nargs="+", help="linear | logit (default: both)")
+    p.add_argument("--tolerance", type=float, help=tolerance)
+    p.add_argument("--out", required=True, help="folder of the points' runs, sweep.csv/.md and choice.json")
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("sweep-point", help="one point of a static sweep: decode + score a task at one w")
+    sweep_args(p)
+    p.add_argument("--weight", type=float, required=True, help="w on the target, in [0, 1]; 1 is strict")
+    p.add_argument("--mixing", default="linear", help="linear | logit")
+    p.add_argument("--run-dir", required=True, help="write the scored run exactly here")
+    p.set_defaults(func=cmd_sweep_point)
+
+    p = sub.add_parser("sweep-choose", help="a sweep's table and fixed w from its scored points (strict included)")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--tolerance", type=float, help=tolerance)
+    p.add_argument("--out", required=True, help="folder of sweep.csv/.md and choice.json")
+    p.set_defaults(func=cmd_sweep_choose)
 
     p = sub.add_parser("aggregate", help="tidy tables (CSV, Markdown, LaTeX) from scored runs and sweeps")
     p.add_argument("--runs", nargs="+", required=True, metavar="RUN_DIR")
@@ -274,7 +305,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plot", help="every figure (PNG + PDF) from the aggregated tables")
     p.add_argument("--tables", default="results/tables")
     p.add_argument("--out", default="figures")
-    p.add_argument("--temperatures", type=float, nargs="+", default=[0.1, 1.0])
+    p.add_argument("--temperatures", type=float, nargs="+", default=[0.1, 1.0],
+                   help="one quality-vs-time and one acceptance-by-position figure per temperature")
+    p.add_argument("--sweep-temperature", type=float, default=1.0,
+                   help="temperature of the sweeps in the acceptance-vs-w figure")
     p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("report", help="results/REPORT.md from the tables and figures")

@@ -1,9 +1,11 @@
 """The decoding engine: speculative decoding with strict / fixed / dynamic verification, and the
 autoregressive baselines, for one sequence at a time (batch size 1).
 
-Each model keeps a KV cache that holds every token of the sequence but the newest. A step drafts K
-tokens with the draft, scores [newest, d_1..d_K] with one target forward, verifies (verifiers.verify),
-then crops both caches back to the accepted prefix: accepted tokens are never re-encoded.
+Each model keeps a KV cache that holds every token of the sequence but the newest. A speculative step:
+draft_block (the draft proposes k tokens), score_block (one target forward over [newest, d_1..d_k]),
+WEIGHT_RULES (w at each drafted position), verify_step (verifiers.verify_on_device, then the step's one
+host transfer), Generation.record, roll_back (both caches cropped to the accepted prefix: accepted tokens
+are never re-encoded). Statistics live in diversed.stats.
 """
 
 from __future__ import annotations
@@ -11,90 +13,124 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from diversed import fastpath
-from diversed.verifiers import MIXINGS, logits_to_logprobs, logits_to_probs, synthetic_on_device, verify_on_device
+from diversed.models import vocab_size as vocab_width
+from diversed.stats import Generation, Step
+from diversed.verifiers import MIXINGS, logits_to_logprobs, synthetic_on_device, verify_on_device
 
-VERIFIERS = ("autoregressive", "draft", "strict", "fixed", "dynamic")  # draft: the draft alone (baseline)
+WEIGHT_RULES: dict[str, Callable[..., torch.Tensor]] = {  # verifier -> w [k]: the one place a verifier is added
+    "strict": lambda k, device, **_: torch.ones(k, device=device),  # w = 1: lossless
+    "fixed": lambda k, device, weight, **_: torch.full((k,), float(weight), device=device),  # a constant w
+    "dynamic": lambda k, head, h_target, h_draft, **_: head(h_target[:k], h_draft).float(),  # w_i = head(h_t, h_d)
+}
+VERIFIERS = ("autoregressive", "draft", *WEIGHT_RULES)  # autoregressive: the target alone; draft: the draft alone
 
 
-@dataclass
-class Generation:
-    """New tokens of one prompt and the statistics of the run that made them (DESIGN.md §2)."""
+@dataclass(frozen=True)
+class Sampling:
+    """How a token is drawn from logits: temperature (0 = greedy) and nucleus top_p."""
 
-    tokens: list[int]
-    K: int
-    drafted: list[int] = field(default_factory=list)  # per step: draft tokens proposed
-    accepted: list[int] = field(default_factory=list)  # per step: draft tokens accepted
-    weights: list[list[float]] = field(default_factory=list)  # per step: w at each drafted position
-    bias_tv: list[float] = field(default_factory=list)  # per emitted token: TV(nu, p)
-    target_logprob: list[float] = field(default_factory=list)  # per token: log p_target(token) at T = 1
-    target_argmax: list[bool] = field(default_factory=list)  # per token: is it the target's greedy choice?
-    time_draft: float = 0.0
-    time_verify: float = 0.0
-    time_total: float = 0.0
-    stop: str = "length"  # "eos" or "length"
+    temperature: float = 1.0
+    top_p: float = 1.0
 
-    @property
-    def steps(self) -> int:
-        return len(self.drafted) if self.drafted else len(self.tokens)
-
-    @property
-    def time_other(self) -> float:
-        return self.time_total - self.time_draft - self.time_verify
+    def __post_init__(self):
+        if not self.temperature >= 0:  # NaN included
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
 
     @property
-    def draft_acceptance_rate(self) -> float:
-        """alpha = accepted draft tokens / drafted tokens (nan without drafts)."""
-        n = sum(self.drafted)
-        return sum(self.accepted) / n if n else float("nan")
+    def greedy(self) -> bool:
+        return self.temperature == 0
 
-    @property
-    def mean_acceptance_length(self) -> float:
-        """tau = emitted tokens / verification steps (includes the correction/bonus token)."""
-        return len(self.tokens) / self.steps if self.steps else float("nan")
+    def logprobs(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits [..., V] -> log-probabilities [..., V] after temperature (T = 1 when greedy) and top-p."""
+        return logits_to_logprobs(logits, self.temperature, self.top_p)
 
-    @property
-    def acceptance_by_position(self) -> list[float]:
-        """[K]: P(draft token i accepted | tokens 1..i-1 accepted)."""
-        return [rate(*c) for c in position_counts(self.drafted, self.accepted, self.K)]
-
-    @property
-    def tokens_per_s(self) -> float:
-        return len(self.tokens) / self.time_total if self.time_total else float("nan")
-
-    def stats(self) -> dict:
-        return {
-            "new_tokens": len(self.tokens), "steps": self.steps, "stop": self.stop,
-            "draft_acceptance_rate": self.draft_acceptance_rate,
-            "mean_acceptance_length": self.mean_acceptance_length,
-            "acceptance_by_position": self.acceptance_by_position,
-            "mean_weight": _mean([w for ws in self.weights for w in ws]),
-            "bias_tv": _mean(self.bias_tv),
-            "target_logprob": _mean(self.target_logprob),
-            "target_argmax_agreement": _mean([float(a) for a in self.target_argmax]),
-            "tokens_per_s": self.tokens_per_s,
-            "time_total": self.time_total, "time_draft": self.time_draft,
-            "time_verify": self.time_verify, "time_other": self.time_other,
-        }
+    def draw(self, scores: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """scores [V] -> one token id [1] (long), on the device: the argmax when greedy (scores: any monotone
+        map of the log-probabilities), else a sample from exp(scores) (scores: log-probabilities)."""
+        if self.greedy:
+            return scores.argmax(-1, keepdim=True)
+        return torch.multinomial(scores.exp(), 1, generator=generator)
 
 
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs) if xs else float("nan")
+@dataclass(frozen=True)
+class Execution:
+    """How the engine runs, not what it computes: recorded in a run's manifest, never part of its run id.
+
+    capture: "none" / "graph" / "compile" for the fast path's fixed-shape steps (fastpath);
+    fastpath: the static-cache fast path for Llama / Qwen3, else transformers' modules (it changes the order
+    of float sums, so the last bits of the logits); threads: torch's intra-op threads (recorded, not set).
+    """
+
+    capture: str = "none"
+    fastpath: bool = True
+    threads: int | None = None
+
+    @classmethod
+    def from_env(cls) -> Execution:
+        """$DIVERSED_CAPTURE (default none), $DIVERSED_FASTPATH (1 on, 0 off; default 1) and torch's thread
+        count, read once by an entry point (a run, the bench, the lm-eval model) and passed down."""
+        fast = os.environ.get("DIVERSED_FASTPATH", "1")
+        if fast not in ("0", "1"):
+            raise ValueError(f"DIVERSED_FASTPATH must be 0 or 1, got {fast!r}")
+        return cls(os.environ.get("DIVERSED_CAPTURE", "none"), fast == "1", torch.get_num_threads())
 
 
-def rate(hits: int, trials: int) -> float:
-    return hits / trials if trials else float("nan")
+def check_settings(verifier: str, *, K: int, max_new_tokens: int, sampling: Sampling, weight=None, head=None,
+                   mixing: str = "linear") -> None:
+    """The checks of the decoding settings, shared by the engine and RunConfig.validate (head: anything but
+    None when given). `sampling` checked itself when built."""
+    if verifier not in VERIFIERS:
+        raise ValueError(f"unknown verifier {verifier!r}; allowed: {', '.join(VERIFIERS)}")
+    if mixing not in MIXINGS:
+        raise ValueError(f"unknown mixing {mixing!r}; allowed: {', '.join(MIXINGS)}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens!r} (an integer)")
+    if not isinstance(sampling, Sampling):
+        raise TypeError(f"sampling must be an engine.Sampling, got {type(sampling).__name__}")
+    if verifier in WEIGHT_RULES and (isinstance(K, bool) or not isinstance(K, int) or K < 1):
+        raise ValueError(f"draft length K must be >= 1, got {K!r} (an integer)")
+    if verifier == "fixed" and weight is None:
+        raise ValueError("verifier 'fixed' needs --weight w in [0, 1] (weight= in Python)")
+    if weight is not None:
+        if verifier != "fixed":
+            raise ValueError(f"weight is only used by the 'fixed' verifier, not {verifier!r}")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 1:
+            raise ValueError(f"weight w must be in [0, 1], got {weight!r}")
+    if verifier == "dynamic" and head is None:
+        raise ValueError("verifier 'dynamic' needs --head, a trained weight head (head= in Python)")
 
 
-def position_counts(drafted: list[int], accepted: list[int], K: int) -> list[tuple[int, int]]:
-    """Per draft position i = 1..K: (accepted at i, reached i), where reaching i means 1..i-1 accepted."""
-    return [(sum(n >= i for n in accepted),
-             sum(k >= i and n >= i - 1 for k, n in zip(drafted, accepted, strict=True))) for i in range(1, K + 1)]
+def check_request(target, draft, prompt_len: int, *, verifier: str, K: int, max_new_tokens: int, sampling: Sampling,
+                  weight, head, mixing: str, vocab_size: int | None, execution: Execution) -> None:
+    """Every check that can fail, before any compute: the settings, then the models they run on."""
+    check_settings(verifier, K=K, max_new_tokens=max_new_tokens, sampling=sampling, weight=weight, head=head,
+                   mixing=mixing)
+    models = [("target", target)]
+    if verifier != "autoregressive":
+        if draft is None:
+            raise ValueError(f"verifier {verifier!r} needs a draft model")
+        models.append(("draft", draft))
+    if verifier in WEIGHT_RULES:
+        v_t, v_d = vocab_width(target), vocab_width(draft)
+        if v_t != v_d and (vocab_size is None or vocab_size < max(v_t, v_d)):
+            raise ValueError(f"vocabulary mismatch: target has {v_t} logits, draft has {v_d} "
+                             "(load the pair with diversed.models.load_pair to pad provably identical tokenizers)")
+    if verifier == "dynamic":
+        head.check_pair(target, draft)
+    for role, model in models:
+        fastpath.check_capture(execution.capture, model, role, enabled=execution.fastpath)
+        ctx = getattr(model.config, "max_position_embeddings", None)
+        if ctx is not None and prompt_len + max_new_tokens > ctx:
+            raise ValueError(f"prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
+                             f"{role}'s context length {ctx}")
 
 
 def output_head(lm_head: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -124,23 +160,27 @@ class Stepper:
     """One model with its KV cache: feed new tokens, get logits and last hidden states back."""
 
     def __init__(self, model: nn.Module, vocab_size: int | None = None, shared: int | None = None,
-                 max_len: int | None = None, capture: str = "none", buckets: tuple[int, ...] = ()):
+                 max_len: int | None = None, execution: Execution = Execution(), buckets: tuple[int, ...] = ()):
         """vocab_size: common logit width (pads with -inf); shared: ids at or past it get -inf (see check_vocab);
-        max_len: positions the sequence will reach, which enables the static-cache fast path where supported;
-        capture: "none" / "graph" / "compile" for the fast path's steps of the lengths in `buckets` (fastpath)."""
+        max_len: positions the sequence will reach, which enables the static-cache fast path where supported
+        and execution.fastpath allows; execution.capture: "none" / "graph" / "compile" for the fast path's steps
+        of the lengths in `buckets` (fastpath)."""
         from transformers import DynamicCache
 
         self.model = model
         self.decoder = model.get_decoder()
         lm_head = model.get_output_embeddings()
         self.device = lm_head.weight.device
+        self.vocab = vocab_size or lm_head.out_features  # logit width V
+        self.empty_hidden = lm_head.weight.new_zeros(0, lm_head.weight.shape[1])  # [0, h]
         softcap = getattr(model.config, "final_logit_softcapping", None)
-        pad = (vocab_size or lm_head.out_features) - lm_head.out_features
+        pad = self.vocab - lm_head.out_features
         shared = shared if shared is not None and shared < lm_head.out_features else None
         self.post = logits_fn(output_head(lm_head), softcap, shared, pad)
-        fastpath.check_capture(capture, model)  # else an unsupported model would silently run uncaptured
-        fast = bool(max_len) and fastpath.supported(model)
-        self.fast = fastpath.acquire(model, max_len, self, capture, buckets, self.post,
+        # checked here too, else an unsupported model would silently run uncaptured
+        fastpath.check_capture(execution.capture, model, enabled=execution.fastpath)
+        fast = bool(max_len) and execution.fastpath and fastpath.supported(model)
+        self.fast = fastpath.acquire(model, max_len, self, execution.capture, buckets, self.post,
                                      (softcap, shared, pad)) if fast else None
         self.cache = None if self.fast else DynamicCache(config=model.config)
         self.n = 0  # positions held in the cache
@@ -186,7 +226,8 @@ def logits_fn(head: Callable[[torch.Tensor], torch.Tensor], softcap: float | Non
     return post
 
 
-def _sync(device: torch.device) -> None:
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op on CPU): before and after anything timed."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -213,11 +254,6 @@ def _fidelity(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor,
     return logprob, logits.argmax(-1) == tokens
 
 
-def _sample(probs: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> torch.Tensor:
-    """probs [V] -> one token id [1] (long), on the device."""
-    return probs.argmax(-1, keepdim=True) if greedy else torch.multinomial(probs, 1, generator=generator)
-
-
 def _to_host(*xs: torch.Tensor) -> list[list[float]]:
     """Small device tensors to Python lists in one transfer: the host sync of a step.
 
@@ -232,10 +268,11 @@ def _to_host(*xs: torch.Tensor) -> list[list[float]]:
 
 class _Clock:
     """Timestamps inside a step without host syncs: CUDA events on a GPU (read after the final sync),
-    perf_counter elsewhere."""
+    perf_counter elsewhere. marks: per step (draft start, verify start, done)."""
 
     def __init__(self, device: torch.device):
         self.events = device.type == "cuda"
+        self.marks: list[tuple] = []
 
     def __call__(self):
         if not self.events:
@@ -246,6 +283,11 @@ class _Clock:
 
     def seconds(self, a, b) -> float:
         return a.elapsed_time(b) / 1000 if self.events else b - a
+
+    def totals(self) -> tuple[float, float]:
+        """(draft seconds, verify seconds) over the marked steps."""
+        return (sum(self.seconds(a, b) for a, b, _ in self.marks),
+                sum(self.seconds(b, c) for _, b, c in self.marks))
 
 
 def _prompt_ids(input_ids) -> list[int]:
@@ -261,87 +303,39 @@ def _prompt_ids(input_ids) -> list[int]:
     return ids
 
 
-def _context_length(model: nn.Module) -> int | None:
-    return getattr(model.config, "max_position_embeddings", None)
-
-
-def resolve_capture(capture: str | None) -> str:
-    """The capture mode of the fast path's fixed-shape steps: the argument, else $DIVERSED_CAPTURE, else "none".
-    An execution setting like the device's threads, not part of a run's config: it changes speed, not tokens."""
-    return os.environ.get("DIVERSED_CAPTURE", "none") if capture is None else capture
-
-
-def check_request(target, draft, prompt_len: int, *, verifier: str, K: int, max_new_tokens: int, temperature: float,
-                  top_p: float, weight, head, mixing: str, vocab_size: int | None, capture: str | None = None) -> None:
-    """Every check that can fail, before any compute: a clear message naming the bad value."""
-    if verifier not in VERIFIERS:
-        raise ValueError(f"unknown verifier {verifier!r}; allowed: {', '.join(VERIFIERS)}")
-    if mixing not in MIXINGS:
-        raise ValueError(f"unknown mixing {mixing!r}; allowed: {', '.join(MIXINGS)}")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if not temperature >= 0:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
-    models = [("target", target)]
-    if verifier == "draft" and draft is None:
-        raise ValueError("verifier 'draft' (draft-only decoding) needs a draft model")
-    if verifier not in ("autoregressive", "draft"):
-        if draft is None:
-            raise ValueError(f"verifier {verifier!r} needs a draft model")
-        models.append(("draft", draft))
-        if not isinstance(K, int) or K < 1:
-            raise ValueError(f"draft length K must be an integer >= 1, got {K!r}")
-        v_t, v_d = target.get_output_embeddings().out_features, draft.get_output_embeddings().out_features
-        if v_t != v_d and (vocab_size is None or vocab_size < max(v_t, v_d)):
-            raise ValueError(f"vocabulary mismatch: target has {v_t} logits, draft has {v_d} "
-                             "(load the pair with diversed.models.load_pair to pad provably identical tokenizers)")
-    if verifier == "fixed":
-        if weight is None:
-            raise ValueError("verifier 'fixed' needs a weight w in [0, 1] (--weight)")
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 1:
-            raise ValueError(f"weight w must be a number in [0, 1], got {weight!r}")
-    elif weight is not None and verifier != "fixed":
-        raise ValueError(f"weight is only used by the 'fixed' verifier, not {verifier!r}")
-    if verifier == "dynamic":
-        if head is None:
-            raise ValueError("verifier 'dynamic' needs a trained weight head (--head)")
-        head.check_pair(target, draft)
-    for role, model in models:
-        fastpath.check_capture(resolve_capture(capture), model, role)
-        ctx = _context_length(model)
-        if ctx is not None and prompt_len + max_new_tokens > ctx:
-            raise ValueError(f"prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
-                             f"{role}'s context length {ctx}")
+def eos_set(model: nn.Module, eos_token_id: int | list[int] | None = None) -> set[int]:
+    """The ids that end a sequence: eos_token_id, else the model's generation config's."""
+    if eos_token_id is None:
+        eos_token_id = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos_token_id is None:
+        return set()
+    return {int(eos_token_id)} if isinstance(eos_token_id, int) else {int(t) for t in eos_token_id}
 
 
 @torch.inference_mode()
-def autoregressive_generate(model: nn.Module, input_ids, *, max_new_tokens: int, temperature: float = 1.0,
-                            top_p: float = 1.0, generator: torch.Generator | None = None,
-                            eos_token_id: int | list[int] | None = None, fidelity: bool = True,
-                            capture: str | None = None) -> Generation:
+def autoregressive_generate(model: nn.Module, input_ids, *, max_new_tokens: int, sampling: Sampling = Sampling(),
+                            generator: torch.Generator | None = None, eos_token_id: int | list[int] | None = None,
+                            fidelity: bool = True, execution: Execution = Execution(),
+                            shared: int | None = None) -> Generation:
     """Plain one-token-per-forward decoding (the target-only and draft-only baselines).
 
     fidelity: record log p(token) and argmax agreement under this model (turn off for a draft-only run);
-    capture: "none" / "graph" / "compile" for the 1-token step (see fastpath; None: resolve_capture).
+    execution.capture applies to the 1-token step (see fastpath); shared: ids at or past it are never emitted
+    (a draft whose head is wider than its target's).
     """
     ids = _prompt_ids(input_ids)
-    capture = resolve_capture(capture)
     check_request(model, None, len(ids), verifier="autoregressive", K=1, max_new_tokens=max_new_tokens,
-                  temperature=temperature, top_p=top_p, weight=None, head=None, mixing="linear", vocab_size=None,
-                  capture=capture)
-    eos = _eos_set(model, eos_token_id)
-    run = Stepper(model, max_len=len(ids) + max_new_tokens, capture=capture, buckets=(1,))
+                  sampling=sampling, weight=None, head=None, mixing="linear", vocab_size=None, execution=execution)
+    eos = eos_set(model, eos_token_id)
+    run = Stepper(model, shared=shared, max_len=len(ids) + max_new_tokens, execution=execution, buckets=(1,))
     out = Generation(tokens=[], K=0)
-    _sync(run.device)
+    synchronize(run.device)
     t0 = time.perf_counter()
-    greedy = temperature == 0
     pending = ids
     while len(out.tokens) < max_new_tokens:
         logits, _ = run(pending, last_only=True)  # [1, V]
         logits, ok = _finite(logits)
-        x = _sample(logits[0] if greedy else logits_to_probs(logits[0], temperature, top_p), greedy, generator)  # [1]
+        x = sampling.draw(logits[0] if sampling.greedy else sampling.logprobs(logits[0]), generator)  # [1]
         (ok, token), logprob, is_max = _to_host(torch.cat([ok[None].long(), x]), *_fidelity(logits, x))  # one sync
         _raise_if_broken([ok], ["model"], len(out.tokens))
         token = int(token)
@@ -353,169 +347,156 @@ def autoregressive_generate(model: nn.Module, input_ids, *, max_new_tokens: int,
         if token in eos:
             out.stop = "eos"
             break
-    _sync(run.device)
+    synchronize(run.device)
     out.time_total = time.perf_counter() - t0
     return out
 
 
-def _eos_set(model: nn.Module, eos_token_id) -> set[int]:
-    if eos_token_id is None:
-        eos_token_id = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if eos_token_id is None:
-        return set()
-    return {int(eos_token_id)} if isinstance(eos_token_id, int) else {int(t) for t in eos_token_id}
+@torch.inference_mode()
+def draft_only_generate(target: nn.Module, draft: nn.Module, ids: list[int], *, max_new_tokens: int,
+                        sampling: Sampling, generator: torch.Generator | None, eos_token_id, vocab_size: int | None,
+                        execution: Execution) -> Generation:
+    """The draft alone (a baseline), stopping at the target's EOS; fidelity judged by the target in one pass."""
+    eos = eos_token_id if eos_token_id is not None else sorted(eos_set(target))
+    out = autoregressive_generate(draft, ids, max_new_tokens=max_new_tokens, sampling=sampling, generator=generator,
+                                  eos_token_id=eos, fidelity=False, execution=execution,
+                                  shared=min(vocab_width(target), vocab_width(draft)))
+    logits, _ = Stepper(target, vocab_size)(ids + out.tokens[:-1])  # [len(ids) + n - 1, V]
+    tokens = torch.tensor(out.tokens, device=logits.device)  # [n]
+    logprob, is_max = _to_host(*_fidelity(logits[len(ids) - 1:], tokens))
+    out.target_logprob, out.target_argmax = logprob, [bool(a) for a in is_max]
+    return out
+
+
+@dataclass
+class Block:
+    """k draft tokens and what the draft computed for them, on the device."""
+
+    tokens: torch.Tensor  # [k] long
+    log_q: torch.Tensor  # [k, V]
+    h: torch.Tensor  # [k, h_d]: the draft hidden state that proposed each token
+    ok: list[torch.Tensor]  # k x []: finite draft logits
+
+
+@dataclass
+class Scored:
+    """The target's forward over [newest, d_1..d_k], on the device."""
+
+    logits: torch.Tensor  # [k + 1, V] raw (zeroed if not finite), for the fidelity statistics
+    log_p: torch.Tensor  # [k + 1, V] after temperature and top-p
+    h: torch.Tensor  # [k + 1, h_t]: the target hidden state predicting each position
+    ok: torch.Tensor  # []: finite target logits
+
+
+def draft_block(D: Stepper, pending: torch.Tensor, k: int, sampling: Sampling,
+                generator: torch.Generator | None) -> Block:
+    """The draft proposes k tokens one at a time, fed `pending` first (the tokens its cache has not seen)."""
+    tokens, log_q, h, ok = [], [], [], []
+    for _ in range(k):
+        logits, h_i = D(pending, last_only=True)  # [1, V], [1, h_d]
+        logits, ok_i = _finite(logits)
+        log_q_i = sampling.logprobs(logits[0])  # [V]
+        pending = sampling.draw(log_q_i, generator)  # [1]
+        tokens.append(pending), log_q.append(log_q_i), h.append(h_i[0]), ok.append(ok_i)
+    if not k:
+        return Block(pending.new_zeros(0), torch.full((0, D.vocab), -torch.inf, device=D.device), D.empty_hidden, [])
+    return Block(torch.cat(tokens), torch.stack(log_q), torch.stack(h), ok)
+
+
+def score_block(T: Stepper, last: torch.Tensor, tokens: torch.Tensor, sampling: Sampling) -> Scored:
+    """One target forward over [last, tokens]: row i predicts draft token i + 1 (row k, the bonus token)."""
+    logits, h = T(torch.cat([last, tokens]))  # [k + 1, V], [k + 1, h_t]
+    logits, ok = _finite(logits)
+    return Scored(logits, sampling.logprobs(logits), h, ok)
+
+
+def verify_step(block: Block, scored: Scored, w: torch.Tensor, mixing: str, sampling: Sampling,
+                generator: torch.Generator | None, synthetic_acceptance: float | None,
+                index: int) -> tuple[Step, torch.Tensor]:
+    """Verify the block (verifiers.verify_on_device, or synthetic acceptance), then bring the step's record to
+    the host in one transfer; raises if any logits of step `index` were not finite. Returns the record and
+    candidates [k + 1], still on the device: every possible emission, the drafts up to n and next_token at n."""
+    k = block.tokens.shape[0]
+    p, q = scored.log_p.exp(), block.log_q.exp()  # [k + 1, V], [k, V]
+    if synthetic_acceptance is None:
+        logs = {"log_p": scored.log_p, "log_q": block.log_q} if mixing == "logit" else {}
+        n, next_token, bias = verify_on_device(block.tokens, q, p, w, mixing=mixing, greedy=sampling.greedy,
+                                               generator=generator, **logs)
+    else:
+        n, next_token, bias = synthetic_on_device(k, p, synthetic_acceptance, greedy=sampling.greedy,
+                                                  generator=generator)
+    candidates = torch.cat([block.tokens, next_token.view(1)])  # [k + 1]
+    candidates = torch.where(torch.arange(k + 1, device=p.device) == n, next_token, candidates)
+    n, ok, tokens, ws, bias, logprob, is_max = _to_host(
+        n.view(1), torch.stack([*block.ok, scored.ok]), candidates, w, bias, *_fidelity(scored.logits, candidates))
+    _raise_if_broken(ok, ["draft"] * k + ["target"], index)
+    m = int(n[0]) + 1  # emitted
+    step = Step(drafted=k, accepted=m - 1, tokens=[int(t) for t in tokens[:m]], weights=ws, bias_tv=bias[:m],
+                target_logprob=logprob[:m], target_argmax=[bool(a) for a in is_max[:m]])
+    return step, candidates
+
+
+def roll_back(T: Stepper, D: Stepper, candidates: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keep the step's first m candidates [k + 1]: both caches keep the sequence but its newest token. Returns
+    (newest token [1], what the draft has not seen [1], or [2] when it never saw its own k-th draft)."""
+    start = T.n - (candidates.shape[0] - 1)  # sequence position of candidates[0]: T holds all of them but one
+    T.crop(start + m - 1)
+    D.crop(start + m - 1)
+    return candidates[m - 1:m], candidates[D.n - start:m]
 
 
 @torch.inference_mode()
 def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, *, verifier: str, K: int = 5,
-                         max_new_tokens: int = 128, temperature: float = 1.0, top_p: float = 1.0,
-                         weight: float | None = None, head: nn.Module | None = None, mixing: str = "linear",
+                         max_new_tokens: int = 128, sampling: Sampling = Sampling(), weight: float | None = None,
+                         head: nn.Module | None = None, mixing: str = "linear",
                          generator: torch.Generator | None = None, eos_token_id: int | list[int] | None = None,
                          vocab_size: int | None = None, synthetic_acceptance: float | None = None,
-                         capture: str | None = None) -> Generation:
-    """Decode one prompt with `verifier` in {autoregressive, draft, strict, fixed, dynamic}.
+                         execution: Execution = Execution()) -> Generation:
+    """Decode one prompt with `verifier` (VERIFIERS); returns the new tokens and per-step statistics.
 
-    strict: w = 1 (lossless); fixed: constant `weight`; dynamic: w_i = head(h_target_i, h_draft_i).
-    temperature 0 is greedy. synthetic_acceptance = a replaces verification by accepting each draft
-    with probability a (timing at real sizes with random weights; see verifiers.synthetic_verify).
-    capture: "none" / "graph" / "compile" for the fixed-shape steps (the draft's 1- and 2-token steps, the
-    target's K + 1-token verification; see fastpath; None: resolve_capture). Returns the new tokens and
-    per-step statistics.
+    strict: w = 1 (lossless); fixed: constant `weight`; dynamic: w_i = head(h_target_i, h_draft_i) (WEIGHT_RULES).
+    synthetic_acceptance = a replaces verification by accepting each draft with probability a (timing at real
+    sizes with random weights; see verifiers.synthetic_verify). execution.capture applies to the fixed-shape
+    steps: the draft's 1- and 2-token steps, the target's K + 1-token verification (see fastpath).
     """
     ids = _prompt_ids(input_ids)
-    capture = resolve_capture(capture)
-    check_request(target, draft, len(ids), verifier=verifier, K=K, max_new_tokens=max_new_tokens,
-                  temperature=temperature, top_p=top_p, weight=weight, head=head, mixing=mixing,
-                  vocab_size=vocab_size, capture=capture)
+    check_request(target, draft, len(ids), verifier=verifier, K=K, max_new_tokens=max_new_tokens, sampling=sampling,
+                  weight=weight, head=head, mixing=mixing, vocab_size=vocab_size, execution=execution)
+    common = {"max_new_tokens": max_new_tokens, "sampling": sampling, "generator": generator,
+              "eos_token_id": eos_token_id, "execution": execution}
     if verifier == "autoregressive":
-        return autoregressive_generate(target, ids, max_new_tokens=max_new_tokens, temperature=temperature,
-                                       top_p=top_p, generator=generator, eos_token_id=eos_token_id, capture=capture)
-    if verifier == "draft":  # the draft alone; fidelity is still judged by the target, in one extra pass
-        out = autoregressive_generate(draft, ids, max_new_tokens=max_new_tokens, temperature=temperature,
-                                      top_p=top_p, generator=generator,
-                                      eos_token_id=eos_token_id if eos_token_id is not None else sorted(
-                                          _eos_set(target, None)), fidelity=False, capture=capture)
-        logits, _ = Stepper(target, vocab_size)(ids + out.tokens[:-1])  # [len(ids) + n - 1, V]
-        logprob, is_max = _to_host(*_fidelity(logits[len(ids) - 1:], torch.tensor(out.tokens, device=logits.device)))
-        out.target_logprob, out.target_argmax = logprob, [bool(a) for a in is_max]
-        return out
-    greedy = temperature == 0
-    eos = _eos_set(target, eos_token_id)
-    shared = min(target.get_output_embeddings().out_features, draft.get_output_embeddings().out_features)
+        return autoregressive_generate(target, ids, **common)
+    if verifier == "draft":
+        return draft_only_generate(target, draft, ids, vocab_size=vocab_size, **common)
+    eos = eos_set(target, eos_token_id)
+    shared = min(vocab_width(target), vocab_width(draft))
     max_len = len(ids) + max_new_tokens + 1
     # the target verifies K + 1 tokens (fewer at the end: padded); the draft takes 1, or 2 after a full acceptance
-    T = Stepper(target, vocab_size, shared, max_len, capture, buckets=(K + 1,))
-    D = Stepper(draft, vocab_size, shared, max_len, capture, buckets=(1, 2))
-    if head is not None:
-        head = head.to(T.device)
-    out = Generation(tokens=[], K=K)
-    n_tokens = len(ids)  # prompt + emitted so far; the caches hold all but the newest
-    clock = _Clock(T.device)
-    marks = []  # per step: (draft start, verify start, done)
-    _sync(T.device)
+    T = Stepper(target, vocab_size, shared, max_len, execution, buckets=(K + 1,))
+    D = Stepper(draft, vocab_size, shared, max_len, execution, buckets=(1, 2))
+    head = head.to(T.device) if head is not None else None
+    out, clock = Generation(tokens=[], K=K), _Clock(T.device)
+    synchronize(T.device)
     t0 = time.perf_counter()
     if len(ids) > 1:  # prefill: caches hold all tokens but the newest
         T(ids[:-1], last_only=True)
         D(ids[:-1], last_only=True)
-    last = torch.tensor(ids[-1:], device=T.device)  # [1] the newest token, in neither cache
-    draft_pending = last  # what the draft has not seen: also its own last draft after a fully accepted step
-
-    # A step has one host sync (_to_host): everything before it stays on the device.
-    while len(out.tokens) < max_new_tokens:
-        step = len(out.drafted)
+    last = pending = torch.tensor(ids[-1:], device=T.device)  # [1] the newest token; pending: what D has not seen
+    while len(out.tokens) < max_new_tokens:  # one host sync per step, in verify_step
         k = min(K, max_new_tokens - len(out.tokens) - 1)  # the step emits at most k + 1 tokens
-
         t_draft = clock()
-        drafts, log_q_rows, h_draft, ok = [], [], [], []
-        pending = draft_pending
-        for _ in range(k):
-            logits, h = D(pending, last_only=True)  # [1, V], [1, h_d]
-            logits, ok_i = _finite(logits)
-            log_q_i = logits_to_logprobs(logits[0], temperature, top_p)  # [V]
-            pending = _sample(log_q_i.exp(), greedy, generator)  # [1]
-            drafts.append(pending), log_q_rows.append(log_q_i), h_draft.append(h[0]), ok.append(ok_i)
+        block = draft_block(D, pending, k, sampling, generator)  # tokens [k], log_q [k, V], h [k, h_d]
         t_verify = clock()
-
-        draft_tokens = torch.cat(drafts) if drafts else last.new_zeros(0)  # [k]
-        logits, h_target = T(torch.cat([last, draft_tokens]))  # [k + 1, V], [k + 1, h_t]
-        logits, ok_t = _finite(logits)
-        ok.append(ok_t)
-        log_p = logits_to_logprobs(logits, temperature, top_p)  # [k + 1, V]
-        log_q = torch.stack(log_q_rows) if log_q_rows else log_p.new_full((0, log_p.shape[-1]), -torch.inf)  # [k, V]
-        p, q = log_p.exp(), log_q.exp()
-        if verifier == "strict":
-            w = torch.ones(k, device=p.device)
-        elif verifier == "fixed":
-            w = torch.full((k,), float(weight), device=p.device)
-        else:  # dynamic: the hidden state that predicts draft token i, from both models
-            w = head(h_target[:k], torch.stack(h_draft)).float() if k else p.new_zeros(0)  # [k]
-        if synthetic_acceptance is None:
-            logs = {"log_p": log_p, "log_q": log_q} if mixing == "logit" else {}
-            n, next_token, bias = verify_on_device(draft_tokens, q, p, w, mixing=mixing, greedy=greedy,
-                                                   generator=generator, **logs)
-        else:
-            n, next_token, bias = synthetic_on_device(k, p, synthetic_acceptance, greedy=greedy, generator=generator)
-        # every possible emission [k + 1]: the drafts up to position n, next_token at n
-        candidates = torch.cat([draft_tokens, next_token.view(1)])
-        candidates = torch.where(torch.arange(k + 1, device=p.device) == n, next_token, candidates)
-        n_next, ok, drafted, ws, bias, logprob, is_max = _to_host(
-            torch.stack([n, next_token]), torch.stack(ok), draft_tokens, w, bias, *_fidelity(logits, candidates))
-        t_done = clock()
-        marks.append((t_draft, t_verify, t_done))
-        _raise_if_broken(ok, ["draft"] * k + ["target"], step)
-
-        n = int(n_next[0])
-        emitted = [int(t) for t in drafted[:n]] + [int(n_next[1])]
-        for j, token in enumerate(emitted):
-            if token in eos:
-                emitted = emitted[: j + 1]
-                out.stop = "eos"
-                break
-        m = len(emitted)
-        out.drafted.append(k)
-        out.accepted.append(n)
-        out.weights.append(ws)
-        out.bias_tv.extend(bias[:m])
-        out.target_logprob.extend(logprob[:m])
-        out.target_argmax.extend(bool(a) for a in is_max[:m])
-        out.tokens.extend(emitted)
-        start, n_tokens = n_tokens, n_tokens + m  # candidates[j] sits at sequence position start + j
-        # rollback: keep only positions of tokens that stay (the newest token is never cached)
-        T.crop(n_tokens - 1)
-        D.crop(n_tokens - 1)
-        last = candidates[m - 1:m]  # [1], still on the device
-        draft_pending = candidates[D.n - start:m]  # [1], or [2] when the draft never saw its K-th draft
+        scored = score_block(T, last, block.tokens, sampling)  # log_p [k + 1, V], h [k + 1, h_t]
+        w = WEIGHT_RULES[verifier](k, device=T.device, weight=weight, head=head, h_target=scored.h, h_draft=block.h)
+        step, candidates = verify_step(block, scored, w, mixing, sampling, generator, synthetic_acceptance,
+                                       index=len(out.drafted))
+        clock.marks.append((t_draft, t_verify, clock()))
+        m = out.record(step, eos)
+        last, pending = roll_back(T, D, candidates, m)
         if out.stop == "eos":
             break
-    _sync(T.device)
+    synchronize(T.device)
     out.time_total = time.perf_counter() - t0
-    out.time_draft = sum(clock.seconds(a, b) for a, b, _ in marks)
-    out.time_verify = sum(clock.seconds(b, c) for _, b, c in marks)
+    out.time_draft, out.time_verify = clock.totals()
     return out
-
-
-def summarize(gens: list[Generation]) -> dict:
-    """Run-level metrics over several prompts: pooled counts, not a mean of per-prompt ratios."""
-    drafted = [k for g in gens for k in g.drafted]
-    accepted = [n for g in gens for n in g.accepted]
-    K = max((g.K for g in gens), default=0)
-    counts = position_counts(drafted, accepted, K)
-    new_tokens = sum(len(g.tokens) for g in gens)
-    steps = sum(g.steps for g in gens)
-    seconds = sum(g.time_total for g in gens)
-    return {
-        "prompts": len(gens), "new_tokens": new_tokens, "steps": steps,
-        "draft_acceptance_rate": rate(sum(accepted), sum(drafted)),
-        "mean_acceptance_length": rate(new_tokens, steps),
-        "acceptance_by_position": [rate(*c) for c in counts],
-        # per-position acceptance pooled over positions reached: the alpha of the i.i.d. analytic bound
-        "conditional_acceptance": rate(sum(h for h, _ in counts), sum(t for _, t in counts)),
-        "mean_weight": _mean([w for g in gens for ws in g.weights for w in ws]),
-        "bias_tv": _mean([b for g in gens for b in g.bias_tv]),
-        "target_logprob": _mean([x for g in gens for x in g.target_logprob]),
-        "target_argmax_agreement": _mean([float(x) for g in gens for x in g.target_argmax]),
-        "tokens_per_s": rate(new_tokens, seconds),
-        "time_total": seconds,
-        "time_draft": sum(g.time_draft for g in gens),
-        "time_verify": sum(g.time_verify for g in gens),
-    }

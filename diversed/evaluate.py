@@ -1,173 +1,218 @@
 """Quality scoring through lm-evaluation-harness, offline.
 
-- `DiversedLM` is an lm-eval model (registered as `diversed`) whose `generate_until` runs our engine,
-  or, in replay mode, returns the completions a decoding run stored (keyed by a hash of the prompt),
-  so a GPU decodes once and a CPU scores without decoding again.
+- Two lm-eval models, each built from its `--model_args` alone (unknown names are an error naming the
+  allowed ones): `diversed` decodes with our engine (`DiversedLM`); `diversed-replay` returns the
+  completions a decoding run stored, matched by a hash of the prompt (`ReplayLM`), so a GPU decodes
+  once and a CPU scores without decoding again.
 - Each task is exported to a JSONL file with a generated lm-eval task YAML (`dataset_path: json`)
   whose `process_results` calls the task's own scorer (ROUGE via rouge-score, BLEU via sacrebleu,
-  pass@1 via the sandboxed executor): nothing downloads a metric.
+  pass@1 via the sandboxed executor) and whose metric list comes from the task's `Metric`: the mean
+  of per-example scores, or a corpus aggregation over the whole set. Nothing downloads a metric.
 - `score_run(run_dir)` writes `scores.json` beside the run, atomically: lm-eval's aggregate and
   per-example metrics plus the run's reference-free fidelity.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
 import tempfile
 import time
+from functools import cached_property
 from pathlib import Path
 
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm.auto import tqdm
 
-from diversed.runs import load_run, prompt_hash
+from diversed.runs import RunConfig, load_run, prompt_hash
+from diversed.tasks import FIDELITY, Example, get_task
 from diversed.utils import provenance, write_json, write_jsonl
 
-UTILS = "from diversed.evaluate import corpus_bleu, process_results  # noqa: F401\n"
+UTILS = "from diversed.evaluate import corpus_score, process_results  # noqa: F401\n"
+BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+PROMPT_SET_FIELDS = ("task", "split", "n", "data_files")  # RunConfig fields that lm-eval's task decides instead
+LIVE_ARGS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.name not in PROMPT_SET_FIELDS)
+LIVE_DEFAULTS = {"temperature": 0.0, "max_new_tokens": 256}  # lm-eval generation tasks decode greedily
 
 
-def _cut(text: str, until: list[str]) -> str:
-    for stop in until or []:
+def parse_model_args(arg_string: str) -> dict[str, str]:
+    """`name=value,name=value` as lm-eval's --model_args spells it; values stay strings."""
+    args = {}
+    for item in (arg_string or "").split(","):
+        if not item.strip():
+            continue
+        if "=" not in item:
+            raise ValueError(f"model_args must be name=value pairs separated by commas, got {item.strip()!r}")
+        name, value = item.split("=", 1)
+        args[name.strip()] = value.strip()
+    return args
+
+
+def check_model_args(model: str, args: dict, allowed: tuple[str, ...]) -> None:
+    unknown = [k for k in args if k not in allowed]
+    if unknown:
+        raise ValueError(f"unknown model_args {', '.join(unknown)} for model {model}; allowed: {', '.join(allowed)}")
+
+
+def _cast(name: str, value, kind: str):
+    """A model_arg converted to its RunConfig field type ("int", "float | None", "bool", ...)."""
+    text = str(value).strip()
+    if "None" in kind and text.lower() in ("", "none"):
+        return None
+    base = kind.split("|")[0].strip()
+    if base == "bool":
+        if text.lower() not in BOOLS:
+            raise ValueError(f"model_args {name}={text!r} is not a bool; allowed: {', '.join(BOOLS)}")
+        return BOOLS[text.lower()]
+    try:
+        return {"int": int, "float": float, "str": str}[base](text)
+    except ValueError:
+        raise ValueError(f"model_args {name}={text!r} must be of type {base}") from None
+
+
+def _cut(text: str, gen_kwargs: dict) -> str:
+    """text up to the first of lm-eval's `until` strings."""
+    until = gen_kwargs.get("until") or []
+    for stop in [until] if isinstance(until, str) else until:
         if stop and stop in text:
             text = text[: text.index(stop)]
     return text
 
 
-@register_model("diversed")
-class DiversedLM(LM):
-    """lm-eval model over the diversed engine: `--model diversed --model_args target=...,draft=...,verifier=fixed,
-    weight=0.5` decodes; `replay=RUN_DIR` returns a run's stored completions instead."""
-
-    def __init__(self, target: str = "embedded", draft: str = "embedded", verifier: str = "strict",
-                 weight: float | None = None, head: str | None = None, mixing: str = "linear", K: int = 5,
-                 temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 256, seed: int = 0,
-                 dtype: str = "float32", device: str = "cpu", chat: bool = True, draft_layers: int | None = None,
-                 replay: str | None = None, **_ignored):
-        super().__init__()
-        self.replay: dict[str, str] | None = None
-        if replay:
-            _, rows = load_run(replay)
-            self.replay = {r["prompt_hash"]: r["completion"] for r in rows}
-            return
-        from diversed.models import DEFAULT_DRAFT_LAYERS
-        from diversed.runs import RunConfig
-
-        self.cfg = RunConfig(target=target, draft=draft, verifier=verifier,
-                             weight=None if weight in (None, "") else float(weight), head=head or None,
-                             mixing=mixing, K=int(K), temperature=float(temperature), top_p=float(top_p),
-                             max_new_tokens=int(max_new_tokens), seed=int(seed), dtype=dtype, device=device,
-                             chat=str(chat).lower() not in ("false", "0", "no"),
-                             draft_layers=int(draft_layers or DEFAULT_DRAFT_LAYERS))
-        self.cfg.validate()
-        from diversed.head import load_head
-        from diversed.models import load_pair
-
-        c = self.cfg
-        self.pair = load_pair(c.target, c.draft, dtype=c.dtype, device=c.device, draft_layers=c.draft_layers)
-        self.head = load_head(c.head, self.pair.target, self.pair.draft) if c.verifier == "dynamic" else None
-
-    @classmethod
-    def from_completions(cls, completions: dict[str, str]) -> DiversedLM:
-        """A replay model over {prompt_hash: completion}."""
-        lm = cls.__new__(cls)
-        LM.__init__(lm)
-        lm.replay = dict(completions)
-        return lm
+class GenerationLM(LM):
+    """An lm-eval model of generation tasks only, built from its model_args by `create_from_arg_obj`."""
 
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None):
-        args = dict(kv.split("=", 1) for kv in arg_string.split(",") if kv.strip()) if arg_string else {}
-        return cls(**args)
+        return cls.create_from_arg_obj(parse_model_args(arg_string), additional_config)
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False):
+        raise NotImplementedError(f"{type(self).__name__} scores generation tasks (generate_until) only")
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+        raise NotImplementedError(f"{type(self).__name__} scores generation tasks (generate_until) only")
+
+
+@register_model("diversed")
+class DiversedLM(GenerationLM):
+    """lm-eval model `diversed`: decodes with our engine, `--model_args target=...,draft=...,verifier=fixed,
+    weight=0.5` (any decoding field of RunConfig). The models load on the first request."""
+
+    def __init__(self, cfg: RunConfig):
+        super().__init__()
+        self.cfg = cfg
 
     @classmethod
-    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None):
-        """lm-eval's --device/--batch_size defaults (cuda, 1) are ignored: the device is a model_arg here."""
-        return cls(**arg_dict)
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> DiversedLM:
+        """lm-eval's --device/--batch_size (additional_config) are ignored: the device is a model_arg here."""
+        check_model_args("diversed", arg_dict, LIVE_ARGS)
+        kinds = {f.name: f.type for f in dataclasses.fields(RunConfig)}
+        cfg = RunConfig(**LIVE_DEFAULTS | {k: _cast(k, v, kinds[k]) for k, v in arg_dict.items()})
+        cfg.validate()
+        return cls(cfg)
+
+    @cached_property
+    def pair(self):
+        from diversed.models import load_pair
+
+        c = self.cfg
+        return load_pair(c.target, c.draft, dtype=c.dtype, device=c.device, draft_layers=c.draft_layers)
+
+    @cached_property
+    def head(self):
+        from diversed.head import load_head
+
+        return load_head(self.cfg.head, self.pair.target, self.pair.draft) if self.cfg.verifier == "dynamic" else None
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         out = []
         for i, req in enumerate(tqdm(requests, desc="generate", disable=disable_tqdm)):
             context, gen_kwargs = req.args
-            until = gen_kwargs.get("until") or []
-            if isinstance(until, str):
-                until = [until]
-            if self.replay is not None:
-                key = prompt_hash(context)
-                if key not in self.replay:
-                    raise KeyError(f"replay: no stored generation for prompt {context[:60]!r} (hash {key}); "
-                                   "was this run decoded on the same task split?")
-                out.append(_cut(self.replay[key], until))
-                continue
-            out.append(_cut(self._decode(context, gen_kwargs, i), until))
+            out.append(_cut(self.decode(context, gen_kwargs, i), gen_kwargs))
         return out
 
-    def _decode(self, context: str, gen_kwargs: dict, index: int) -> str:
+    def decode(self, context: str, gen_kwargs: dict, index: int) -> str:
         import torch
 
-        from diversed.engine import speculative_generate
+        from diversed.engine import Execution, Sampling, speculative_generate
         from diversed.models import encode_prompt
 
-        c = self.cfg
-        ids = encode_prompt(self.pair.tokenizer, context, chat=c.chat)
+        c, pair = self.cfg, self.pair
+        ids = encode_prompt(pair.tokenizer, context, chat=c.chat)
         generator = torch.Generator(device=c.device).manual_seed(c.seed * 1_000_003 + index)
-        gen = speculative_generate(self.pair.target, self.pair.draft, ids, verifier=c.verifier, K=c.K,
+        gen = speculative_generate(pair.target, pair.draft, ids, verifier=c.verifier, K=c.K,
                                    max_new_tokens=int(gen_kwargs.get("max_gen_toks", c.max_new_tokens)),
-                                   temperature=c.temperature, top_p=c.top_p,
+                                   sampling=Sampling(c.temperature, c.top_p),
                                    weight=c.weight if c.verifier == "fixed" else None, head=self.head,
-                                   mixing=c.mixing, generator=generator, vocab_size=self.pair.vocab_size)
-        return self.pair.tokenizer.decode(gen.tokens, skip_special_tokens=True)
+                                   mixing=c.mixing, generator=generator, vocab_size=pair.vocab_size,
+                                   execution=Execution.from_env())
+        return pair.tokenizer.decode(gen.tokens, skip_special_tokens=True)
 
-    def loglikelihood(self, requests, disable_tqdm: bool = False):
-        raise NotImplementedError("the diversed model scores generation tasks (generate_until) only")
 
-    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
-        raise NotImplementedError("the diversed model scores generation tasks (generate_until) only")
+@register_model("diversed-replay")
+class ReplayLM(GenerationLM):
+    """lm-eval model `diversed-replay`: `--model_args run=RUN_DIR` returns that run's stored completions."""
+
+    def __init__(self, rows: list[dict]):
+        """rows: generations, each with "prompt_hash" and "completion"."""
+        super().__init__()
+        self.completions = {r["prompt_hash"]: r["completion"] for r in rows}
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> ReplayLM:
+        check_model_args("diversed-replay", arg_dict, ("run",))
+        if not arg_dict.get("run"):
+            raise ValueError("model diversed-replay needs model_args run=RUN_DIR (a decoding run's folder)")
+        return cls(load_run(arg_dict["run"])[1])
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        out = []
+        for req in tqdm(requests, desc="replay", disable=disable_tqdm):
+            context, gen_kwargs = req.args
+            key = prompt_hash(context)
+            if key not in self.completions:
+                raise KeyError(f"replay: no stored generation for prompt {context[:60]!r} (hash {key}); "
+                               "was this run decoded on the same task split?")
+            out.append(_cut(self.completions[key], gen_kwargs))
+        return out
 
 
 # -------------------------------------------------------------------------------- lm-eval task files
 
 
 def process_results(doc: dict, results: list[str]) -> dict:
-    """lm-eval hook: score one completion with the task's own scorer."""
-    from diversed.tasks import Example, get_task
-
+    """lm-eval hook: one completion's per-example scores, and its item of the task's corpus metric."""
     task = get_task(doc["task"])
     example = Example(doc["id"], doc["prompt"], json.loads(doc["reference_json"]))
     scores = task.score(results[0], example)
-    if doc["task"] == "wmt16-de-en":  # corpus BLEU is aggregated from (hypothesis, reference) pairs
-        scores["corpus_bleu"] = (results[0].strip().split("\n")[0], example.reference)
+    if task.metric.corpus:
+        scores[task.metric.name] = [task.name, task.corpus_item(results[0], example)]
     return scores
 
 
-def corpus_bleu(items: list[tuple[str, str]]) -> float:
-    """lm-eval aggregation: corpus BLEU of (hypothesis, reference) pairs (sacrebleu)."""
-    import sacrebleu
-
-    return sacrebleu.corpus_bleu([h for h, _ in items], [[r for _, r in items]]).score
-
-
-def metric_names(task_name: str) -> list[str]:
-    return {"gsm8k": ["accuracy"], "arith": ["accuracy"], "cnndm": ["rouge1", "rouge2", "rougeL"],
-            "xsum": ["rouge1", "rouge2", "rougeL"], "mbpp": ["pass@1"], "humaneval": ["pass@1"],
-            "wmt16-de-en": ["bleu", "corpus_bleu"], "open": []}[task_name]
+def corpus_score(items: list) -> float:
+    """lm-eval aggregation of a corpus metric over [task name, corpus item] pairs (the task's `corpus_score`)."""
+    return get_task(items[0][0]).corpus_score([item for _, item in items])
 
 
 def write_task_files(task_name: str, examples: list[dict], folder: Path, max_gen_toks: int) -> str:
     """Export examples as JSONL plus an lm-eval task YAML reading it; returns the lm-eval task name."""
     import yaml
 
+    metric = get_task(task_name).metric
     folder.mkdir(parents=True, exist_ok=True)
     data = folder / f"{task_name}.jsonl"
     write_jsonl(data, [{"id": e["id"], "prompt": e["prompt"], "task": task_name,
                         "reference_json": json.dumps(e.get("reference"))} for e in examples])
     (folder / "utils.py").write_text(UTILS)
     name = f"diversed_{task_name.replace('-', '_')}"
-    metrics = [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in metric_names(task_name)]
-    for m in metrics:
-        if m["metric"] == "corpus_bleu":
-            m["aggregation"] = "!function utils.corpus_bleu"
+    metrics = [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in metric.per_example]
+    if metric.corpus:
+        metrics.insert(0, {"metric": metric.name, "aggregation": "!function utils.corpus_score",
+                           "higher_is_better": True})
     if not metrics:  # lm-eval needs one metric; open-ended prompts are judged by fidelity outside lm-eval
         metrics = [{"metric": "completed", "aggregation": "mean", "higher_is_better": True}]
     config = {"task": name, "dataset_path": "json", "dataset_kwargs": {"data_files": {"test": str(data)}},
@@ -175,10 +220,8 @@ def write_task_files(task_name: str, examples: list[dict], folder: Path, max_gen
               "doc_to_target": "", "process_results": "!function utils.process_results", "metric_list": metrics,
               "generation_kwargs": {"until": [], "max_gen_toks": max_gen_toks, "do_sample": False},
               "metadata": {"version": 1.0}}
-    text = yaml.safe_dump(config, sort_keys=False)
     # YAML tags cannot be emitted by safe_dump: unquote the !function references
-    text = text.replace("'!function utils.process_results'", "!function utils.process_results")
-    text = text.replace("'!function utils.corpus_bleu'", "!function utils.corpus_bleu")
+    text = re.sub(r"'(!function [\w.]+)'", r"\1", yaml.safe_dump(config, sort_keys=False))
     (folder / f"{name}.yaml").write_text(text)
     return name
 
@@ -196,13 +239,9 @@ def evaluate(lm: LM, task_name: str, examples: list[dict], max_gen_toks: int = 2
                                   torch_random_seed=0, fewshot_random_seed=0)
     aggregate = {k.split(",")[0]: v for k, v in results["results"][name].items()
                  if "," in k and not k.split(",")[0].endswith("_stderr") and isinstance(v, (int, float))}
-    per_example = []
-    for s in sorted(results["samples"][name], key=lambda s: s["doc_id"]):
-        row = {"id": s["doc"]["id"], "prompt_hash": prompt_hash(s["doc"]["prompt"])}
-        for m in metric_names(task_name):
-            if m in s and m != "corpus_bleu":
-                row[m] = s[m]
-        per_example.append(row)
+    keys = get_task(task_name).metric.per_example
+    per_example = [{"id": s["doc"]["id"], "prompt_hash": prompt_hash(s["doc"]["prompt"])} | {k: s[k] for k in keys}
+                   for s in sorted(results["samples"][name], key=lambda s: s["doc_id"])]
     return {"aggregate": aggregate, "per_example": per_example}
 
 
@@ -220,18 +259,15 @@ def score_run(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     manifest, rows = load_run(run_dir)
     task_name = manifest["config"].get("task")
+    metric = get_task(task_name).metric if task_name else FIDELITY
     result = {"run_id": manifest["run_id"], "task": task_name, "fidelity": fidelity(rows), "created": time.time(),
-              **provenance()}
-    if task_name and metric_names(task_name):
-        from diversed.tasks import get_task
-
-        lm = DiversedLM(replay=str(run_dir))
-        scored = evaluate(lm, task_name, rows, max_gen_toks=manifest["config"]["max_new_tokens"])
-        task = get_task(task_name)
-        result |= {"metric": task.metric, "quality": scored["aggregate"].get(task.metric), **scored}
+              **provenance(), "metric": metric.name}
+    if metric.fidelity:
+        result |= {"quality": result["fidelity"][metric.name], "aggregate": {},
+                   "per_example": [{"id": r["id"], "prompt_hash": r["prompt_hash"]} for r in rows]}
     else:
-        result |= {"metric": "target_logprob", "quality": result["fidelity"]["target_logprob"],
-                   "aggregate": {}, "per_example": [{"id": r["id"], "prompt_hash": r["prompt_hash"]} for r in rows]}
+        scored = evaluate(ReplayLM(rows), task_name, rows, max_gen_toks=manifest["config"]["max_new_tokens"])
+        result |= {"quality": scored["aggregate"][metric.name], **scored}
     out = run_dir / "scores.json"
     write_json(out, result)
     return out
@@ -243,5 +279,3 @@ def read_scores(run_dir: str | Path) -> dict:
         return json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} is corrupt: {e}") from e
-
-

@@ -5,21 +5,27 @@ elsewhere (GPU, bf16) the model's own weights are used as they are, so nothing i
 
 Same math as transformers' modules (RMSNorm in float32, the model's rotary embedding tabulated once,
 SDPA); only the order of floating-point sums differs. The engine uses it for Llama/Qwen3 and falls
-back to the transformers modules for other architectures (`DIVERSED_FASTPATH=0` turns it off).
+back to the transformers modules for other architectures, or when its Execution turns it off.
 
 Capture (`capture=`): the fixed-shape steps (the draft's 1-token step, the target's K + 1-token
 verification) can run as one CUDA graph each ("graph"), or compiled by torch.compile and, on a GPU,
 graphed ("compile"). A captured step is padded to its bucket length and attends over the whole cache
 under a mask by position, so its shapes never change; prefill and other lengths run eagerly.
+
+State kept across calls, and its owner:
+- per model (`ModelState`: the projections of its weights and its pooled captured decoders), held under a
+  weak key, so it lives exactly as long as the model; replaced as a whole when any parameter of any decoder
+  layer is replaced or changed in place (a new storage or a bumped tensor version);
+- the compiled decoder layer (`_compiled`), once per process.
+A decoder taken from the pool belongs to one Stepper while that Stepper lives (`acquire`).
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -27,12 +33,10 @@ from torch.nn import functional as F
 
 SUPPORTED = ("llama", "qwen3")
 CAPTURES = ("none", "graph", "compile")
-_WEIGHTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def supported(model: nn.Module) -> bool:
-    if os.environ.get("DIVERSED_FASTPATH", "1") == "0":
-        return False
+    """Whether the fast path computes this model's forward (its architecture and options)."""
     cfg = model.config
     return (cfg.model_type in SUPPORTED and not getattr(cfg, "attention_bias", False)
             and not getattr(cfg, "mlp_bias", False) and getattr(cfg, "hidden_act", "silu") == "silu"
@@ -71,15 +75,10 @@ class LayerWeights:
     down: Proj  # I -> h
 
 
-def layer_weights(model: nn.Module) -> list[LayerWeights]:
-    """The decoder weights as projections, built once per model (and rebuilt if they change)."""
-    layers = model.get_decoder().layers
-    key = tuple((p.data_ptr(), p._version) for p in layers[0].parameters())
-    cached = _WEIGHTS.get(model)
-    if cached is not None and cached[0] == key:
-        return cached[1]
+def build_layer_weights(model: nn.Module) -> list[LayerWeights]:
+    """The decoder layers' weights as projections (fused copies on CPU in float32)."""
     out = []
-    for layer in layers:
+    for layer in model.get_decoder().layers:
         a, m = layer.self_attn, layer.mlp
         qn, kn = getattr(a, "q_norm", None), getattr(a, "k_norm", None)
         out.append(LayerWeights(
@@ -87,8 +86,51 @@ def layer_weights(model: nn.Module) -> list[LayerWeights]:
             q_norm=None if qn is None else qn.weight.detach(), k_norm=None if kn is None else kn.weight.detach(),
             o=Proj(a.o_proj.weight), ln2=layer.post_attention_layernorm.weight.detach(),
             gate_up=Proj(m.gate_proj.weight, m.up_proj.weight), down=Proj(m.down_proj.weight)))
-    _WEIGHTS[model] = (key, out)
     return out
+
+
+def weights_key(model: nn.Module) -> tuple:
+    """Storage and version of every parameter of every decoder layer: changes when any of them is replaced or
+    changed in place (an in-place op bumps the tensor's version)."""
+    return tuple((p.data_ptr(), p._version) for p in model.get_decoder().layers.parameters())
+
+
+@dataclass
+class ModelState:
+    """What the fast path keeps for one model: its layers' projections, valid for the weights of `key`, and the
+    captured decoders built on them (pooled across sequences by acquire)."""
+
+    key: tuple
+    layers: list[LayerWeights]
+    decoders: list[FastDecoder] = field(default_factory=list)
+
+
+_STATE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> ModelState, dropped with the model
+
+
+def model_state(model: nn.Module) -> ModelState:
+    """The model's state, rebuilt (projections and pool) when its decoder weights changed."""
+    key = weights_key(model)
+    state = _STATE.get(model)
+    if state is None or state.key != key:
+        state = _STATE[model] = ModelState(key, build_layer_weights(model))
+    return state
+
+
+def layer_weights(model: nn.Module) -> list[LayerWeights]:
+    """The decoder weights as projections, built once per model and rebuilt when they change."""
+    return model_state(model).layers
+
+
+def pooled_decoders(model: nn.Module) -> list[FastDecoder]:
+    """The captured decoders pooled for `model` (empty if none)."""
+    state = _STATE.get(model)
+    return list(state.decoders) if state is not None else []
+
+
+def clear() -> None:
+    """Drop every model's state (projections, pooled decoders); the compiled layer stays."""
+    _STATE.clear()
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -102,17 +144,19 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def check_capture(capture: str, model: nn.Module, role: str = "model") -> None:
-    """A clear error unless `capture` can run for `model` (the `role` names it in the message)."""
+def check_capture(capture: str, model: nn.Module, role: str = "model", enabled: bool = True) -> None:
+    """A clear error unless `capture` can run for `model` (the `role` names it in the message); enabled: whether
+    the fast path is on (Execution.fastpath)."""
     if capture not in CAPTURES:
         raise ValueError(f"unknown capture {capture!r}; allowed: {', '.join(CAPTURES)}")
     device = model.get_output_embeddings().weight.device
     if capture == "graph" and device.type != "cuda":
         raise ValueError(f"capture 'graph' (CUDA graphs) needs a CUDA device, not {device.type}; "
                          "use 'compile' (torch.compile) or 'none'")
-    if capture != "none" and not supported(model):
-        raise ValueError(f"capture {capture!r} needs the static-cache fast path (Llama / Qwen3, "
-                         f"DIVERSED_FASTPATH not 0); the {role} is {model.config.model_type!r}: use capture 'none'")
+    if capture != "none" and not (enabled and supported(model)):
+        why = f"the {role} is {model.config.model_type!r}" if enabled else "it is off (DIVERSED_FASTPATH=0)"
+        raise ValueError(f"capture {capture!r} needs the static-cache fast path (Llama / Qwen3); {why}: "
+                         "use capture 'none'")
 
 
 class FastDecoder:
@@ -214,9 +258,6 @@ def decoder_layer(dec: FastDecoder, w: LayerWeights, k_cache: torch.Tensor, v_ca
     return x + w.down(F.silu(gate) * up)
 
 
-_POOL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> captured decoders
-
-
 def acquire(model: nn.Module, max_len: int, owner: object, capture: str = "none", buckets: tuple[int, ...] = (),
             post: Callable[[torch.Tensor], torch.Tensor] | None = None, post_key: tuple = ()) -> FastDecoder:
     """A decoder with an empty cache for `owner` (a Stepper) while it lives. Captured decoders are pooled per
@@ -225,26 +266,24 @@ def acquire(model: nn.Module, max_len: int, owner: object, capture: str = "none"
     if capture == "none":
         return FastDecoder(model, max_len, post=post)
     key = (capture, tuple(sorted(set(buckets))), post_key)
-    layers = layer_weights(model)  # rebuilt when the weights changed: then the pooled decoders are stale
-    pool = [d for d in _POOL.get(model, []) if d.layers is layers]
-    free = [d for d in pool if d.key == key and d.owner() is None]  # pooled decoders always have an owner
+    state = model_state(model)  # a fresh one, with an empty pool, when the weights changed
+    free = [d for d in state.decoders if d.key == key and d.owner() is None]  # pooled decoders always have an owner
     dec = next((d for d in free if d.max_len >= max_len), None)
     if dec is None:
-        pool = [d for d in pool if d not in free]  # a larger one replaces the free ones of this key
+        state.decoders = [d for d in state.decoders if d not in free]  # a larger one replaces this key's free ones
         # capacities in powers of two (>= 256): room for varying prompts, few shapes to compile
         dec = FastDecoder(model, max(256, 1 << (max_len - 1).bit_length()), capture, buckets, post)
         dec.key = key
-        pool.append(dec)
-    _POOL[model] = pool
+        state.decoders.append(dec)
     dec.owner, dec.n = weakref.ref(owner), 0
     return dec
 
 
 @functools.cache
 def _compiled(fn: Callable) -> Callable:
-    """torch.compile(fn) once per process. Its guards are on shapes and dtypes, so the layers of a model, and
-    decoders of the same shapes, share the compiled code; each (layer shape, step length, cache capacity) is
-    one entry, hence the raised limit."""
+    """torch.compile(fn), cached for the life of the process. Its guards are on shapes and dtypes, so the layers
+    of a model, and decoders of the same shapes, share the compiled code; each (layer shape, step length, cache
+    capacity) is one entry, hence the raised limit."""
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     return torch.compile(fn, fullgraph=True, dynamic=False)
 

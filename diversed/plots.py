@@ -42,15 +42,24 @@ def _panels(tasks: list[str]):
     return fig, list(zip(axes, tasks, strict=False))
 
 
-def acceptance_vs_weight(sweeps: pd.DataFrame, stem: Path) -> list[Path]:
-    """Acceptance rate vs static weight w, one line per draft length K (linear mixing), one panel per task."""
-    d = sweeps[sweeps["mixing"] == "linear"]
-    fig, panels = _panels(sorted(d["task"].unique()))
+def acceptance_vs_weight_lines(sweeps: pd.DataFrame, temperature: float) -> pd.DataFrame:
+    """What the acceptance-vs-w figure plots: per (task, K, w), the mean acceptance of the linear-mixing sweeps at
+    one temperature (over pairs)."""
+    d = sweeps[(sweeps["mixing"] == "linear") & (sweeps["temperature"] == temperature)]
+    return (d.groupby(["task", "K", "weight"], as_index=False)["draft_acceptance_rate"].mean()
+            .sort_values(["task", "K", "weight"], ignore_index=True))
+
+
+def acceptance_vs_weight(sweeps: pd.DataFrame, stem: Path, temperature: float) -> list[Path]:
+    """Acceptance rate vs static weight w at one temperature, one line per draft length K (linear mixing), one
+    panel per task."""
+    lines = acceptance_vs_weight_lines(sweeps, temperature)
+    fig, panels = _panels(sorted(lines["task"].unique()))
     for ax, task in panels:
-        for K, g in d[d["task"] == task].groupby("K"):
-            g = g.groupby("weight", as_index=False)["draft_acceptance_rate"].mean().sort_values("weight")
+        for K, g in lines[lines["task"] == task].groupby("K"):
             ax.plot(g["weight"], 100 * g["draft_acceptance_rate"], marker="o", label=f"K = {K}")
-        ax.set(title=task, xlabel="static weight w on the target", ylabel="acceptance rate (%)", xlim=(-0.02, 1.02))
+        ax.set(title=f"{task} (T = {temperature:g})", xlabel="static weight w on the target",
+               ylabel="acceptance rate (%)", xlim=(-0.02, 1.02))
         ax.grid(alpha=0.3)
         ax.legend()
     return _save(fig, stem)
@@ -80,8 +89,8 @@ def quality_vs_time(runs: pd.DataFrame, sweeps: pd.DataFrame, stem: Path, temper
         for method in ("autoregressive", "strict", "finetuned", "fixed", "dynamic"):
             g = d[(d["task"] == task) & (d["method"] == method)]
             if len(g):
-                ax.scatter(g["seconds_per_sample"].mean(), g["quality"].mean(), marker=MARKERS[method], s=70,
-                           label=METHOD_NAMES[method], zorder=3)
+                ax.scatter(g["seconds_per_sample"].mean(), g["quality"].mean(), marker=MARKERS.get(method, "o"), s=70,
+                           label=METHOD_NAMES.get(method, method), zorder=3)
         metric = d[d["task"] == task]["metric"].iloc[0]
         ax.set(title=f"{task} (T = {temperature})", xlabel="seconds per sample", ylabel=metric)
         ax.grid(alpha=0.3)
@@ -101,7 +110,7 @@ def acceptance_by_position(runs: pd.DataFrame, stem: Path, temperature: float) -
             rates = pd.DataFrame([json.loads(x) for x in d[(d["task"] == task) & (d["method"] == method)]
                                   ["acceptance_by_position"]]).mean()
             ax.bar([i + 1 + (j - (len(methods) - 1) / 2) * width for i in range(len(rates))], 100 * rates, width,
-                   label=METHOD_NAMES[method])
+                   label=METHOD_NAMES.get(method, method))
         ax.set(title=f"{task} (T = {temperature})", xlabel="draft position i", ylabel="acceptance (%)")
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=7)
@@ -121,13 +130,15 @@ def weight_distribution(weights: pd.DataFrame, stem: Path) -> list[Path]:
     return _save(fig, stem)
 
 
-def write_all(tables: str | Path, out: str | Path, temperatures: list[float]) -> list[Path]:
-    """Every figure from the tables folder written by diversed.aggregate."""
+def write_all(tables: str | Path, out: str | Path, temperatures: list[float],
+              sweep_temperature: float = 1.0) -> list[Path]:
+    """Every figure from the tables folder written by diversed.aggregate; sweep_temperature is that of the
+    acceptance-vs-w figure."""
     tables, out = Path(tables), Path(out)
     runs = pd.read_csv(tables / "runs.csv")
     sweeps = pd.read_csv(tables / "sweeps.csv")
     weights = pd.read_csv(tables / "weights.csv")
-    paths = acceptance_vs_weight(sweeps, out / "acceptance_vs_weight")
+    paths = acceptance_vs_weight(sweeps, out / "acceptance_vs_weight", sweep_temperature)
     for t in temperatures:
         paths += quality_vs_time(runs, sweeps, out / f"quality_vs_time_T{t:g}", t)
         paths += acceptance_by_position(runs, out / f"acceptance_by_position_T{t:g}", t)

@@ -16,11 +16,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from diversed.engine import VERIFIERS, check_request, speculative_generate, summarize
+from diversed.engine import Execution, Sampling, check_request, check_settings, speculative_generate
 from diversed.models import DEFAULT_DRAFT_LAYERS, DTYPES, encode_prompt, load_pair
+from diversed.stats import summarize
 from diversed.tracking import Tracker
-from diversed.utils import atomic_dir, config_hash, provenance, read_jsonl, write_json, write_jsonl
-from diversed.verifiers import MIXINGS
+from diversed.utils import atomic_dir, config_hash, option, provenance, read_jsonl, write_json, write_jsonl
 
 DETERMINISTIC_STATS = ("new_tokens", "steps", "stop", "draft_acceptance_rate", "mean_acceptance_length",
                        "mean_weight", "bias_tv", "target_logprob", "target_argmax_agreement")
@@ -30,45 +30,36 @@ DETERMINISTIC_STATS = ("new_tokens", "steps", "stop", "draft_acceptance_rate", "
 class RunConfig:
     """Everything that determines a run's output (its hash is the run_id)."""
 
-    target: str = "embedded"
-    draft: str = "embedded"
-    draft_layers: int = DEFAULT_DRAFT_LAYERS
-    verifier: str = "strict"
-    weight: float | None = None
-    head: str | None = None
-    mixing: str = "linear"
-    K: int = 5
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 128
-    seed: int = 0
-    dtype: str = "float32"
-    device: str = "cpu"
-    chat: bool = True
-    task: str | None = None  # prompts and references from a task (diversed.tasks) instead of a file
-    split: str = "eval"
-    n: int | None = None  # seeded subsample size of the split (None: all)
-    data_files: str | None = None  # local JSONL for the task (offline)
+    target: str = option("embedded", "target model: local path, hub id, or `embedded`")
+    draft: str = option("embedded", "draft model: local path, hub id, or `embedded`")
+    draft_layers: int = option(DEFAULT_DRAFT_LAYERS, "which embedded draft (first N target layers)")
+    verifier: str = option("strict", "autoregressive | draft | strict | fixed | dynamic")
+    weight: float | None = option(None, "w on the target for the fixed verifier, in [0, 1]")
+    head: str | None = option(None, "trained weight head (.safetensors) for the dynamic verifier")
+    mixing: str = option("linear", "linear (w p + (1 - w) q) | logit (softmax of w log p + (1 - w) log q)")
+    K: int = option(5, "draft length", flag="-K")
+    temperature: float = option(1.0, "temperature of p and q; 0 = greedy")
+    top_p: float = option(1.0, "nucleus threshold applied to p and q")
+    max_new_tokens: int = option(128, "new tokens per prompt at most")
+    seed: int = option(0, "seed of the sampling (each prompt draws from its own generator)")
+    dtype: str = option("float32", "float32 | bfloat16 | float16")
+    device: str = option("cpu", "cpu | cuda | cuda:N")
+    chat: bool = option(True, "apply the tokenizer's chat template")
+    task: str | None = option(None, "prompts and references of a task (diversed.tasks) instead of a prompt file")
+    split: str = option("eval", "task split: train | eval")
+    n: int | None = option(None, "seeded subsample size of the task split (default: all)", flag="-n")
+    data_files: str | None = option(None, "local JSONL for the task (offline use of hub tasks)")
 
     def validate(self) -> None:
-        """Checks that need no model: fail before anything is loaded."""
-        if self.verifier not in VERIFIERS:
-            raise ValueError(f"unknown verifier {self.verifier!r}; allowed: {', '.join(VERIFIERS)}")
-        if self.mixing not in MIXINGS:
-            raise ValueError(f"unknown mixing {self.mixing!r}; allowed: {', '.join(MIXINGS)}")
+        """Checks that need no model: fail before anything is loaded. The decoding settings are the engine's
+        checks (engine.check_settings), so each message exists once."""
+        check_settings(self.verifier, K=self.K, max_new_tokens=self.max_new_tokens,
+                       sampling=Sampling(self.temperature, self.top_p), weight=self.weight, head=self.head or None,
+                       mixing=self.mixing)
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; allowed: {', '.join(DTYPES)}")
-        if self.verifier != "autoregressive" and self.K < 1:
-            raise ValueError(f"draft length K must be >= 1, got {self.K}")
-        if self.verifier == "fixed" and self.weight is None:
-            raise ValueError("verifier 'fixed' needs --weight w in [0, 1]")
-        if self.weight is not None and not 0 <= self.weight <= 1:
-            raise ValueError(f"weight w must be in [0, 1], got {self.weight}")
-        if self.verifier == "dynamic":
-            if not self.head:
-                raise ValueError("verifier 'dynamic' needs --head PATH (a trained weight head)")
-            if not Path(self.head).is_file():
-                raise FileNotFoundError(f"weight head not found: {self.head}")
+        if self.verifier == "dynamic" and not Path(self.head).is_file():
+            raise FileNotFoundError(f"weight head not found: {self.head}")
         if self.task is not None:
             from diversed.tasks import registry
 
@@ -78,12 +69,6 @@ class RunConfig:
                 raise ValueError(f"unknown split {self.split!r}; allowed: train, eval")
             if self.n is not None and self.n < 1:
                 raise ValueError(f"n (subsample size) must be >= 1, got {self.n}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
 def task_prompts(cfg: RunConfig) -> list[dict]:
@@ -122,9 +107,11 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
     """Decode every prompt into out/{run_id} (or exactly run_dir); returns the run directory.
 
     All checks happen before the first decode; one short warm-up decode precedes the timed ones.
-    labels (pair name, experiment, ...) are stored in the manifest and do not enter the run_id.
+    labels (pair name, experiment, ...) and the execution settings (engine.Execution, from the environment) are
+    stored in the manifest and do not enter the run_id.
     """
     cfg.validate()
+    execution = Execution.from_env()
     if not prompts:
         raise ValueError("no prompts to decode")
     for i, row in enumerate(prompts):
@@ -137,19 +124,19 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
         from diversed.head import load_head
 
         head = load_head(cfg.head, pair.target, pair.draft)
-    weight = cfg.weight if cfg.verifier == "fixed" else None
+    sampling = Sampling(cfg.temperature, cfg.top_p)
     encoded = [encode_prompt(pair.tokenizer, row["prompt"], chat=cfg.chat) for row in prompts]
     for ids in encoded:
         check_request(pair.target, pair.draft, len(ids), verifier=cfg.verifier, K=cfg.K,
-                      max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                      weight=weight, head=head, mixing=cfg.mixing, vocab_size=pair.vocab_size)
+                      max_new_tokens=cfg.max_new_tokens, sampling=sampling, weight=cfg.weight, head=head,
+                      mixing=cfg.mixing, vocab_size=pair.vocab_size, execution=execution)
 
     def decode(i, ids, max_new_tokens):
         generator = torch.Generator(device=cfg.device).manual_seed(cfg.seed * 1_000_003 + i)
         return speculative_generate(pair.target, pair.draft, ids, verifier=cfg.verifier, K=cfg.K,
-                                    max_new_tokens=max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                                    weight=weight, head=head, mixing=cfg.mixing, generator=generator,
-                                    vocab_size=pair.vocab_size)
+                                    max_new_tokens=max_new_tokens, sampling=sampling, weight=cfg.weight, head=head,
+                                    mixing=cfg.mixing, generator=generator, vocab_size=pair.vocab_size,
+                                    execution=execution)
 
     decode(0, encoded[0], min(8, cfg.max_new_tokens))  # warm-up: allocations and kernel choice, not timed
     labels = dict(labels or {})
@@ -172,7 +159,8 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
                      **{k: v for k, v in gen.stats().items() if k in DETERMINISTIC_STATS}})
     summary = summarize(gens)
     manifest = {"run_id": rid, "config": dataclasses.asdict(cfg), "labels": labels, "seed": cfg.seed,
-                "summary": summary, "started": started, "finished": time.time(), **provenance()}
+                "execution": dataclasses.asdict(execution), "summary": summary, "started": started,
+                "finished": time.time(), **provenance()}
     tracker.log({k: v for k, v in summary.items() if isinstance(v, (int, float))})
     tracker.table("generations", ["id", "prompt", "completion"],
                   [[r["id"], r["prompt"][:1000], r["completion"][:1000]] for r in rows[:20]])

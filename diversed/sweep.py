@@ -1,6 +1,9 @@
-"""The static frontier: decode a task's eval split for w on a grid (both mixings), score every run,
-and pick the task's fixed w: the largest acceptance whose quality stays within a tolerance of strict.
-This is the paper's `fixed` verifier and the Pareto front it traces."""
+"""The static frontier: decode and score a task's eval split at each point of a grid of w (both mixings;
+w = 1 is strict), then pick the task's fixed w: the largest acceptance whose quality stays within a
+tolerance of strict. This is the paper's `fixed` verifier and the Pareto front it traces.
+
+`sweep_point` is one point (one workflow job each, so a killed sweep resumes point by point),
+`choose_runs` the choice from the scored points, `sweep_weight` both in one process (the CLI)."""
 
 from __future__ import annotations
 
@@ -12,11 +15,11 @@ from diversed.evaluate import read_scores, score_run
 from diversed.runs import RunConfig, execute, load_run, task_prompts
 from diversed.utils import provenance, write_json, write_text
 
-# Default tolerance per headline metric, in the metric's own units.
-TOLERANCE = {"accuracy": 0.02, "pass@1": 0.02, "rouge2": 1.0, "bleu": 1.0, "target_logprob": 0.1}
 COLUMNS = ["pair", "task", "temperature", "K", "verifier", "weight", "mixing", "draft_acceptance_rate",
            "mean_acceptance_length", "tokens_per_s", "seconds_per_sample", "bias_tv", "metric", "quality",
            "target_logprob", "run_id"]
+WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)  # the paper's grid of w; strict (w = 1) is always added
+MIXINGS = ("linear", "logit")
 
 
 def run_row(run_dir: Path) -> dict:
@@ -35,10 +38,18 @@ def run_row(run_dir: Path) -> dict:
             "target_logprob": scores["fidelity"]["target_logprob"], "run_id": manifest["run_id"]}
 
 
+def known(value) -> bool:
+    """A quality that was measured: not None (unscored) and not nan."""
+    return value is not None and not math.isnan(value)
+
+
 def choose(rows: list[dict], tolerance: float) -> dict:
-    """The fixed verifier: max acceptance among rows with quality >= strict quality - tolerance."""
-    strict = next(r for r in rows if r["verifier"] == "strict")
-    ok = [r for r in rows if r["verifier"] == "fixed" and not math.isnan(r["quality"])
+    """The fixed verifier: max acceptance among rows with quality >= strict quality - tolerance (rows whose
+    quality is unknown never qualify; an unknown strict quality leaves strict)."""
+    strict = next((r for r in rows if r["verifier"] == "strict"), None)
+    if strict is None:
+        raise ValueError("a sweep needs its strict point (w = 1) to choose a fixed w; none among the rows given")
+    ok = [r for r in rows if r["verifier"] == "fixed" and known(r["quality"]) and known(strict["quality"])
           and r["quality"] >= strict["quality"] - tolerance]
     best = max(ok, key=lambda r: (r["draft_acceptance_rate"], -r["weight"]), default=None)
     if best is None or best["draft_acceptance_rate"] <= strict["draft_acceptance_rate"]:
@@ -49,33 +60,60 @@ def choose(rows: list[dict], tolerance: float) -> dict:
             "metric": strict["metric"]}
 
 
-def sweep_weight(base: RunConfig, out: str | Path, *, weights=(0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9),
-                 mixings=("linear", "logit"), tolerance: float | None = None, progress: bool = True,
-                 labels: dict | None = None) -> dict:
-    """Decode + score base's task for each (w, mixing) and strict; write sweep.csv/.md and choice.json."""
-    if base.task is None:
-        raise ValueError("sweep-weight needs a task (its eval split is decoded and scored)")
+def grid(weights=WEIGHTS, mixings=MIXINGS) -> list[tuple[float, str]]:
+    """The sweep's points (w, mixing): strict (w = 1) first, then every w < 1 of the grid with each mixing."""
     for w in weights:
         if not 0 <= w <= 1:
             raise ValueError(f"weight w must be in [0, 1], got {w}")
-    out = Path(out)
-    prompts = task_prompts(base)
-    configs = [dataclasses.replace(base, verifier="strict", weight=None, mixing="linear")]
-    configs += [dataclasses.replace(base, verifier="fixed", weight=float(w), mixing=m) for m in mixings
-                for w in weights]
-    rows = []
-    for cfg in configs:
-        run_dir = execute(cfg, prompts, out / "runs", progress=progress, labels=labels)
-        score_run(run_dir)
-        rows.append(run_row(run_dir))
+    return [(1.0, "linear")] + [(float(w), m) for m in mixings for w in weights if w != 1]
+
+
+def point_name(weight: float, mixing: str) -> str:
+    """A point's folder in a sweep: w0.5-linear (the workflow's layout too)."""
+    return f"w{float(weight)}-{mixing}"
+
+
+def sweep_point(base: RunConfig, weight: float, mixing: str, run_dir: str | Path, *, progress: bool = True,
+                labels: dict | None = None) -> Path:
+    """Decode + score base's task at one point into run_dir: w = 1 is strict, w < 1 the fixed verifier."""
+    if base.task is None:
+        raise ValueError("a sweep needs a task (its eval split is decoded and scored)")
+    if weight == 1:
+        cfg = dataclasses.replace(base, verifier="strict", weight=None, mixing="linear")
+    else:
+        cfg = dataclasses.replace(base, verifier="fixed", weight=float(weight), mixing=mixing)
+    run_dir = execute(cfg, task_prompts(cfg), run_dir=run_dir, progress=progress, labels=labels)
+    score_run(run_dir)
+    return run_dir
+
+
+def choose_runs(run_dirs: list[str | Path], out: str | Path, tolerance: float | None = None) -> dict:
+    """The sweep's table (out/sweep.csv, .md) and choice (out/choice.json) from its scored points.
+
+    tolerance: the quality strict may lose, in the metric's units (default: the task metric's own)."""
     from diversed.tasks import get_task
 
-    metric = get_task(base.task).metric
-    choice = choose(rows, TOLERANCE.get(metric, 0.0) if tolerance is None else tolerance)
+    out = Path(out)
+    rows = [run_row(Path(d)) for d in run_dirs]
+    if len({r["task"] for r in rows}) != 1:
+        raise ValueError(f"a sweep covers one task; the runs given cover {sorted({str(r['task']) for r in rows})}")
+    strict = [Path(d) for d, r in zip(run_dirs, rows, strict=True) if r["verifier"] == "strict"]
+    if not strict:
+        raise ValueError("a sweep needs its strict point (w = 1) to choose a fixed w; none among the runs given")
+    config = load_run(strict[0])[0]["config"]
+    choice = choose(rows, get_task(config["task"]).metric.tolerance if tolerance is None else tolerance)
     write_table(out / "sweep", rows)
-    write_json(out / "choice.json", {"task": base.task, **choice, "config": dataclasses.asdict(base),
-                                     **provenance()})
+    write_json(out / "choice.json", {"task": config["task"], **choice, "config": config, **provenance()})
     return choice
+
+
+def sweep_weight(base: RunConfig, out: str | Path, *, weights=WEIGHTS, mixings=MIXINGS,
+                 tolerance: float | None = None, progress: bool = True, labels: dict | None = None) -> dict:
+    """Every point of the grid, then the choice: out/{point}/ runs, out/sweep.csv/.md and out/choice.json."""
+    out = Path(out)
+    runs = [sweep_point(base, w, m, out / point_name(w, m), progress=progress, labels=labels)
+            for w, m in grid(weights, mixings)]
+    return choose_runs(runs, out, tolerance)
 
 
 def write_table(stem: Path, rows: list[dict]) -> None:

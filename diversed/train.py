@@ -1,4 +1,4 @@
-"""Verifier training (DESIGN.md §1): the DIVERSED weight head by REINFORCE, and the fine-tuned-draft
+"""Verifier training: the DIVERSED weight head by REINFORCE, and the fine-tuned-draft
 baseline by distillation. Both models stay frozen while the head learns.
 
 Head training, per step: roll out a batch of prompts from the ensemble nu (greedy or sampled) with the
@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from diversed.engine import Stepper, _eos_set
+from diversed.engine import Execution, Stepper, eos_set
 from diversed.head import WeightHead
 from diversed.models import DEFAULT_DRAFT_LAYERS
 from diversed.models import vocab_size as vocab_width
@@ -104,13 +104,15 @@ class Rollout:
 @torch.no_grad()
 def rollout(target: nn.Module, draft: nn.Module, head: WeightHead, ids: list[int], *, max_new_tokens: int,
             temperature: float, mixing: str, greedy: bool, generator: torch.Generator | None,
-            eos: set[int], vocab_size: int | None = None) -> Rollout:
+            eos: set[int], vocab_size: int | None = None, execution: Execution | None = None) -> Rollout:
     """Decode from nu_t = ensemble(p_t, q_t, head(h_t)) one token at a time, with KV caches.
 
     vocab_size: the pair's common logit width (Pair.vocab_size) when the two heads differ by padding."""
     shared = min(vocab_width(target), vocab_width(draft))
     max_len = len(ids) + max_new_tokens
-    T, D = Stepper(target, vocab_size, shared, max_len), Stepper(draft, vocab_size, shared, max_len)
+    execution = execution or Execution()
+    T = Stepper(target, vocab_size, shared, max_len, execution=execution)
+    D = Stepper(draft, vocab_size, shared, max_len, execution=execution)
     ps, qs, hts, hds, tokens = [], [], [], [], []
     pending = ids
     for _ in range(max_new_tokens):
@@ -161,13 +163,12 @@ def make_optimizer(head: WeightHead, lr: float, total_steps: int, warmup_frac: f
 
 
 def task_reward(task, reward: str):
-    """Reward of a completion in [0, 1] for task metrics (percent metrics scaled), or mean log p_target."""
-    scale = 100.0 if task.metric in ("rouge2", "bleu") else 1.0
+    """Reward of a completion: the task's quality in [0, 1] (Task.reward), or the mean target log-likelihood."""
 
     def fn(completion: str, example, r: Rollout) -> float:
-        if reward == "fidelity" or task.metric == "target_logprob":
+        if reward == "fidelity" or task.metric.fidelity:
             return float(r.log_p.gather(-1, r.tokens[:, None]).mean())
-        return task.score(completion, example)[task.metric] / scale
+        return task.reward(completion, example)
 
     return fn
 
@@ -214,7 +215,8 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
         baseline, start, log_rows, samples = ckpt["baseline"], ckpt["step"], ckpt["log"], ckpt["samples"]
 
     reward_fn = task_reward(task, cfg.reward)
-    eos = _eos_set(pair.target, None)
+    execution = Execution.from_env()
+    eos = eos_set(pair.target)
     tracker = Tracker(name=f"train-head-{cfg.task}-{cid}", group=f"train-{cfg.task}", job_type="train-head",
                       config=dataclasses.asdict(cfg) | {"config_id": cid})
     device = head.proj.weight.device
@@ -229,7 +231,7 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
         head.eval()
         rollouts = [rollout(pair.target, pair.draft, head, encoded[i], max_new_tokens=cfg.max_new_tokens,
                             temperature=cfg.temperature, mixing=cfg.mixing, greedy=cfg.rollout == "greedy",
-                            generator=gen, eos=eos, vocab_size=pair.vocab_size) for i in batch]
+                            generator=gen, eos=eos, vocab_size=pair.vocab_size, execution=execution) for i in batch]
         completions = [pair.tokenizer.decode(r.tokens.tolist(), skip_special_tokens=True) for r in rollouts]
         samples = [[examples[i].prompt[:500], c[:500]] for i, c in zip(batch, completions, strict=True)]
         rewards = torch.tensor([reward_fn(c, examples[i], r) for c, i, r in zip(completions, batch, rollouts,
@@ -268,7 +270,7 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
     tracker.finish()
     write_json(out / "manifest.json", {"config": dataclasses.asdict(cfg), "config_id": cid, "steps": total,
                                        "seconds": sum(r["seconds"] for r in log_rows), "final": summary,
-                                       **provenance()})
+                                       "execution": dataclasses.asdict(execution), **provenance()})
     return head_path
 
 
@@ -335,7 +337,7 @@ def kl_loss(target_logits: torch.Tensor, draft_logits: torch.Tensor) -> torch.Te
 
 def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True) -> Path:
     """Fine-tune a copy of the draft on the task's training prompts; saves a plain checkpoint at out."""
-    from diversed.engine import autoregressive_generate
+    from diversed.engine import Sampling, autoregressive_generate
     from diversed.models import encode_prompt, load_model, load_pair
     from diversed.tasks import get_task
     from diversed.tracking import Tracker
@@ -345,11 +347,12 @@ def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True)
     cid = config_hash(dataclasses.asdict(cfg))
     pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers)
     examples = get_task(cfg.task, cfg.data_files).examples("train", cfg.n_train, seed=cfg.seed)
+    execution = Execution.from_env()
     seqs = []  # (prompt ids, target's greedy completion)
     for ex in tqdm(examples, desc="target text", unit="prompt", disable=not progress):
         ids = encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.chat)
-        gen = autoregressive_generate(pair.target, ids, max_new_tokens=cfg.max_new_tokens, temperature=0,
-                                      fidelity=False)
+        gen = autoregressive_generate(pair.target, ids, max_new_tokens=cfg.max_new_tokens,
+                                      sampling=Sampling(temperature=0), fidelity=False, execution=execution)
         seqs.append((ids, gen.tokens))
     student = load_model(cfg.draft, dtype="float32", device=cfg.device, role="draft",
                          draft_layers=cfg.draft_layers).train().requires_grad_(True)
@@ -383,6 +386,6 @@ def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True)
         write_log_csv(tmp / "train_log.csv", log_rows)
         write_json(tmp / "distill_manifest.json", {"config": dataclasses.asdict(cfg), "config_id": cid,
                                                    "steps": step, "seconds": time.perf_counter() - t_start,
-                                                   **provenance()})
+                                                   "execution": dataclasses.asdict(execution), **provenance()})
     tracker.finish()
     return out

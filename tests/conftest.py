@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from diversed.verifiers import logits_to_probs, verify
+
 ROOT = Path(__file__).resolve().parent.parent
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -41,6 +43,43 @@ def negated(model):
     with torch.no_grad():
         d.lm_head.weight.neg_()
     return d
+
+
+def tiny(model_type: str, seed: int = 0):
+    """A tiny random model of a transformers model type (llama, qwen3, ...), float32, peaked logits."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.for_model(model_type, vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                               num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                               max_position_embeddings=512, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg).float().eval().requires_grad_(False)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    model.generation_config.eos_token_id = None
+    return model
+
+
+def reference_speculative(target, draft, ids, *, K, n_new, w, temperature, generator, mixing="linear"):
+    """Cache-free reference: every step re-encodes the whole sequence through both models."""
+    tokens = list(ids)
+    new: list[int] = []
+    while len(new) < n_new:
+        k = min(K, n_new - len(new) - 1)
+        drafts, q_rows = [], []
+        for _ in range(k):
+            logits = draft(torch.tensor([tokens + drafts])).logits[0, -1].float()
+            q_i = logits_to_probs(logits, temperature)
+            drafts.append(int(torch.multinomial(q_i, 1, generator=generator)))
+            q_rows.append(q_i)
+        logits = target(torch.tensor([tokens + drafts])).logits[0, -(k + 1):].float()
+        p = logits_to_probs(logits, temperature)
+        q = torch.stack(q_rows) if q_rows else p.new_zeros(0, p.shape[-1])
+        v = verify(torch.tensor(drafts, dtype=torch.long), q, p, w, mixing=mixing, generator=generator)
+        emitted = drafts[: v.n_accepted] + [v.next_token]
+        tokens += emitted
+        new += emitted
+    return new
 
 
 @pytest.fixture(scope="session")

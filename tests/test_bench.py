@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+import torch
+from conftest import tiny
 
 from diversed.bench import expected_tokens_per_step, ideal_speedup, markdown, run_bench
 from diversed.models import truncated_draft
@@ -17,7 +19,6 @@ def test_analytic_bound():
 
 
 def test_bench_runs_every_method_and_agrees_with_transformers():
-    from test_fastpath import tiny
 
     target = tiny("llama")
     draft = truncated_draft(target, 1)
@@ -26,6 +27,7 @@ def test_bench_runs_every_method_and_agrees_with_transformers():
     assert set(result["methods"]) == {"hf_target", "ours_target", "ours_draft", "hf_assisted_strict", "ours_strict",
                                       "hf_assisted_fixed_w0.5", "ours_fixed_w0.5"}
     assert all(result["identical_greedy_tokens"].values()), result["identical_greedy_tokens"]
+    assert result["execution"] == {"capture": "none", "fastpath": True, "threads": torch.get_num_threads()}
     strict = result["methods"]["ours_strict"]
     assert strict["new_tokens"] == 24 and 0 <= strict["conditional_acceptance"] <= 1
     c, v = result["ratios"]["draft_cost_ratio_c"], result["ratios"]["verify_cost_ratio_v"]
@@ -38,7 +40,6 @@ def test_bench_runs_every_method_and_agrees_with_transformers():
 
 
 def test_bench_refuses_a_bad_capture_before_timing_anything():
-    from test_fastpath import tiny
 
     target = tiny("llama")
     with pytest.raises(ValueError, match="needs a CUDA device"):

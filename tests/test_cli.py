@@ -100,14 +100,17 @@ def test_unavailable_device_is_one_line_error(tiny_dir, tmp_path, capsys, device
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("what", ["head", "draft"])
-def test_training_flags_default_to_the_config_dataclass(what):
+@pytest.mark.parametrize("command", [["train", "head", "--task", "arith", "--out", "x"],
+                                     ["train", "draft", "--task", "arith", "--out", "x"],
+                                     ["generate", "--task", "arith"]])
+def test_flags_default_to_the_config_dataclass(command):
     """The dataclass is the one place a default lives: parsing only the required flags gives its defaults."""
     from diversed.cli import build_parser, config_from_args
+    from diversed.runs import RunConfig
     from diversed.train import DistillConfig, HeadTrainConfig
 
-    cls = {"head": HeadTrainConfig, "draft": DistillConfig}[what]
-    a = build_parser().parse_args(["train", what, "--task", "arith", "--out", "x"])
-    assert config_from_args(cls, a) == cls(task="arith")
-    a = build_parser().parse_args(["train", what, "--task", "arith", "--out", "x", "--lr", "0.25", "--no-chat"])
-    assert config_from_args(cls, a) == cls(task="arith", lr=0.25, chat=False)
+    cls = {"head": HeadTrainConfig, "draft": DistillConfig, "generate": RunConfig}[command[1] if command[0] == "train"
+                                                                                  else "generate"]
+    assert config_from_args(cls, build_parser().parse_args(command)) == cls(task="arith")
+    changed = build_parser().parse_args([*command, "--seed", "3", "--no-chat"])
+    assert config_from_args(cls, changed) == cls(task="arith", seed=3, chat=False)

@@ -28,15 +28,15 @@ def test_embedded_pair_shapes(pair):
 
 def test_strict_greedy_is_target_greedy_on_embedded_pair(pair):
     from diversed.bench import hf_generate, no_eos
-    from diversed.engine import autoregressive_generate, speculative_generate
+    from diversed.engine import Sampling, autoregressive_generate, speculative_generate
     from diversed.models import encode_prompt
 
     for text in ["What is 12 + 7?", "Write a haiku about the sea."]:
         ids = encode_prompt(pair.tokenizer, text)
         with no_eos(pair.target):
             ref = hf_generate(pair.target, ids, max_new_tokens=24)
-        ours = autoregressive_generate(pair.target, ids, max_new_tokens=24, temperature=0, eos_token_id=[])
+        ours = autoregressive_generate(pair.target, ids, max_new_tokens=24, sampling=Sampling(0), eos_token_id=[])
         assert ours.tokens == ref
         out = speculative_generate(pair.target, pair.draft, ids, verifier="strict", K=5, max_new_tokens=24,
-                                   temperature=0, eos_token_id=[])
+                                   sampling=Sampling(0), eos_token_id=[])
         assert out.tokens == ref

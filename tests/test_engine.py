@@ -6,18 +6,19 @@ import math
 
 import pytest
 import torch
-from conftest import negated, tiny_llama
+from conftest import negated, reference_speculative, tiny_llama
 
 from diversed.bench import hf_generate
-from diversed.engine import autoregressive_generate, speculative_generate, summarize
+from diversed.engine import Sampling, autoregressive_generate, speculative_generate
 from diversed.head import WeightHead
-from diversed.verifiers import ensemble, logits_to_probs, verify
+from diversed.stats import summarize
+from diversed.verifiers import ensemble
 
 PROMPTS = [[1, 5, 7, 9], [1, 30, 31], [1, 80, 3, 3, 3, 40, 12]]
 
 
 def greedy(target, ids, n=60):
-    return autoregressive_generate(target, ids, max_new_tokens=n, temperature=0).tokens
+    return autoregressive_generate(target, ids, max_new_tokens=n, sampling=Sampling(0)).tokens
 
 
 @pytest.mark.parametrize("K", [1, 3, 5])
@@ -25,7 +26,7 @@ def test_strict_greedy_equals_target_greedy(target, draft, K):
     for ids in PROMPTS:
         ref = greedy(target, ids)
         assert ref == hf_generate(target, ids, max_new_tokens=60)  # our baseline is transformers' greedy
-        out = speculative_generate(target, draft, ids, verifier="strict", K=K, max_new_tokens=60, temperature=0)
+        out = speculative_generate(target, draft, ids, verifier="strict", K=K, max_new_tokens=60, sampling=Sampling(0))
         assert out.tokens == ref
         assert sum(out.accepted) + out.steps == len(out.tokens)
 
@@ -33,34 +34,12 @@ def test_strict_greedy_equals_target_greedy(target, draft, K):
 def test_every_draft_accepted_and_none_accepted(target):
     ids = PROMPTS[0]
     ref = greedy(target, ids)
-    same = speculative_generate(target, target, ids, verifier="strict", K=4, max_new_tokens=60, temperature=0)
+    same = speculative_generate(target, target, ids, verifier="strict", K=4, max_new_tokens=60, sampling=Sampling(0))
     assert same.tokens == ref and same.draft_acceptance_rate == 1.0
     assert same.mean_acceptance_length == 5.0  # 60 tokens in 12 steps of 4 drafts + bonus
     worst = speculative_generate(target, negated(target), ids, verifier="strict", K=4, max_new_tokens=60,
-                                 temperature=0)
+                                 sampling=Sampling(0))
     assert worst.tokens == ref and sum(worst.accepted) == 0 and worst.mean_acceptance_length == 1.0
-
-
-def reference_speculative(target, draft, ids, *, K, n_new, w, temperature, generator, mixing="linear"):
-    """Cache-free reference: every step re-encodes the whole sequence through both models."""
-    tokens = list(ids)
-    new: list[int] = []
-    while len(new) < n_new:
-        k = min(K, n_new - len(new) - 1)
-        drafts, q_rows = [], []
-        for _ in range(k):
-            logits = draft(torch.tensor([tokens + drafts])).logits[0, -1].float()
-            q_i = logits_to_probs(logits, temperature)
-            drafts.append(int(torch.multinomial(q_i, 1, generator=generator)))
-            q_rows.append(q_i)
-        logits = target(torch.tensor([tokens + drafts])).logits[0, -(k + 1):].float()
-        p = logits_to_probs(logits, temperature)
-        q = torch.stack(q_rows) if q_rows else p.new_zeros(0, p.shape[-1])
-        v = verify(torch.tensor(drafts, dtype=torch.long), q, p, w, mixing=mixing, generator=generator)
-        emitted = drafts[: v.n_accepted] + [v.next_token]
-        tokens += emitted
-        new += emitted
-    return new
 
 
 @pytest.mark.parametrize("w", [1.0, 0.5])
@@ -71,7 +50,7 @@ def test_kv_rollback_matches_cache_free_reference(target, other_draft, w):
     with torch.no_grad():
         ref = reference_speculative(target, other_draft, ids, K=4, n_new=200, w=w, temperature=1.0, generator=g1)
     out = speculative_generate(target, other_draft, ids, verifier="fixed", weight=w, K=4, max_new_tokens=200,
-                               temperature=1.0, generator=g2)
+                               sampling=Sampling(1.0), generator=g2)
     assert out.tokens == ref
     assert 0 < sum(out.accepted) < sum(out.drafted)  # there were rejections, so rollbacks happened
 
@@ -81,7 +60,7 @@ def test_fixed_greedy_matches_transformers_ensemble(target, other_draft, w):
     """Our fixed verifier (linear) == transformers' assistant_ensemble_weight, greedy."""
     for ids in PROMPTS:
         ours = speculative_generate(target, other_draft, ids, verifier="fixed", weight=w, K=4, max_new_tokens=40,
-                                    temperature=0)
+                                    sampling=Sampling(0))
         theirs = hf_generate(target, ids, max_new_tokens=40, draft=other_draft, K=4, weight=w)
         assert ours.tokens == theirs
     strict = hf_generate(target, PROMPTS[0], max_new_tokens=40, draft=other_draft, K=4)
@@ -108,7 +87,7 @@ def test_fixed_sampling_acceptance_matches_transformers(target, draft, monkeypat
         hf_generate(target, ids, max_new_tokens=n_new, draft=draft, K=K, weight=w, temperature=1.0)
     theirs = sum(n for n, _ in matches) / sum(k for _, k in matches)
     gens = [speculative_generate(target, draft, ids, verifier="fixed", weight=w, K=K, max_new_tokens=n_new,
-                                 temperature=1.0, generator=torch.Generator().manual_seed(i))
+                                 sampling=Sampling(1.0), generator=torch.Generator().manual_seed(i))
             for i, ids in enumerate(prompts)]
     ours = summarize(gens)["draft_acceptance_rate"]
     n = sum(k for _, k in matches)
@@ -120,7 +99,7 @@ def test_dynamic_head_runs_and_weights_are_recorded(target, draft):
     head = WeightHead(target.config.hidden_size, draft.config.hidden_size).double().bind(target, draft)
     torch.nn.init.normal_(head.proj.weight, std=0.5)
     out = speculative_generate(target, draft, PROMPTS[0], verifier="dynamic", head=head, K=3, max_new_tokens=30,
-                               temperature=1.0, generator=torch.Generator().manual_seed(0))
+                               sampling=Sampling(1.0), generator=torch.Generator().manual_seed(0))
     ws = [w for step in out.weights for w in step]
     assert len(out.tokens) == 30 and len(ws) == sum(out.drafted)
     assert all(0 < w < 1 for w in ws) and len({round(w, 6) for w in ws}) > 1  # per-position, not constant
@@ -133,7 +112,7 @@ def test_dynamic_weight_uses_the_hidden_states_that_predict_each_draft(target, d
     torch.nn.init.normal_(head.proj.weight, std=0.5)
     ids = PROMPTS[2]
     out = speculative_generate(target, draft, ids, verifier="dynamic", head=head, K=3, max_new_tokens=3,
-                               temperature=0)
+                               sampling=Sampling(0))
     # first step drafts k = 2 tokens (max_new_tokens - 1); recompute their weights without caches
     drafts = []
     for _ in range(2):
@@ -144,20 +123,32 @@ def test_dynamic_weight_uses_the_hidden_states_that_predict_each_draft(target, d
     assert torch.allclose(torch.tensor(out.weights[0], dtype=torch.float64), head(h_t, h_d), atol=1e-9)
 
 
+def test_a_verifier_is_one_weight_rule(target, other_draft, monkeypatch):
+    """A verifier is one WEIGHT_RULES entry: a rule giving w = 0.4 decodes as the fixed verifier at w = 0.4."""
+    from diversed import engine
+
+    monkeypatch.setitem(engine.WEIGHT_RULES, "two_fifths", lambda k, device, **_: torch.full((k,), 0.4, device=device))
+    monkeypatch.setattr(engine, "VERIFIERS", (*engine.VERIFIERS, "two_fifths"))
+    outs = [speculative_generate(target, other_draft, PROMPTS[1], K=3, max_new_tokens=40, sampling=Sampling(1.0),
+                                 generator=torch.Generator().manual_seed(5), **kw)
+            for kw in ({"verifier": "two_fifths"}, {"verifier": "fixed", "weight": 0.4})]
+    assert outs[0].tokens == outs[1].tokens and outs[0].weights == outs[1].weights
+
+
 def test_eos_stops_and_is_kept(target, draft):
     ref = greedy(target, PROMPTS[0], 30)
     eos = ref[10]
     first = ref.index(eos)
-    out = speculative_generate(target, draft, PROMPTS[0], verifier="strict", K=4, max_new_tokens=30, temperature=0,
-                               eos_token_id=eos)
+    out = speculative_generate(target, draft, PROMPTS[0], verifier="strict", K=4, max_new_tokens=30,
+                               sampling=Sampling(0), eos_token_id=eos)
     assert out.tokens == ref[: first + 1] and out.stop == "eos"
-    ar = autoregressive_generate(target, PROMPTS[0], max_new_tokens=30, temperature=0, eos_token_id=[eos])
+    ar = autoregressive_generate(target, PROMPTS[0], max_new_tokens=30, sampling=Sampling(0), eos_token_id=[eos])
     assert ar.tokens == out.tokens
 
 
 def test_statistics_and_timings(target, draft):
     out = speculative_generate(target, draft, PROMPTS[0], verifier="fixed", weight=0.5, K=4, max_new_tokens=50,
-                               temperature=1.0, generator=torch.Generator().manual_seed(0))
+                               sampling=Sampling(1.0), generator=torch.Generator().manual_seed(0))
     s = out.stats()
     assert s["new_tokens"] == 50 and len(out.bias_tv) == 50
     assert math.isclose(s["mean_acceptance_length"], 50 / len(out.drafted))
@@ -167,32 +158,35 @@ def test_statistics_and_timings(target, draft):
 
 
 def test_draft_only_baseline(draft):
-    out = autoregressive_generate(draft, PROMPTS[0], max_new_tokens=20, temperature=0)
+    out = autoregressive_generate(draft, PROMPTS[0], max_new_tokens=20, sampling=Sampling(0))
     assert len(out.tokens) == 20 and out.steps == 20
 
 
 def test_sampling_is_deterministic_given_the_generator(target, draft):
     def run():
         return speculative_generate(target, draft, PROMPTS[0], verifier="fixed", weight=0.4, K=3, max_new_tokens=40,
-                                    temperature=0.8, top_p=0.9, generator=torch.Generator().manual_seed(7)).tokens
+                                    sampling=Sampling(0.8, 0.9), generator=torch.Generator().manual_seed(7)).tokens
     assert run() == run()
 
 
 def test_logit_mixing_runs(target, draft):
     out = speculative_generate(target, draft, PROMPTS[0], verifier="fixed", weight=0.5, mixing="logit", K=3,
-                               max_new_tokens=30, temperature=1.0, generator=torch.Generator().manual_seed(0))
+                               max_new_tokens=30, sampling=Sampling(1.0), generator=torch.Generator().manual_seed(0))
     assert len(out.tokens) == 30
 
 
 # ---------------------------------------------------------------------------------------------- bad input
 
 BAD = [
-    (dict(verifier="fixed", weight=1.5), "weight w must be a number in \\[0, 1\\], got 1.5"),
-    (dict(verifier="fixed", weight=-0.1), "weight w must be a number in \\[0, 1\\]"),
-    (dict(verifier="fixed"), "needs a weight"),
-    (dict(verifier="strict", K=0), "K must be an integer >= 1, got 0"),
+    (dict(verifier="fixed", weight=1.5), "weight w must be in \\[0, 1\\], got 1.5"),
+    (dict(verifier="fixed", weight=-0.1), "weight w must be in \\[0, 1\\]"),
+    (dict(verifier="fixed", weight=True), "weight w must be in \\[0, 1\\], got True"),
+    (dict(verifier="strict", weight=0.5), "weight is only used by the 'fixed' verifier"),
+    (dict(verifier="fixed"), "needs --weight"),
+    (dict(verifier="strict", K=0), "K must be >= 1, got 0"),
+    (dict(verifier="strict", K=2.5), "K must be >= 1, got 2.5"),
     (dict(verifier="beam"), "unknown verifier 'beam'"),
-    (dict(verifier="dynamic"), "needs a trained weight head"),
+    (dict(verifier="dynamic"), "needs --head"),
     (dict(verifier="strict", mixing="geometric"), "unknown mixing 'geometric'"),
     (dict(verifier="strict", temperature=-1.0), "temperature must be >= 0"),
     (dict(verifier="strict", top_p=0.0), "top_p must be in"),
@@ -209,8 +203,28 @@ def test_bad_input_is_refused_before_compute(target, draft, kwargs, message, mon
 
     monkeypatch.setattr(engine.Stepper, "__call__", boom)
     kwargs = {"K": 3, "max_new_tokens": 10, "temperature": 1.0} | kwargs
+    with pytest.raises(ValueError, match=message):  # Sampling checks itself when built
+        sampling = Sampling(kwargs.pop("temperature"), kwargs.pop("top_p", 1.0))
+        speculative_generate(target, draft, PROMPTS[0], sampling=sampling, **kwargs)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), BAD[:-1])
+def test_run_config_refuses_the_same_settings_with_the_same_message(kwargs, message):
+    """One validation path: RunConfig.validate runs the engine's checks (the context length needs the models)."""
+    from diversed.runs import RunConfig
+
     with pytest.raises(ValueError, match=message):
-        speculative_generate(target, draft, PROMPTS[0], **kwargs)
+        RunConfig(**kwargs).validate()
+
+
+def test_sampling_is_a_checked_value():
+    assert Sampling(0).greedy and not Sampling(0.5, 0.9).greedy
+    with pytest.raises(ValueError, match="temperature must be >= 0 \\(0 = greedy\\), got nan"):
+        Sampling(float("nan"))
+    with pytest.raises(ValueError, match="top_p must be in \\(0, 1\\], got 1.5"):
+        Sampling(1.0, 1.5)
+    with pytest.raises(TypeError, match="sampling must be an engine.Sampling"):
+        speculative_generate(tiny_llama(0), None, [1, 2], verifier="autoregressive", max_new_tokens=2, sampling=0.5)
 
 
 def test_empty_prompt_and_batches_are_refused(target, draft):
@@ -230,8 +244,8 @@ def test_padded_vocabulary_when_declared_identical(target):
     """With vocab_size given (load_pair sets it for provably identical tokenizers) the narrower head is padded
     and ids past it (padding rows, never real tokens) get no mass in either model."""
     small = tiny_llama(2, vocab=80)
-    out = speculative_generate(target, small, PROMPTS[0], verifier="strict", K=3, max_new_tokens=20, temperature=0,
-                               vocab_size=96)
+    out = speculative_generate(target, small, PROMPTS[0], verifier="strict", K=3, max_new_tokens=20,
+                               sampling=Sampling(0), vocab_size=96)
     tokens = list(PROMPTS[0])
     with torch.no_grad():
         for _ in range(20):
@@ -259,7 +273,7 @@ def test_ensemble_definition_used_by_engine_bias(target, draft):
     """bias_tv per emitted token equals TV(nu, p) recomputed from the models (first step, first position)."""
     ids = PROMPTS[0]
     out = speculative_generate(target, draft, ids, verifier="fixed", weight=0.25, K=1, max_new_tokens=2,
-                               temperature=0)
+                               sampling=Sampling(0))
     with torch.no_grad():
         p = target(torch.tensor([ids])).logits[0, -1].float().softmax(-1)
         q = draft(torch.tensor([ids])).logits[0, -1].float().softmax(-1)
@@ -270,7 +284,7 @@ def test_ensemble_definition_used_by_engine_bias(target, draft):
 def test_synthetic_acceptance_mode(target, other_draft):
     """Synthetic acceptance a: each draft position is accepted with probability a, whatever the models say."""
     gens = [speculative_generate(target, other_draft, PROMPTS[i % 3], verifier="strict", K=4, max_new_tokens=80,
-                                 temperature=1.0, generator=torch.Generator().manual_seed(i),
+                                 sampling=Sampling(1.0), generator=torch.Generator().manual_seed(i),
                                  synthetic_acceptance=0.7) for i in range(6)]
     s = summarize(gens)
     assert all(abs(r - 0.7) < 0.12 for r in s["acceptance_by_position"][:3]), s["acceptance_by_position"]
@@ -287,6 +301,34 @@ def test_logit_mixing_at_low_temperature(target, other_draft):
         sharp_d.lm_head.weight.mul_(20.0)
     for seed in range(3):
         out = speculative_generate(sharp_t, sharp_d, PROMPTS[seed], verifier="fixed", weight=0.5, mixing="logit",
-                                   K=3, max_new_tokens=40, temperature=0.1,
+                                   K=3, max_new_tokens=40, sampling=Sampling(0.1),
                                    generator=torch.Generator().manual_seed(seed))
         assert len(out.tokens) == 40
+
+
+def test_manifest_records_the_execution_and_the_run_id_ignores_it(tiny_dir, tmp_path, monkeypatch):
+    """Execution settings come from the environment once per run, land in manifest.json, never in the run id."""
+    from diversed.runs import RunConfig, execute, load_run
+
+    cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), max_new_tokens=4,
+                    temperature=0)
+    runs = {}
+    for fast in ("1", "0"):
+        monkeypatch.setenv("DIVERSED_FASTPATH", fast)
+        monkeypatch.setenv("DIVERSED_CAPTURE", "none")
+        run = execute(cfg, [{"id": "0", "prompt": "hi"}], tmp_path / fast, progress=False)
+        runs[fast] = (run.name, load_run(run)[0]["execution"])
+    assert runs["1"][0] == runs["0"][0]
+    assert runs["1"][1] == {"capture": "none", "fastpath": True, "threads": torch.get_num_threads()}
+    assert runs["0"][1] == {"capture": "none", "fastpath": False, "threads": torch.get_num_threads()}
+
+
+def test_draft_only_never_emits_ids_past_the_target_vocabulary():
+    """A draft whose head is wider than the target's (padding, as load_pair accepts) must not emit the padding ids,
+    even when its padding rows score highest."""
+    target, wide = tiny_llama(0, vocab=80), tiny_llama(1, vocab=96)
+    with torch.no_grad():
+        wide.lm_head.weight[80:] = wide.lm_head.weight[:16] * 50  # the padding rows win every argmax
+    out = speculative_generate(target, wide, [1, 20, 30], verifier="draft", max_new_tokens=12,
+                               sampling=Sampling(temperature=0), vocab_size=96)
+    assert len(out.tokens) == 12 and max(out.tokens) < 80

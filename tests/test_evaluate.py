@@ -1,4 +1,5 @@
-"""Scoring through lm-eval, offline: live decoding with the `diversed` model, replay of stored runs."""
+"""Scoring through lm-eval, offline: live decoding with the `diversed` model, replay of stored runs
+(`diversed-replay`), corpus metrics."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import json
 
 import pytest
 
-from diversed.evaluate import DiversedLM, evaluate, read_scores, score_run
-from diversed.runs import RunConfig, execute, load_run, task_prompts
+from diversed.evaluate import DiversedLM, ReplayLM, evaluate, read_scores, score_run
+from diversed.runs import RunConfig, execute, load_run, prompt_hash, task_prompts
+from diversed.utils import write_json, write_jsonl
 
 ROWS = [{"question": f"Tom has {a} apples and gets {b} more. How many apples does Tom have?", "answer": str(a + b)}
         for a, b in [(2, 3), (4, 1), (5, 5), (1, 7), (3, 3)]]
@@ -48,8 +50,7 @@ def test_replay_scores_match_direct_scoring(greedy_run):
     assert s["quality"] == pytest.approx(sum(direct) / len(direct))
     # a known-correct completion scores 1 through the same lm-eval path
     fake = [{"prompt_hash": r["prompt_hash"], "completion": f"The answer is {r['reference']}"} for r in rows]
-    lm = DiversedLM.from_completions({f["prompt_hash"]: f["completion"] for f in fake})
-    result = evaluate(lm, "arith", rows, max_gen_toks=16)
+    result = evaluate(ReplayLM(fake), "arith", rows, max_gen_toks=16)
     assert result["aggregate"]["accuracy"] == 1.0
 
 
@@ -60,7 +61,7 @@ def test_live_lm_eval_model_decodes_like_the_run(tiny_dir, greedy_run):
         f"target={tiny_dir / 'tiny-target'},draft={tiny_dir / 'tiny-draft-l1'},verifier=fixed,weight=0.5,K=3,"
         "temperature=0,max_new_tokens=16")
     result = evaluate(lm, "arith", rows, max_gen_toks=16)
-    replayed = evaluate(DiversedLM(replay=str(greedy_run)), "arith", rows, max_gen_toks=16)
+    replayed = evaluate(ReplayLM.create_from_arg_string(f"run={greedy_run}"), "arith", rows, max_gen_toks=16)
     assert result["per_example"] == replayed["per_example"]
 
 
@@ -68,7 +69,7 @@ def test_replay_of_unknown_prompt_is_a_clear_error(greedy_run):
     _, rows = load_run(greedy_run)
     other = [dict(rows[0], prompt="a prompt that was never decoded")]
     with pytest.raises(KeyError, match="no stored generation"):
-        evaluate(DiversedLM(replay=str(greedy_run)), "arith", other, max_gen_toks=16)
+        evaluate(ReplayLM(rows), "arith", other, max_gen_toks=16)
 
 
 def test_open_ended_run_gets_fidelity_only(tiny_dir, tmp_path):
@@ -99,3 +100,60 @@ def test_lm_eval_command_line_with_the_diversed_model(tiny_dir, tmp_path, capsys
           "--output_path", str(tmp_path / "out")])
     out = capsys.readouterr().out
     assert "diversed_arith" in out and "accuracy" in out
+
+
+@pytest.mark.parametrize(("model", "args", "message"), [
+    ("diversed", "verifer=fixed", "unknown model_args verifer for model diversed; allowed: target, draft,"),
+    ("diversed", "replay=results/runs/x", "unknown model_args replay for model diversed; allowed:"),
+    ("diversed", "K=three", "model_args K='three' must be of type int"),
+    ("diversed", "chat=maybe", "model_args chat='maybe' is not a bool"),
+    ("diversed", "verifier", "model_args must be name=value pairs"),
+    ("diversed-replay", "run_dir=x", "unknown model_args run_dir for model diversed-replay; allowed: run"),
+    ("diversed-replay", "", "needs model_args run=RUN_DIR"),
+])
+def test_unknown_or_bad_model_args_are_an_error(model, args, message):
+    """A misspelt model_arg is refused by name before anything loads (it used to be silently ignored)."""
+    from lm_eval.api.registry import get_model
+
+    with pytest.raises(ValueError, match=message):
+        get_model(model).create_from_arg_string(args)
+
+
+def test_live_model_loads_nothing_until_asked():
+    lm = DiversedLM.create_from_arg_string("target=no-such-org/no-such-model,verifier=fixed,weight=0.5,K=3")
+    assert lm.cfg.weight == 0.5 and lm.cfg.K == 3 and lm.cfg.temperature == 0.0
+    assert "pair" not in vars(lm)
+
+
+def test_misspelt_model_arg_on_the_lm_eval_command_line(tmp_path):
+    from diversed.cli import main
+
+    main(["export-task", "--task", "arith", "-n", "2", "--out", str(tmp_path / "t")])
+    with pytest.raises(ValueError, match="unknown model_args verifer"):
+        main(["lm-eval", "--model", "diversed", "--model_args", "target=embedded,verifer=fixed,weight=0.5",
+              "--tasks", "diversed_arith", "--include_path", str(tmp_path / "t")])
+
+
+WMT_REFS = ["The cat sat on the mat today.", "A quick brown fox jumps over the lazy dog near the river.",
+            "It is raining in Berlin."]
+WMT_HYPS = ["The cat sat on the mat today.", "A fox jumps.\nNotes that follow the translation.", "It rains in Berlin."]
+
+
+def test_wmt16_headline_is_corpus_bleu(tmp_path):
+    """scores.json's quality for wmt16-de-en is sacrebleu's corpus BLEU, not the mean sentence BLEU."""
+    import sacrebleu
+
+    prompts = [f"Translate the following German text to English.\n\nSatz {i}" for i in range(len(WMT_REFS))]
+    rows = [{"id": str(i), "prompt": p, "prompt_hash": prompt_hash(p), "reference": r, "completion": h}
+            for i, (p, r, h) in enumerate(zip(prompts, WMT_REFS, WMT_HYPS, strict=True))]
+    run = tmp_path / "run"
+    write_jsonl(run / "generations.jsonl", rows)
+    write_json(run / "manifest.json", {"run_id": "wmt", "config": {"task": "wmt16-de-en", "max_new_tokens": 32}})
+    s = read_scores(score_run(run).parent)
+    hyps = [h.split("\n")[0] for h in WMT_HYPS]
+    corpus = sacrebleu.corpus_bleu(hyps, [WMT_REFS]).score
+    sentence = [sacrebleu.sentence_bleu(h, [r]).score for h, r in zip(hyps, WMT_REFS, strict=True)]
+    assert abs(corpus - sum(sentence) / len(sentence)) > 1
+    assert s["metric"] == "bleu" and s["quality"] == pytest.approx(corpus)
+    assert s["aggregate"]["sentence_bleu"] == pytest.approx(sum(sentence) / len(sentence))
+    assert [e["sentence_bleu"] for e in s["per_example"]] == pytest.approx(sentence)

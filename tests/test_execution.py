@@ -13,6 +13,8 @@ import pytest
 
 from diversed.tasks.execution import ISOLATIONS, best_isolation, run_untrusted, unavailable
 
+pytestmark = pytest.mark.slow  # every test runs sandboxed subprocesses
+
 # A hostile candidate first undoes the Python guard, so that only the operating system stands in the way.
 DISARM = "import _io, builtins, io, os, posix, sys\nbuiltins.open = io.open = _io.open\nos.open = posix.open\n"
 # Each route writes the file {t}.

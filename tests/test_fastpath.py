@@ -4,24 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import reference_speculative, tiny
 
 from diversed import fastpath
-from diversed.engine import Stepper, speculative_generate
+from diversed.engine import Execution, Sampling, Stepper, speculative_generate
 from diversed.models import truncated_draft
 
-
-def tiny(model_type: str, seed: int = 0):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    cfg = AutoConfig.for_model(model_type, vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                               num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                               max_position_embeddings=512, tie_word_embeddings=False)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg).float().eval().requires_grad_(False)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(20.0)
-    model.generation_config.eos_token_id = None
-    return model
+COMPILE = Execution(capture="compile")
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen3"])
@@ -49,10 +38,15 @@ def test_fast_path_engine_is_target_greedy_and_can_be_turned_off(monkeypatch):
     draft = truncated_draft(target, 1)
     for ids in ([1, 5, 7, 9], [1, 30, 31]):
         ref = hf_generate(target, ids, max_new_tokens=60)
-        out = speculative_generate(target, draft, ids, verifier="strict", K=4, max_new_tokens=60, temperature=0)
+        out = speculative_generate(target, draft, ids, verifier="strict", K=4, max_new_tokens=60, sampling=Sampling(0))
         assert out.tokens == ref
+    assert Stepper(target, max_len=64, execution=Execution(fastpath=False)).fast is None
     monkeypatch.setenv("DIVERSED_FASTPATH", "0")
-    assert not fastpath.supported(target) and Stepper(target, max_len=64).fast is None
+    assert Execution.from_env().fastpath is False  # read by the entry points (runs.execute, bench), not the engine
+    assert Stepper(target, max_len=64).fast is not None
+    monkeypatch.setenv("DIVERSED_FASTPATH", "off")
+    with pytest.raises(ValueError, match="DIVERSED_FASTPATH must be 0 or 1, got 'off'"):
+        Execution.from_env()
 
 
 def test_static_cache_overflow_is_an_error():
@@ -63,14 +57,13 @@ def test_static_cache_overflow_is_an_error():
 
 
 def test_fast_path_rollback_matches_cache_free_reference():
-    from test_engine import reference_speculative
 
     target, draft = tiny("llama"), tiny("llama", seed=1)
     g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     with torch.no_grad():
         ref = reference_speculative(target, draft, [1, 30, 31], K=4, n_new=150, w=0.5, temperature=1.0, generator=g1)
     out = speculative_generate(target, draft, [1, 30, 31], verifier="fixed", weight=0.5, K=4, max_new_tokens=150,
-                               temperature=1.0, generator=g2)
+                               sampling=Sampling(1.0), generator=g2)
     assert out.tokens == ref and 0 < sum(out.accepted) < sum(out.drafted)
 
 
@@ -116,8 +109,8 @@ def test_one_host_sync_per_speculative_step(monkeypatch, capture):
     for verifier, kw in cases:
         syncs.clear()
         out = engine.speculative_generate(target, draft, [1, 5, 7], verifier=verifier, K=4, max_new_tokens=40,
-                                          temperature=1.0, generator=torch.Generator().manual_seed(0),
-                                          capture=capture, **kw)
+                                          sampling=Sampling(1.0), generator=torch.Generator().manual_seed(0),
+                                          execution=Execution(capture=capture), **kw)
         assert syncs == ["tolist"] * out.steps, (verifier, kw, syncs[:10])
 
 
@@ -126,9 +119,9 @@ def eager_capture(monkeypatch):
     """The captured step's math (padded to its bucket, whole-cache attention under a mask by position) without
     compiling it: what a CUDA graph replays, runnable on a CPU."""
     monkeypatch.setattr(fastpath, "_compiled", lambda fn: fn)
-    fastpath._POOL.clear()
+    fastpath.clear()
     yield
-    fastpath._POOL.clear()
+    fastpath.clear()
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen3"])
@@ -137,7 +130,7 @@ def test_padded_whole_cache_steps_match_the_full_forward(model_type, eager_captu
     seq = torch.randint(3, 96, (40,), generator=torch.Generator().manual_seed(0)).tolist()
     with torch.no_grad():
         ref = model(torch.tensor([seq])).logits[0]  # [40, V]
-    s = Stepper(model, max_len=64, capture="compile", buckets=(1, 2, 6))
+    s = Stepper(model, max_len=64, execution=COMPILE, buckets=(1, 2, 6))
     got = [s(seq[:10])[0]]  # prefill: longer than every bucket, eager
     got += [s([t])[0] for t in seq[10:13]]  # bucket 1
     got.append(s(seq[13:15])[0])  # bucket 2
@@ -152,21 +145,44 @@ def test_padded_whole_cache_steps_match_the_full_forward(model_type, eager_captu
 
 def test_captured_decoders_are_pooled_per_model_and_never_shared_while_in_use(eager_capture):
     target = tiny("llama")
-    a = Stepper(target, max_len=40, capture="compile", buckets=(1,))
-    b = Stepper(target, max_len=40, capture="compile", buckets=(1,))  # a is alive: b needs its own cache
+    a = Stepper(target, max_len=40, execution=COMPILE, buckets=(1,))
+    b = Stepper(target, max_len=40, execution=COMPILE, buckets=(1,))  # a is alive: b needs its own cache
     assert a.fast is not b.fast
     dec = a.fast
     del a
-    c = Stepper(target, max_len=200, capture="compile", buckets=(1,))  # reuses a's (capacity 256)
+    c = Stepper(target, max_len=200, execution=COMPILE, buckets=(1,))  # reuses a's (capacity 256)
     assert c.fast is dec and c.fast.n == 0
     del b, c
     with torch.no_grad():
         target.model.layers[0].mlp.down_proj.weight.mul_(1.5)  # changed weights: the pooled decoders are stale
-    assert Stepper(target, max_len=40, capture="compile", buckets=(1,)).fast is not dec
+    assert Stepper(target, max_len=40, execution=COMPILE, buckets=(1,)).fast is not dec
 
 
-@pytest.mark.parametrize("verifier,kw", [("strict", {"temperature": 0}), ("fixed", {"weight": 0.5, "temperature": 1.0}),
-                                         ("fixed", {"weight": 0.5, "temperature": 1.0, "mixing": "logit"})])
+@pytest.mark.parametrize("capture", ["none", "compile"])
+def test_in_place_change_to_a_later_layer_reaches_the_next_decode(capture, eager_capture):
+    """The fused CPU copies follow an in-place change to any decoder layer, not only the first: after a decode,
+    the next decode's logits and tokens are transformers' forward with the new weights."""
+    from diversed.bench import hf_generate
+    from diversed.engine import autoregressive_generate
+
+    model = tiny("llama")  # float32 on CPU: fused, transposed copies of the projections
+    execution = Execution(capture=capture)
+    seq = torch.randint(3, 96, (20,), generator=torch.Generator().manual_seed(0)).tolist()
+    autoregressive_generate(model, seq[:5], max_new_tokens=10, sampling=Sampling(0), execution=execution)
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight.mul_(3.0)
+        model.model.layers[1].self_attn.v_proj.weight.neg_()
+        ref = model(torch.tensor([seq])).logits[0]  # [20, V]
+    s = Stepper(model, max_len=64, execution=execution, buckets=(1,))
+    got = torch.cat([s(seq[:10])[0]] + [s([t])[0] for t in seq[10:]])
+    assert torch.allclose(got, ref, atol=1e-4, rtol=1e-4)
+    out = autoregressive_generate(model, seq[:5], max_new_tokens=30, sampling=Sampling(0), execution=execution)
+    assert out.tokens == hf_generate(model, seq[:5], max_new_tokens=30)
+
+
+@pytest.mark.parametrize("verifier,kw", [("strict", {"sampling": Sampling(0)}),
+                                         ("fixed", {"weight": 0.5, "sampling": Sampling(1.0)}),
+                                         ("fixed", {"weight": 0.5, "sampling": Sampling(1.0), "mixing": "logit"})])
 def test_captured_engine_emits_the_eager_tokens(verifier, kw, eager_capture):
     """Sampled or greedy, with the end of the sequence padded and the draft stepping 2 tokens after full
     acceptance: the captured steps give the eager engine's tokens and statistics, the draft drafting for itself
@@ -175,29 +191,32 @@ def test_captured_engine_emits_the_eager_tokens(verifier, kw, eager_capture):
     for draft in (truncated_draft(target, 1), target):
         for ids in ([1, 5, 7, 9], [1, 30, 31]):
             outs = [speculative_generate(target, draft, ids, verifier=verifier, K=4, max_new_tokens=43,
-                                         generator=torch.Generator().manual_seed(2), capture=c, **kw)
+                                         generator=torch.Generator().manual_seed(2),
+                                         execution=Execution(capture=c), **kw)
                     for c in ("none", "compile")]
             assert outs[0].tokens == outs[1].tokens and outs[0].accepted == outs[1].accepted
             assert outs[0].bias_tv == pytest.approx(outs[1].bias_tv, abs=1e-5)
     assert max(outs[1].accepted) == 4  # a fully accepted step happened (the draft's 2-token step)
 
 
+@pytest.mark.slow  # torch.compile (inductor)
 def test_compiled_steps_match_eager():
     """torch.compile (inductor, on this CPU) of the fixed-shape steps: the same tokens as eager, compiled
     without graph breaks (fullgraph), one entry per step length and model shape."""
     from torch._dynamo.utils import counters
 
-    fastpath._POOL.clear()
+    fastpath.clear()
     target = tiny("llama")
     draft = truncated_draft(target, 1)
     before = counters["stats"]["unique_graphs"]
     for ids in ([1, 5, 7, 9], [1, 30, 31]):
         outs = [speculative_generate(target, draft, ids, verifier="fixed", weight=0.5, K=3, max_new_tokens=30,
-                                     temperature=1.0, generator=torch.Generator().manual_seed(0), capture=c)
+                                     sampling=Sampling(1.0), generator=torch.Generator().manual_seed(0),
+                                     execution=Execution(capture=c))
                 for c in ("none", "compile")]
         assert outs[0].tokens == outs[1].tokens and outs[0].accepted == outs[1].accepted
     assert counters["stats"]["unique_graphs"] - before == 3  # draft 1 and 2 tokens, target K + 1; then reused
-    fastpath._POOL.clear()
+    fastpath.clear()
 
 
 def test_capture_is_checked_before_any_compute(monkeypatch):
@@ -205,13 +224,13 @@ def test_capture_is_checked_before_any_compute(monkeypatch):
     draft = truncated_draft(target, 1)
     kw = {"verifier": "strict", "K": 2, "max_new_tokens": 4}
     with pytest.raises(ValueError, match="unknown capture 'cuda'; allowed: none, graph, compile"):
-        speculative_generate(target, draft, [1, 2], capture="cuda", **kw)
+        speculative_generate(target, draft, [1, 2], execution=Execution(capture="cuda"), **kw)
     with pytest.raises(ValueError, match="capture 'graph' .* needs a CUDA device, not cpu"):
-        speculative_generate(target, draft, [1, 2], capture="graph", **kw)
-    monkeypatch.setenv("DIVERSED_CAPTURE", "graph")  # the environment's default, when no argument is given
+        speculative_generate(target, draft, [1, 2], execution=Execution(capture="graph"), **kw)
+    monkeypatch.setenv("DIVERSED_CAPTURE", "graph")  # what an entry point resolves from the environment
     with pytest.raises(ValueError, match="needs a CUDA device"):
-        speculative_generate(target, draft, [1, 2], **kw)
+        speculative_generate(target, draft, [1, 2], execution=Execution.from_env(), **kw)
     monkeypatch.setenv("DIVERSED_CAPTURE", "compile")
     monkeypatch.setenv("DIVERSED_FASTPATH", "0")
-    with pytest.raises(ValueError, match="capture 'compile' needs the static-cache fast path"):
-        speculative_generate(target, draft, [1, 2], **kw)
+    with pytest.raises(ValueError, match="capture 'compile' needs the static-cache fast path.* off"):
+        speculative_generate(target, draft, [1, 2], execution=Execution.from_env(), **kw)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from diversed import fastpath
-from diversed.engine import Stepper, speculative_generate
+from diversed.engine import Execution, Sampling, Stepper, speculative_generate
 from diversed.models import truncated_draft
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -29,20 +29,21 @@ def tiny_cuda(dtype=torch.float32, seed: int = 0):
 
 
 @pytest.mark.parametrize("capture", ["graph", "compile"])
-@pytest.mark.parametrize("verifier,kw", [("strict", {"temperature": 0}),
-                                         ("fixed", {"weight": 0.5, "temperature": 1.0})])
+@pytest.mark.parametrize("verifier,kw", [("strict", {"sampling": Sampling(0)}),
+                                         ("fixed", {"weight": 0.5, "sampling": Sampling(1.0)})])
 def test_captured_steps_emit_the_eager_tokens_on_cuda(capture, verifier, kw):
     torch.backends.cuda.matmul.allow_tf32 = False
-    fastpath._POOL.clear()
+    fastpath.clear()
     target = tiny_cuda()
     draft = truncated_draft(target, 1)
     for ids in ([1, 5, 7, 9], [1, 30, 31], [4]):
         outs = [speculative_generate(target, draft, ids, verifier=verifier, K=4, max_new_tokens=43,
-                                     generator=torch.Generator("cuda").manual_seed(2), capture=c, **kw)
+                                     generator=torch.Generator("cuda").manual_seed(2),
+                                     execution=Execution(capture=c), **kw)
                 for c in ("none", capture)]
         assert outs[0].accepted == outs[1].accepted
         assert outs[0].tokens == outs[1].tokens
-    assert all(len(d.steps) for d in fastpath._POOL[target])  # the steps were captured, not run eagerly
+    assert all(len(d.steps) for d in fastpath.pooled_decoders(target))  # the steps were captured, not run eagerly
 
 
 @pytest.mark.parametrize("capture", ["none", "graph"])
@@ -50,7 +51,8 @@ def test_sampled_decoding_is_deterministic_on_cuda(capture):
     target = tiny_cuda()
     draft = truncated_draft(target, 1)
     runs = [speculative_generate(target, draft, [1, 5, 7], verifier="fixed", weight=0.5, K=4, max_new_tokens=64,
-                                 temperature=1.0, generator=torch.Generator("cuda").manual_seed(7), capture=capture)
+                                 sampling=Sampling(1.0), generator=torch.Generator("cuda").manual_seed(7),
+                                 execution=Execution(capture=capture))
             for _ in range(2)]
     assert runs[0].tokens == runs[1].tokens and runs[0].bias_tv == runs[1].bias_tv
 

@@ -6,6 +6,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +40,7 @@ def test_ci_runs_the_readme_test_command():
     assert command.replace("\\ ", " ") in " ".join(ci.split()), "README test command and .ci/run disagree"
 
 
+@pytest.mark.slow  # ruff in a subprocess
 def test_ruff_clean():
     import subprocess
     import sys

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # kills subprocesses
+
 ENV = os.environ | {"WANDB_MODE": "disabled", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
 
@@ -93,7 +95,7 @@ def test_killed_training_resumes_to_the_same_head(tiny_dir, tmp_path):
 
 @pytest.mark.slow
 def test_killed_workflow_resumes_to_identical_results(smoke_run, tmp_path):
-    """Kill the smoke workflow mid-run, rerun the same command: byte-identical generations and Tables 1-3
+    """Kill the smoke workflow mid-run, unlock, rerun the same command: byte-identical generations and Tables 1-3
     to an uninterrupted run (so also: the same config and seed give the same results, run twice)."""
     from conftest import snakemake, workflow_copy
 
@@ -103,6 +105,7 @@ def test_killed_workflow_resumes_to_identical_results(smoke_run, tmp_path):
     target = random.Random(0).randint(4, 12)  # after a random number of finished decoding runs
     kill_when(proc, lambda: runs.exists() and len(list(runs.rglob("manifest.json"))) >= target, deadline=600)
     assert not (wd / "results" / "REPORT.md").exists()
+    snakemake("--unlock", "--configfile", "config/smoke.yaml", cwd=wd)  # the lock the SIGKILL left
     snakemake("--cores", "2", "--configfile", "config/smoke.yaml", cwd=wd, timeout=1200)
 
     ref = smoke_run

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import tiny_llama
 
-from diversed.engine import speculative_generate
+from diversed.engine import Sampling, speculative_generate
 from diversed.models import truncated_draft
 
 pytestmark = pytest.mark.soak
@@ -30,14 +30,14 @@ def test_long_decode_and_many_prompts_without_memory_growth(capsys):
     draft = truncated_draft(target, 1)
     t0 = time.perf_counter()
     long = speculative_generate(target, draft, [1, 5, 7], verifier="fixed", weight=0.5, K=4, max_new_tokens=2000,
-                                temperature=1.0, generator=torch.Generator().manual_seed(0), eos_token_id=[])
+                                sampling=Sampling(1.0), generator=torch.Generator().manual_seed(0), eos_token_id=[])
     assert len(long.tokens) == 2000
     long_s = time.perf_counter() - t0
     marks = {}
     base = rss_mb()
     for i in range(200):
         out = speculative_generate(target, draft, [1, 10 + i % 50, 3], verifier="fixed", weight=0.5, K=4,
-                                   max_new_tokens=64, temperature=1.0,
+                                   max_new_tokens=64, sampling=Sampling(1.0),
                                    generator=torch.Generator().manual_seed(i), eos_token_id=[])
         assert len(out.tokens) == 64
         if i + 1 in (20, 100, 200):

@@ -1,4 +1,4 @@
-"""Tasks: scorers on hand-written examples (malformed output included), splits, offline errors."""
+"""Tasks: scorers on hand-written examples (malformed output included), metric specs, splits, offline errors."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from diversed.tasks import Example, get_task, registry
+from diversed.tasks import FIDELITY, DataUnavailable, Example, get_task, metric_spec, registry
 from diversed.tasks.common import answer_number, code_block, last_number
 
 
@@ -59,16 +59,53 @@ def test_rouge_scoring():
 def test_bleu_scoring():
     task = get_task("wmt16-de-en", "unused")
     ex = Example("1", "p", "The weather is nice today.")
-    assert task.score("The weather is nice today.", ex)["bleu"] == pytest.approx(100.0)
-    assert task.score("", ex)["bleu"] == 0.0
-    agg = task.aggregate([task.score("The weather is nice today.", ex)], ["The weather is nice today."], [ex])
-    assert agg["bleu"] == pytest.approx(100.0)
+    assert task.score("The weather is nice today.\nmore", ex)["sentence_bleu"] == pytest.approx(100.0)
+    assert task.score("", ex)["sentence_bleu"] == 0.0
+    assert task.quality(["The weather is nice today."], [ex]) == pytest.approx(100.0)
+    assert task.reward("The weather is nice today.", ex) == pytest.approx(1.0)  # percent scaled to [0, 1]
+
+
+def test_bleu_headline_is_corpus_bleu():
+    """Corpus BLEU pools n-gram counts and brevity over the set: not the mean of sentence BLEU."""
+    import sacrebleu
+
+    task = get_task("wmt16-de-en", "unused")
+    refs = ["The cat sat on the mat today.", "A quick brown fox jumps over the lazy dog near the river.",
+            "It is raining in Berlin."]
+    hyps = ["The cat sat on the mat today.", "A fox jumps.", "It rains in Berlin."]
+    examples = [Example(str(i), "p", r) for i, r in enumerate(refs)]
+    corpus = sacrebleu.corpus_bleu(hyps, [refs]).score
+    mean = sum(task.score(h, e)["sentence_bleu"] for h, e in zip(hyps, examples, strict=True)) / len(hyps)
+    assert abs(corpus - mean) > 1
+    assert task.metric.corpus and task.quality(hyps, examples) == pytest.approx(corpus)
+
+
+def test_every_task_owns_one_metric_spec():
+    """Tasks that report the same metric name agree on its spec; the name finds it back."""
+    for task in registry().values():
+        assert metric_spec(task.metric.name) == task.metric
+    assert metric_spec("target_logprob") == FIDELITY and get_task("open").metric.fidelity
+    assert metric_spec("accuracy").unit == "fraction" and metric_spec("rouge2").unit == "percent"
+    with pytest.raises(ValueError, match="unknown metric 'f1'; allowed: accuracy"):
+        metric_spec("f1")
+    with pytest.raises(ValueError, match="no references"):
+        get_task("open").reward("text", Example("1", "p", None))
+
+
+def test_metric_keys_match_the_scorers():
+    """`Metric.per_example` names exactly the keys each task's scorer returns."""
+    ex = Example("1", "p", "the cat sat on the mat")
+    for name in ("cnndm", "xsum", "wmt16-de-en", "gsm8k", "arith"):
+        task = get_task(name, "unused")
+        assert set(task.score("the cat sat", ex)) == set(task.metric.per_example), name
+    assert get_task("open").score("x", ex) == {} and get_task("open").metric.per_example == ()
 
 
 MBPP_ROW = {"text": "Write a function to add two numbers.", "test_list": ["assert add(1, 2) == 3"],
             "test_setup_code": ""}
 
 
+@pytest.mark.slow  # runs candidates in the sandbox
 @pytest.mark.parametrize(("completion", "passed"), [
     ("```python\ndef add(a, b):\n    return a + b\n```", 1.0),
     ("def add(a, b):\n    return a + b", 1.0),
@@ -89,6 +126,7 @@ def test_mbpp_scoring(tmp_path, completion, passed, monkeypatch):
     assert task.score(completion, ex) == {"pass@1": passed}
 
 
+@pytest.mark.slow  # 164 sandboxed subprocesses
 def test_humaneval_ships_164_problems_and_scores_canonical_solutions():
     task = get_task("humaneval")
     rows = task.rows("eval")
@@ -111,8 +149,22 @@ def test_offline_hub_task_is_a_clear_error_not_a_hang(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    with pytest.raises(RuntimeError, match="data_files"):
+    with pytest.raises(DataUnavailable, match="openai/gsm8k.*data_files") as e:
         get_task("gsm8k").examples("eval", 5)
+    assert isinstance(e.value, ValueError) and "\n" not in str(e.value)
+
+
+def test_offline_hub_task_on_the_command_line_is_one_line(monkeypatch, tmp_path, capsys):
+    from diversed.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(SystemExit) as e:
+        main(["export-task", "--task", "gsm8k", "-n", "2", "--out", str(tmp_path / "t")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("error: task gsm8k: cannot load openai/gsm8k") and "--data-files" in err
 
 
 def test_local_file_errors(tmp_path):
@@ -120,7 +172,7 @@ def test_local_file_errors(tmp_path):
     bad.write_text(json.dumps({"question": "q"}) + "\n")
     with pytest.raises(ValueError, match="missing \\['answer'\\]"):
         get_task("gsm8k", str(bad)).examples("eval")
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(DataUnavailable, match="task gsm8k: data_files .*none.jsonl does not exist"):
         get_task("gsm8k", str(tmp_path / "none.jsonl")).examples("eval")
     with pytest.raises(ValueError, match="unknown split"):
         get_task("arith").examples("dev")

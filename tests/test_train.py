@@ -109,12 +109,12 @@ def test_train_head_end_to_end_and_resume(tiny_pair, tmp_path):
 
 
 def test_trained_head_runs_in_the_engine(tiny_pair, tmp_path):
-    from diversed.engine import speculative_generate
+    from diversed.engine import Sampling, speculative_generate
 
     path = train_head(config(), tmp_path, pair=tiny_pair, progress=False)
     head = load_head(path, tiny_pair.target, tiny_pair.draft)
     out = speculative_generate(tiny_pair.target, tiny_pair.draft, [1, 20, 30], verifier="dynamic", head=head, K=3,
-                               max_new_tokens=10, temperature=1.0, generator=torch.Generator().manual_seed(0))
+                               max_new_tokens=10, sampling=Sampling(1.0), generator=torch.Generator().manual_seed(0))
     assert len(out.tokens) == 10
 
 
@@ -141,7 +141,7 @@ def test_bad_training_config(field, value, message):
 
 
 def test_distilled_draft_moves_toward_target_and_is_a_usable_draft(tiny_dir, tmp_path):
-    from diversed.engine import speculative_generate
+    from diversed.engine import Sampling, speculative_generate
     from diversed.models import load_pair
     from diversed.train import DistillConfig, distill_draft, kl_loss
 
@@ -158,7 +158,7 @@ def test_distilled_draft_moves_toward_target_and_is_a_usable_draft(tiny_dir, tmp
     after = load_pair(target, str(out))
     assert kl_loss(torch.zeros(2, 5), torch.zeros(2, 5)) == 0
     gen = speculative_generate(after.target, after.draft, [1, 20, 30], verifier="strict", K=3, max_new_tokens=8,
-                               temperature=0)
+                               sampling=Sampling(0))
     assert len(gen.tokens) == 8
 
 

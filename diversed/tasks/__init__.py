@@ -1,7 +1,9 @@
-"""The paper's tasks: prompts, references, seeded splits and scorers, one module per task, one registry.
+"""The paper's tasks: prompts, references, seeded splits, scorers and metric specs, one module per task, one registry.
 
 A task turns rows of its source (HF hub dataset, a local JSONL given as `data_files`, or data shipped
-with an installed package) into `Example`s, and scores a completion against an example's reference.
+with an installed package) into `Example`s, scores a completion against an example's reference, and
+owns its headline `Metric`: every consumer (lm-eval scoring, tables, the sweep, the head's reward) reads
+that spec and nothing else. Adding a task is one module plus a line in `registry()`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,40 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from diversed.utils import read_jsonl
+
+UNITS = ("fraction", "percent", "logprob")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A task's headline quality metric."""
+
+    name: str  # its key in scores.json and the tables (and in `Task.score` unless corpus)
+    unit: str  # "fraction" in [0, 1] (accuracy, pass@1), "percent" in [0, 100] (ROUGE, BLEU), "logprob" per token
+    tolerance: float  # quality the static sweep may give up vs strict when it picks the fixed w, in `unit`
+    corpus: bool = False  # scored over the whole set (`Task.corpus_score`), else the mean of per-example scores
+    also: tuple[str, ...] = ()  # per-example scores reported beside it (ROUGE-1/L, sentence BLEU)
+
+    def __post_init__(self):
+        if self.unit not in UNITS:
+            raise ValueError(f"metric {self.name}: unknown unit {self.unit!r}; allowed: {', '.join(UNITS)}")
+
+    @property
+    def per_example(self) -> tuple[str, ...]:
+        """The keys of `Task.score`, each aggregated by the mean."""
+        return self.also if self.corpus or self.fidelity else (self.name, *self.also)
+
+    @property
+    def fidelity(self) -> bool:
+        """Reference-free: the run's own target log-likelihood per token, recorded while decoding."""
+        return self.unit == "logprob"
+
+
+FIDELITY = Metric("target_logprob", "logprob", tolerance=0.1)  # open-ended prompts and runs without a task
+
+
+class DataUnavailable(ValueError):
+    """A task's data cannot be read (hub unreachable or offline, a missing local file); one line naming the fix."""
 
 
 @dataclass
@@ -26,10 +62,11 @@ class Example:
 
 
 class Task:
-    """Base class. Subclasses set the class attributes and implement `to_example` and `score`."""
+    """Base class. Subclasses set the class attributes and implement `to_example` and `score` (and, for a
+    corpus metric, `corpus_item` and `corpus_score`)."""
 
     name: ClassVar[str]
-    metric: ClassVar[str]  # the headline metric reported in tables
+    metric: ClassVar[Metric]  # the headline metric reported in tables
     hub: ClassVar[tuple[str, str | None] | None] = None  # (dataset path, config name)
     hub_splits: ClassVar[dict[str, str]] = {"train": "train", "eval": "test"}
     fields: ClassVar[tuple[str, ...]] = ()  # fields a local JSONL row must have
@@ -46,7 +83,7 @@ class Task:
         if self.data_files:
             path = self.data_files[split] if isinstance(self.data_files, dict) else self.data_files
             if not os.path.isfile(path):
-                raise FileNotFoundError(f"{self.name}: data_files {path} does not exist")
+                raise DataUnavailable(f"task {self.name}: data_files {path} does not exist")
             rows = read_jsonl(path)
             for i, row in enumerate(rows):
                 missing = [f for f in self.fields if f not in row]
@@ -72,27 +109,48 @@ class Task:
 
     # -- scoring ------------------------------------------------------------------------------------
     def score(self, completion: str, example: Example) -> dict[str, float]:
-        """Per-example metrics; aggregate by the mean (corpus-level metrics override `aggregate`)."""
+        """Per-example scores, keyed by `metric.per_example`."""
         raise NotImplementedError
 
-    def aggregate(self, scores: list[dict[str, float]], completions: list[str], examples: list[Example]) -> dict:
-        keys = scores[0].keys() if scores else []
-        return {k: sum(s[k] for s in scores) / len(scores) for k in keys}
+    def corpus_item(self, completion: str, example: Example) -> Any:
+        """What a corpus metric keeps of one example (JSON-serialisable)."""
+        raise NotImplementedError(f"task {self.name} has no corpus metric")
+
+    def corpus_score(self, items: list) -> float:
+        """A corpus metric over the items of the whole set."""
+        raise NotImplementedError(f"task {self.name} has no corpus metric")
+
+    def quality(self, completions: list[str], examples: list[Example]) -> float:
+        """The headline metric over a set: the corpus score, or the mean per-example score."""
+        pairs = list(zip(completions, examples, strict=True))
+        if self.metric.fidelity:
+            raise ValueError(f"task {self.name} has no references: its quality is the run's fidelity")
+        if not pairs:
+            raise ValueError(f"task {self.name}: no completions to score")
+        if self.metric.corpus:
+            return self.corpus_score([self.corpus_item(c, e) for c, e in pairs])
+        return sum(self.score(c, e)[self.metric.name] for c, e in pairs) / len(pairs)
+
+    def reward(self, completion: str, example: Example) -> float:
+        """One completion's quality in [0, 1]: the headline metric on a set of one."""
+        value = self.quality([completion], [example])
+        return value / 100 if self.metric.unit == "percent" else value
 
 
 def load_hub_rows(task: str, hub: tuple[str, str | None] | None, split: str, fields: tuple[str, ...]) -> list[dict]:
-    """Rows of a hub dataset; offline or unreachable is a clear error naming the data_files override."""
+    """Rows of a hub dataset; offline or unreachable is a one-line DataUnavailable naming the data_files fix."""
     if hub is None:
-        raise ValueError(f"task {task} has no online source; give data_files")
+        raise DataUnavailable(f"task {task} has no online source; give data_files (--data-files) a local JSONL")
     try:
         import datasets
 
         ds = datasets.load_dataset(hub[0], hub[1], split=split)
     except Exception as e:  # any failure to reach or read the hub means the same to the user
-        raise RuntimeError(
+        reason = " ".join(str(e).split())[:200]
+        raise DataUnavailable(
             f"task {task}: cannot load {hub[0]} ({hub[1] or 'default'}, split {split}) from the Hugging Face hub "
-            f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '0')}): {type(e).__name__}: {str(e)[:300]}. "
-            f"Offline, set data_files to a local JSONL with fields {list(fields)}."
+            f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '0')}; {type(e).__name__}: {reason}); "
+            f"offline, pass data_files (--data-files) a local JSONL with fields {list(fields)}"
         ) from e
     return [dict(r) for r in ds]
 
@@ -110,3 +168,11 @@ def get_task(name: str, data_files: str | dict[str, str] | None = None) -> Task:
     if name not in tasks:
         raise ValueError(f"unknown task {name!r}; allowed: {', '.join(sorted(tasks))}")
     return tasks[name](data_files=data_files)
+
+
+def metric_spec(name: str) -> Metric:
+    """The Metric called `name` (as stored in scores.json and the tables): a task's, or the fidelity metric."""
+    specs = {t.metric.name: t.metric for t in registry().values()} | {FIDELITY.name: FIDELITY}
+    if name not in specs:
+        raise ValueError(f"unknown metric {name!r}; allowed: {', '.join(sorted(specs))}")
+    return specs[name]

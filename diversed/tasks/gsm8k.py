@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from diversed.tasks import Example, Task
-from diversed.tasks.common import answer_number, normalize_number
+from diversed.tasks.common import ACCURACY, answer_number, normalize_number
 
 INSTRUCTION = "Solve the problem step by step. End with a line of the form \"The answer is N\".\n\n"
 
 
 class GSM8K(Task):
     name = "gsm8k"
-    metric = "accuracy"
+    metric = ACCURACY
     hub = ("openai/gsm8k", "main")
     fields = ("question", "answer")
     max_new_tokens = 256

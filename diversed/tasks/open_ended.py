@@ -4,7 +4,7 @@ verifiers on chat prompts."""
 
 from __future__ import annotations
 
-from diversed.tasks import Example, Task
+from diversed.tasks import FIDELITY, Example, Task
 
 PROMPTS = [
     "Explain in two sentences why the sky is blue.",
@@ -36,7 +36,7 @@ PROMPTS = [
 
 class OpenEnded(Task):
     name = "open"
-    metric = "target_logprob"
+    metric = FIDELITY
     fields = ("prompt",)
     max_new_tokens = 128
 

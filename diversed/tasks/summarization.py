@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diversed.tasks import Example, Task
+from diversed.tasks import Example, Metric, Task
 from diversed.tasks.common import rouge
 
 
@@ -12,7 +12,7 @@ def _truncate(text: str, words: int) -> str:
 
 
 class _Summarization(Task):
-    metric = "rouge2"
+    metric = Metric("rouge2", "percent", tolerance=1.0, also=("rouge1", "rougeL"))
     source_field: str
     target_field: str
     instruction: str

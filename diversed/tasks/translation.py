@@ -1,13 +1,18 @@
-"""WMT16 German to English, scored by BLEU (sacrebleu; corpus BLEU aggregate, sentence BLEU per example)."""
+"""WMT16 German to English, scored by corpus BLEU (sacrebleu) over the whole set; sentence BLEU per example."""
 
 from __future__ import annotations
 
-from diversed.tasks import Example, Task
+from diversed.tasks import Example, Metric, Task
+
+
+def hypothesis(completion: str) -> str:
+    """The translation: the completion's first line."""
+    return (completion or "").strip().split("\n")[0]
 
 
 class WMT16DeEn(Task):
     name = "wmt16-de-en"
-    metric = "bleu"
+    metric = Metric("bleu", "percent", tolerance=1.0, corpus=True, also=("sentence_bleu",))
     hub = ("wmt/wmt16", "de-en")
     fields = ("de", "en")
     max_new_tokens = 96
@@ -29,12 +34,12 @@ class WMT16DeEn(Task):
     def score(self, completion: str, example: Example) -> dict[str, float]:
         import sacrebleu
 
-        hyp = (completion or "").strip().split("\n")[0]
-        return {"bleu": sacrebleu.sentence_bleu(hyp, [example.reference]).score}
+        return {"sentence_bleu": sacrebleu.sentence_bleu(hypothesis(completion), [example.reference]).score}
 
-    def aggregate(self, scores, completions, examples) -> dict:
+    def corpus_item(self, completion: str, example: Example) -> list[str]:
+        return [hypothesis(completion), example.reference]
+
+    def corpus_score(self, items: list) -> float:
         import sacrebleu
 
-        hyps = [(c or "").strip().split("\n")[0] for c in completions]
-        return {"bleu": sacrebleu.corpus_bleu(hyps, [[e.reference for e in examples]]).score,
-                "sentence_bleu": sum(s["bleu"] for s in scores) / max(len(scores), 1)}
+        return sacrebleu.corpus_bleu([h for h, _ in items], [[r for _, r in items]]).score

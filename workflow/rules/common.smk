@@ -1,109 +1,161 @@
-# Config validation and the run table; no rules here.
+# Config validation, wildcard constraints, the run table and input/param helpers; no rules here.
 import itertools
+import os
+import re
 
 from snakemake.utils import validate
 
 
+from diversed.engine import VERIFIERS
+from diversed.tasks import registry
+from diversed.train import DistillConfig, HeadTrainConfig
+
+
 validate(config, schema="../schemas/config.schema.yaml", set_default=True)
+if unknown := sorted(set(config["tasks"]) - set(registry())):
+    raise ValueError(f"unknown task(s) {', '.join(unknown)} in the config; allowed: {', '.join(sorted(registry()))}")
+if unknown := [m for m in config["methods"] if m not in (*VERIFIERS, "finetuned")]:
+    raise ValueError(f"unknown method(s) {', '.join(unknown)} in the config; allowed: "
+                     f"{', '.join(VERIFIERS)}, finetuned")
+# Training settings the config leaves out take the command line's defaults, which live in the config dataclasses.
+config["train_head"] = {k: getattr(HeadTrainConfig, k) for k in ("epochs", "batch_size", "lr", "acceptance_weight",
+                        "rollout", "temperature", "mixing", "reward")} | config["train_head"]
+config["distill"] = {k: getattr(DistillConfig, k) for k in ("epochs", "lr")} | config["distill"]
 
 EXPERIMENT = config["experiment"]
 PAIRS = config["pairs"]
 TASKS = config["tasks"]
-METHODS = config["methods"]
 SWEEP = config["sweep"]
-# Command-line options as strings in a fixed order: params compare equal whatever the config's key order.
-HEAD_ARGS = " ".join(f"--{k.replace('_', '-')} {config['train_head'][k]}" for k in
-                     ("epochs", "batch_size", "lr", "acceptance_weight", "rollout", "temperature", "mixing", "reward"))
-DISTILL_ARGS = f"--epochs {config['distill']['epochs']} --lr {config['distill']['lr']}"
+BASELINES = ("autoregressive", "draft")  # one model decoding alone: no draft length K
+TRANSFER = [f"dynamic@{t['head']}" for t in config["transfer"]]  # DIVERSED with another task's head
+SPECULATIVE = [m for m in config["methods"] if m not in BASELINES] + TRANSFER
 
 
-def pair_models(pair):
-    """(target, draft) as the diversed CLI takes them."""
-    p = PAIRS[pair]
-    return p["target"], p["draft"]
+def temperature(T):
+    """T as it appears in every path and on every command line: 1 and 1.0 are one run."""
+    return str(float(T))
 
 
-def models_marker(pair):
-    """The prepare-models output a pair needs (none for hub models, loaded on first use)."""
-    return [f"resources/models/{pair}.json"] if PAIRS[pair]["prepare"] != "none" else []
+NUMBER = r"\d+(\.\d+)?(e-\d+)?"  # a float as str() writes it: 0.1, 1.0, 1e-05
 
 
-def pair_args(pair):
-    p = PAIRS[pair]
-    return (f"--target {p['target']} --draft {p['draft']} --draft-layers {p['draft_layers']} "
-            f"--dtype {p['dtype']} --device {p['device']}")
+def one_of(names):
+    return "|".join(re.escape(n) for n in names)
 
 
-def gpu(pair):
-    return 1 if PAIRS[pair]["device"].startswith("cuda") else 0
+wildcard_constraints:
+    pair=one_of(PAIRS),
+    task=one_of(TASKS),
+    method=one_of(SPECULATIVE),
+    baseline=one_of(BASELINES),
+    T=NUMBER,
+    K=r"\d+",
+    seed=r"\d+",
+    w=NUMBER,
+    mixing="linear|logit",
 
 
-def train_args(wc):
-    t = TASKS[wc.task]
-    data = f"--data-files {t['data_files']}" if t["data_files"] else ""
-    return f"{pair_args(wc.pair)} --task {wc.task} {data} --n-train {t['n_train']} --seed 0"
-
-
-def method_inputs(wc):
-    """What a decoding run needs besides the models: a fine-tuned draft, a chosen w, or a trained head."""
-    inputs = models_marker(wc.pair)
-    if wc.method == "finetuned":
-        inputs.append(f"resources/drafts/{wc.pair}/{wc.task}")
-    elif wc.method == "fixed":
-        inputs.append(f"results/sweeps/{wc.pair}/{wc.task}/T{wc.T}-K{wc.K}/choice.json")
-    elif wc.method.startswith("dynamic"):
-        head_task = wc.method.partition("@")[2] or wc.task
-        inputs.append(f"results/heads/{wc.pair}/{head_task}/head.safetensors")
-    return inputs
-
-
-def method_args(wc, input):
-    target, draft = pair_models(wc.pair)
-    p = PAIRS[wc.pair]
-    common = f"--dtype {p['dtype']} --device {p['device']} --draft-layers {p['draft_layers']} --target {target}"
-    if wc.method == "finetuned":
-        return f"{common} --draft {input[-1]} --verifier strict"
-    common += f" --draft {draft}"
-    if wc.method == "fixed":
-        return f"{common} --verifier fixed --weight-file {input[-1]}"
-    if wc.method.startswith("dynamic"):
-        head_task = wc.method.partition("@")[2]
-        label = f" --label head_task={head_task}" if head_task else ""
-        return f"{common} --verifier dynamic --head {input[-1]}{label}"
-    return f"{common} --verifier {wc.method}"
+RUN = "results/runs/{pair}/{task}/{method}/T{T}-K{K}-s{seed}"
+BASELINE_RUN = "results/runs/{pair}/{task}/{baseline}/T{T}-s{seed}"
+SWEEP_DIR = "results/sweeps/{pair}/{task}/T{T}-K{K}"
+SWEEP_POINT = "results/sweeps/{pair}/{task}/T{T}-K{K}/w{w}-{mixing}"
 
 
 def run_dir(pair, task, method, T, K, seed):
-    return f"results/runs/{pair}/{task}/{method}/T{T}-K{K}-s{seed}"
+    """A decoding run's folder; the baselines' have no K."""
+    if method in BASELINES:
+        return BASELINE_RUN.format(pair=pair, task=task, baseline=method, T=temperature(T), seed=seed)
+    return RUN.format(pair=pair, task=task, method=method, T=temperature(T), K=K, seed=seed)
 
 
-def decode_runs():
-    """The run table: (pair, task, method, T, K, seed), plus the cross-task transfer runs (method dynamic@X)."""
-    runs = [(pair, task, method, T, K, seed)
-            for pair, task, method, T, K, seed in itertools.product(PAIRS, TASKS, METHODS, config["temperatures"],
-                                                                    config["K"], config["seeds"])]
+def runs():
+    """The run table: every method at every (pair, task, T, seed), the speculative ones at every K, plus the
+    cross-task transfer runs (DIVERSED with another task's head, at the transfer temperature)."""
+    dirs = []
+    for pair, task, method, T in itertools.product(PAIRS, TASKS, config["methods"], config["temperatures"]):
+        for K, seed in itertools.product([None] if method in BASELINES else config["K"], config["seeds"]):
+            dirs.append(run_dir(pair, task, method, T, K, seed))
     for pair, t, K, seed in itertools.product(PAIRS, config["transfer"], config["K"], config["seeds"]):
-        runs.append((pair, t["eval"], f"dynamic@{t['head']}", config["transfer_temperature"], K, seed))
-    return runs
+        dirs.append(run_dir(pair, t["eval"], f"dynamic@{t['head']}", config["transfer_temperature"], K, seed))
+    return dirs
 
 
-def sweep_dirs():
-    """Static sweeps: the fixed-w choice per (pair, task, T) at each K, and the K-figure sweeps at T = 1."""
-    dirs = {f"results/sweeps/{pair}/{task}/T{T}-K{K}"
-            for pair, task, T, K in itertools.product(PAIRS, TASKS, config["temperatures"], config["K"])
-            if "fixed" in METHODS}
-    dirs |= {f"results/sweeps/{pair}/{task}/T{SWEEP['figure_temperature']}-K{K}"
+def sweeps():
+    """Static sweeps: the fixed-w choice per (pair, task, T, K), and the acceptance-vs-w figure's sweeps."""
+    dirs = set()
+    if "fixed" in config["methods"]:
+        dirs |= {SWEEP_DIR.format(pair=pair, task=task, T=temperature(T), K=K)
+                 for pair, task, T, K in itertools.product(PAIRS, TASKS, config["temperatures"], config["K"])}
+    dirs |= {SWEEP_DIR.format(pair=pair, task=task, T=temperature(SWEEP["figure_temperature"]), K=K)
              for pair, task, K in itertools.product(PAIRS, SWEEP["figure_tasks"], SWEEP["figure_K"])}
     return sorted(dirs)
 
 
+def sweep_points(wildcards):
+    """The scores of one sweep's grid (as diversed.sweep.grid): strict (w = 1), then each w < 1 with each mixing."""
+    points = [(1.0, "linear")] + [(float(w), m) for m in SWEEP["mixings"] for w in SWEEP["weights"] if w != 1]
+    sweep = SWEEP_DIR.format(**dict(wildcards.items()))
+    return [f"{sweep}/w{w}-{m}/scores.json" for w, m in points]
+
+
+def models(wildcards):
+    """The prepare_models record a pair needs (none for hub models, loaded on first use)."""
+    return {"models": f"resources/models/{wildcards.pair}.json"} if PAIRS[wildcards.pair]["prepare"] != "none" else {}
+
+
+def decode_inputs(wildcards):
+    """A decoding run's inputs: the models, and a distilled draft, a chosen w or a trained head."""
+    method, _, head_task = wildcards.method.partition("@")
+    inputs = models(wildcards)
+    if method == "finetuned":
+        inputs["draft"] = f"resources/drafts/{wildcards.pair}/{wildcards.task}"
+    elif method == "fixed":
+        sweep = SWEEP_DIR.format(**dict(wildcards.items()))
+        inputs["weight"] = f"{sweep}/choice.json"
+    elif method == "dynamic":
+        inputs["head"] = f"results/heads/{wildcards.pair}/{head_task or wildcards.task}/head.safetensors"
+    return inputs
+
+
+def verifier_flags(wildcards, input):
+    """--verifier and what it reads (finetuned is strict with the distilled draft)."""
+    method, _, head_task = wildcards.method.partition("@")
+    if method == "fixed":
+        return f"--verifier fixed --weight-file {input.weight}"
+    if method == "dynamic":
+        return f"--verifier dynamic --head {input.head}" + (f" --label head_task={head_task}" if head_task else "")
+    return "--verifier strict" if method == "finetuned" else f"--verifier {method}"
+
+
+def pair_value(key):
+    return lambda wildcards: PAIRS[wildcards.pair][key]
+
+
+def task_value(key):
+    return lambda wildcards: TASKS[wildcards.task][key]
+
+
+def data_files(wildcards):
+    path = TASKS[wildcards.task]["data_files"]
+    return f"--data-files {path}" if path else ""
+
+
+def gpus(wildcards):
+    """Decoding and training claim the GPU of a CUDA pair (profiles cap gpu at one per machine)."""
+    return 1 if PAIRS[wildcards.pair]["device"].startswith("cuda") else 0
+
+
+def all_cores(wildcards):
+    """Every core of a local run: a timed decode never shares them, and training is the heaviest job (cluster
+    profiles set these rules' threads with set-threads)."""
+    return workflow.cores
+
+
 TABLES = [f"results/tables/{name}.{ext}" for name in ("table1", "table2", "table3", "speed")
-          for ext in ("csv", "md", "tex")] + [f"results/tables/{n}.csv" for n in ("runs", "sweeps", "weights")]
+          for ext in ("csv", "md", "tex")]
+# Named by `diversed plot` (T as %g there: figures/quality_vs_time_T1.png).
 FIGURES = [f"figures/{stem}.{ext}" for stem in
            ["acceptance_vs_weight", "weight_distribution"]
-           + [f"{kind}_T{T:g}" for kind in ("quality_vs_time", "acceptance_by_position") for T in config["temperatures"]]
+           + [f"{kind}_T{float(T):g}" for kind in ("quality_vs_time", "acceptance_by_position")
+              for T in config["temperatures"]]
            for ext in ("png", "pdf")]
-
-
-def final_outputs():
-    return TABLES + FIGURES + ["results/REPORT.md"]

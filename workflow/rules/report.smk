@@ -1,48 +1,65 @@
 rule aggregate:
     """Tidy tables from every scored run and sweep: the paper's Tables 1-3 and a speed table."""
     input:
-        scores=[f"{run_dir(*r)}/scores.json" for r in decode_runs()],
-        sweeps=[f"{d}/sweep.csv" for d in sweep_dirs()],
+        scores=[f"{run}/scores.json" for run in runs()],
+        sweeps=[f"{sweep}/sweep.csv" for sweep in sweeps()],
     output:
-        TABLES,
+        runs="results/tables/runs.csv",
+        sweeps="results/tables/sweeps.csv",
+        weights="results/tables/weights.csv",
+        tables=TABLES,
     params:
-        runs=lambda wc, input: " ".join(s.rsplit("/", 1)[0] for s in input.scores),
-        transfer_temperature=config["transfer_temperature"],
+        runs=lambda wildcards, input: [os.path.dirname(s) for s in input.scores],
+        transfer_temperature=temperature(config["transfer_temperature"]),
+        out=lambda wildcards, output: os.path.dirname(output.runs),
+    threads: 1
     log:
         "logs/aggregate.log",
     conda:
         "../../environment.yml"
     shell:
-        ("diversed aggregate --runs {params.runs} --sweeps {input.sweeps} "
-         "--transfer-temperature {params.transfer_temperature} --out results/tables > {log} 2>&1")
+        "diversed aggregate --runs {params.runs} --sweeps {input.sweeps} "
+        "--transfer-temperature {params.transfer_temperature} --out {params.out} > {log} 2>&1"
 
 
 rule plot:
     """Every figure, from the tables only."""
     input:
-        TABLES,
+        runs=rules.aggregate.output.runs,
+        sweeps=rules.aggregate.output.sweeps,
+        weights=rules.aggregate.output.weights,
     output:
-        FIGURES,
+        figures=FIGURES,
     params:
-        temperatures=" ".join(str(t) for t in config["temperatures"]),
+        temperatures=[temperature(T) for T in config["temperatures"]],
+        figure_temperature=temperature(SWEEP["figure_temperature"]),
+        tables=lambda wildcards, input: os.path.dirname(input.runs),
+        out=lambda wildcards, output: os.path.dirname(output.figures[0]),
+    threads: 1
     log:
         "logs/plot.log",
     conda:
         "../../environment.yml"
     shell:
-        "diversed plot --tables results/tables --out figures --temperatures {params.temperatures} > {log} 2>&1"
+        "diversed plot --tables {params.tables} --temperatures {params.temperatures} "
+        "--sweep-temperature {params.figure_temperature} --out {params.out} > {log} 2>&1"
 
 
 rule report:
     """results/REPORT.md: the tables, the figures and the provenance of this reproduction."""
     input:
-        TABLES,
-        FIGURES,
+        runs=rules.aggregate.output.runs,
+        tables=rules.aggregate.output.tables,
+        figures=rules.plot.output.figures,
     output:
-        "results/REPORT.md",
+        report="results/REPORT.md",
+    params:
+        tables=lambda wildcards, input: os.path.dirname(input.runs),
+        figures=lambda wildcards, input: os.path.dirname(input.figures[0]),
+    threads: 1
     log:
         "logs/report.log",
     conda:
         "../../environment.yml"
     shell:
-        "diversed report --tables results/tables --figures figures --out {output} > {log} 2>&1"
+        "diversed report --tables {params.tables} --figures {params.figures} --out {output.report} > {log} 2>&1"

@@ -1,70 +1,70 @@
 rule train_head:
     """The DIVERSED weight head for one task (REINFORCE; resumable from its checkpoint)."""
     input:
-        lambda wc: models_marker(wc.pair),
+        unpack(models),
     output:
         head="results/heads/{pair}/{task}/head.safetensors",
         log_csv="results/heads/{pair}/{task}/train_log.csv",
     params:
-        args=train_args,
-        h=HEAD_ARGS,
-        max_new=lambda wc: TASKS[wc.task]["max_new_tokens"],
+        target=pair_value("target"),
+        draft=pair_value("draft"),
+        draft_layers=pair_value("draft_layers"),
+        dtype=pair_value("dtype"),
+        device=pair_value("device"),
+        data=data_files,
+        n_train=task_value("n_train"),
+        max_new=task_value("max_new_tokens"),
+        epochs=config["train_head"]["epochs"],
+        batch_size=config["train_head"]["batch_size"],
+        lr=config["train_head"]["lr"],
+        acceptance_weight=config["train_head"]["acceptance_weight"],
+        rollout=config["train_head"]["rollout"],
+        temperature=config["train_head"]["temperature"],
+        mixing=config["train_head"]["mixing"],
+        reward=config["train_head"]["reward"],
+        out=lambda wildcards, output: os.path.dirname(output.head),
+    threads: all_cores
     resources:
-        gpu=lambda wc: gpu(wc.pair),
+        gpu=gpus,
     log:
         "logs/train_head/{pair}/{task}.log",
     conda:
         "../../environment.yml"
     shell:
-        "diversed train head {params.args} --out results/heads/{wildcards.pair}/{wildcards.task} {params.h} "
-        "--max-new-tokens {params.max_new} > {log} 2>&1"
+        "diversed train head --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
+        "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} "
+        "--n-train {params.n_train} --max-new-tokens {params.max_new} --seed 0 --epochs {params.epochs} "
+        "--batch-size {params.batch_size} --lr {params.lr} --acceptance-weight {params.acceptance_weight} "
+        "--rollout {params.rollout} --temperature {params.temperature} --mixing {params.mixing} "
+        "--reward {params.reward} --out {params.out} > {log} 2>&1"
 
 
 rule distill_draft:
     """The fine-tuned-draft baseline: the draft distilled toward the target on the task's training prompts."""
     input:
-        lambda wc: models_marker(wc.pair),
+        unpack(models),
     output:
-        directory("resources/drafts/{pair}/{task}"),
+        draft=directory("resources/drafts/{pair}/{task}"),
     params:
-        args=train_args,
-        d=DISTILL_ARGS,
-        max_new=lambda wc: TASKS[wc.task]["max_new_tokens"],
+        target=pair_value("target"),
+        draft=pair_value("draft"),
+        draft_layers=pair_value("draft_layers"),
+        dtype=pair_value("dtype"),
+        device=pair_value("device"),
+        data=data_files,
+        n_train=task_value("n_train"),
+        max_new=task_value("max_new_tokens"),
+        epochs=config["distill"]["epochs"],
+        lr=config["distill"]["lr"],
+    threads: all_cores
     resources:
-        gpu=lambda wc: gpu(wc.pair),
+        gpu=gpus,
     log:
         "logs/distill_draft/{pair}/{task}.log",
     conda:
         "../../environment.yml"
     shell:
-        "diversed train draft {params.args} --out {output} {params.d} --max-new-tokens {params.max_new} > {log} 2>&1"
-
-
-rule sweep_weight:
-    """The static frontier of one task at (T, K): decode + score a grid of fixed w, choose the task's w."""
-    input:
-        lambda wc: models_marker(wc.pair),
-    output:
-        choice="results/sweeps/{pair}/{task}/T{T}-K{K}/choice.json",
-        table="results/sweeps/{pair}/{task}/T{T}-K{K}/sweep.csv",
-    params:
-        pair=lambda wc: pair_args(wc.pair),
-        data=lambda wc: f"--data-files {TASKS[wc.task]['data_files']}" if TASKS[wc.task]["data_files"] else "",
-        n=SWEEP["n_eval"],
-        max_new=lambda wc: TASKS[wc.task]["max_new_tokens"],
-        weights=" ".join(str(w) for w in SWEEP["weights"]),
-        mixings=" ".join(SWEEP["mixings"]),
-        tolerance=f"--tolerance {SWEEP['tolerance']}" if SWEEP["tolerance"] is not None else "",
-        experiment=EXPERIMENT,
-    resources:
-        gpu=lambda wc: gpu(wc.pair),
-    log:
-        "logs/sweep_weight/{pair}/{task}/T{T}-K{K}.log",
-    conda:
-        "../../environment.yml"
-    shell:
-        "diversed sweep-weight {params.pair} --task {wildcards.task} {params.data} -n {params.n} "
-        "--max-new-tokens {params.max_new} --temperature {wildcards.T} -K {wildcards.K} "
-        "--weights {params.weights} --mixings {params.mixings} {params.tolerance} "
-        "--label pair={wildcards.pair} --label experiment={params.experiment} "
-        "--out results/sweeps/{wildcards.pair}/{wildcards.task}/T{wildcards.T}-K{wildcards.K} > {log} 2>&1"
+        "diversed train draft --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
+        "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} "
+        "--n-train {params.n_train} --max-new-tokens {params.max_new} --seed 0 --epochs {params.epochs} "
+        "--lr {params.lr} --out {output.draft} > {log} 2>&1"
