@@ -8,6 +8,7 @@ own would show as ms/step rising from 64 to 1024 new tokens.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import time
 
@@ -16,7 +17,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from diversed.engine import Execution, Sampling, speculative_generate
 from diversed.models import truncated_draft
-from diversed.utils import provenance, write_json, write_text
+from diversed.utils import command_line, provenance, record_result, write_json, write_text
 
 
 def tiny_pair():
@@ -37,6 +38,9 @@ def decode(target, draft, prompts: int, tokens: int, execution: Execution, seed:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-record", action="store_true", help="do not rewrite the section of benchmarks/RESULTS.md")
+    a = ap.parse_args()
     target, draft = tiny_pair()
     execution = Execution.from_env()
     decode(target, draft, 2, 32, execution)  # warm-up
@@ -55,6 +59,8 @@ def main() -> None:
     md += [f"| {r['prompts']} | {r['new_tokens_each']} | {r['seconds']:.2f} | {r['ms_per_token']:.3f} | "
            f"{r['ms_per_step']:.3f} | {r['tau']:.2f} |" for r in rows]
     write_text("results/bench/cost_scaling.md", "\n".join(md) + "\n")
+    if not a.no_record:
+        record_result("Cost scaling", "\n".join(md), command_line())
     print("\n".join(md))
 
 

@@ -15,7 +15,7 @@ from diversed.bench import PROMPTS, step_ms
 from diversed.engine import Execution, Sampling, speculative_generate
 from diversed.models import encode_prompt, load_model, load_tokenizer
 from diversed.stats import summarize
-from diversed.utils import provenance, write_json, write_text
+from diversed.utils import command_line, provenance, record_result, write_json, write_text
 
 
 def main() -> None:
@@ -24,6 +24,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=6)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("-K", type=int, default=5)
+    ap.add_argument("--no-record", action="store_true", help="do not rewrite the section of benchmarks/RESULTS.md")
     a = ap.parse_args()
     tok = load_tokenizer("embedded")
     target = load_model("embedded")
@@ -55,6 +56,8 @@ def main() -> None:
     md += ["| " + " | ".join(f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |"
            for r in rows]
     write_text("results/bench/draft_layers.md", "\n".join(md) + "\n")
+    if not a.no_record:
+        record_result("Draft depth", "\n".join(md), command_line())
     print("\n".join(md))
 
 

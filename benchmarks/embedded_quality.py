@@ -16,7 +16,7 @@ import pandas as pd
 from diversed.aggregate import run_record
 from diversed.evaluate import score_run
 from diversed.runs import RunConfig, execute, task_prompts
-from diversed.utils import write_text
+from diversed.utils import command_line, record_result, write_text
 
 TASKS = {"arith": {"n": 30, "max_new_tokens": 48}, "humaneval": {"n": 12, "max_new_tokens": 192},
          "open": {"n": 12, "max_new_tokens": 64}}
@@ -32,6 +32,7 @@ def main() -> None:
     ap.add_argument("-K", type=int, default=5)
     ap.add_argument("--tasks", nargs="+", default=list(TASKS))
     ap.add_argument("--out", default="results/bench/quality")
+    ap.add_argument("--no-record", action="store_true", help="do not rewrite the section of benchmarks/RESULTS.md")
     a = ap.parse_args()
     out = Path(a.out)
     rows = []
@@ -49,6 +50,8 @@ def main() -> None:
     md = (f"Embedded pair, T = {a.temperature:g}, K = {a.K}; quality in each task's metric "
           f"(open: mean target log p, no reference)\n\n" + df.to_markdown(index=False, floatfmt=".3f") + "\n")
     write_text(out / "quality.md", md)
+    if not a.no_record:
+        record_result("Embedded quality", md, command_line())
     print(md)
 
 

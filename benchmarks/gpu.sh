@@ -29,3 +29,4 @@ if [ -f resources/models/smollm2-135m-instruct/config.json ]; then
     --out "$out/embedded" > "$out/embedded.log" 2>&1 || echo "embedded bench failed: see $out/embedded.log"
 fi
 for f in "$out"/synthetic-*.md "$out"/embedded/bench.md; do [ -f "$f" ] && { echo; cat "$f"; }; done
+cp benchmarks/RESULTS.md "$out/RESULTS.md"  # with the sections the runs above rewrote

@@ -20,7 +20,7 @@ import torch
 from diversed.bench import hf_generate, ideal_speedup, step_ms, time_prompts
 from diversed.engine import Execution, Sampling, autoregressive_generate, speculative_generate, synchronize
 from diversed.stats import summarize
-from diversed.utils import provenance, write_json, write_text
+from diversed.utils import command_line, provenance, record_result, write_json, write_text
 
 # The paper's architectures (public configs), built with random weights: (draft, target).
 ARCHITECTURES = {
@@ -147,6 +147,7 @@ def main() -> None:
     ap.add_argument("--captures", nargs="+", choices=["none", "graph", "compile"], default=["none"],
                     help="capture modes of our engine, measured in turn (the results file is rewritten after each)")
     ap.add_argument("--out", default="results/bench")
+    ap.add_argument("--no-record", action="store_true", help="do not rewrite the section of benchmarks/RESULTS.md")
     a = ap.parse_args()
     dtype = getattr(torch, a.dtype)
     draft, target = (build(spec, dtype, a.device) for spec in ARCHITECTURES[a.pair])
@@ -176,6 +177,9 @@ def main() -> None:
         write_json(f"{a.out}/synthetic-{a.pair}.json", result)
         write_text(f"{a.out}/synthetic-{a.pair}.md", markdown(result))
     print(markdown(result))
+    if not a.no_record:
+        record_result(f"Synthetic acceptance, {a.pair} shapes, {a.device}", markdown(result).split("\n", 1)[1],
+                      command_line())
 
 
 if __name__ == "__main__":

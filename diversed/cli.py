@@ -94,6 +94,7 @@ def cmd_bench(a: argparse.Namespace) -> None:
     from diversed import bench
     from diversed.models import encode_prompt, load_pair
     from diversed.runs import load_prompts
+    from diversed.utils import command_line, record_result
 
     texts = [r["prompt"] for r in load_prompts(a.prompts)] if a.prompts else bench.PROMPTS
     texts = texts[: a.num_prompts]
@@ -106,6 +107,9 @@ def cmd_bench(a: argparse.Namespace) -> None:
     json_path, md_path = bench.write(result, a.out)
     print(md_path.read_text())
     print(f"wrote {json_path} and {md_path}")
+    if not a.no_record:
+        section = "Bench" if a.capture == "none" else f"Bench, capture {a.capture}"
+        print(f"recorded in {record_result(section, md_path.read_text(), command_line())}")
 
 
 def cmd_train_head(a: argparse.Namespace) -> None:
@@ -344,6 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="our fixed-shape steps: eager, one CUDA graph each (GPU), or torch.compile (+ CUDA graphs on "
                         "a GPU); warm-up and capture are not timed")
     p.add_argument("--out", default="results/bench")
+    p.add_argument("--no-record", action="store_true", help="do not rewrite the section of benchmarks/RESULTS.md")
     p.set_defaults(func=cmd_bench)
     return parser
 

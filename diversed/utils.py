@@ -133,6 +133,17 @@ def provenance() -> dict[str, Any]:
 RESULTS_MD = Path(__file__).resolve().parent.parent / "benchmarks" / "RESULTS.md"
 
 
+def command_line() -> str:
+    """The command this process was started with, as a user would type it (for RESULTS.md headers)."""
+    import shlex
+    import sys
+
+    prog = Path(sys.argv[0])
+    head = ["python", str(prog.relative_to(Path.cwd()) if prog.is_relative_to(Path.cwd()) else prog)] \
+        if prog.suffix == ".py" else [prog.name]
+    return shlex.join([*head, *sys.argv[1:]])
+
+
 def record_result(section: str, markdown: str, command: str, path: str | os.PathLike = RESULTS_MD) -> Path:
     """Write `markdown` as section `## {section}` of benchmarks/RESULTS.md, headed with the commit, date, hardware
     and the command that made it; other sections are kept. The benchmark scripts call this with their tables."""
