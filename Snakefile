@@ -13,11 +13,19 @@ if not config:
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/sources.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/sweep.smk"
 include: "workflow/rules/decode.smk"
 include: "workflow/rules/report.smk"
+
+
+# On a cluster these run on the submitting node: light CPU work on the finished results.
+localrules:
+    aggregate,
+    plot,
+    report,
 
 
 rule all:

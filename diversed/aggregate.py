@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -25,6 +26,15 @@ PAPER_PAIR = ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instr
 PAPER = {("strict", "gsm8k"): (44.60, None), ("dynamic", "gsm8k"): (72.61, 0.67),
          ("strict", "mbpp"): (26.30, None), ("dynamic", "mbpp"): (85.03, 0.53),
          ("strict", "xsum"): (20.44, 7.09), ("dynamic", "xsum"): (70.53, 7.23)}
+
+
+def hardware_label(hardware: dict | None, device: str = "cuda") -> str:
+    """What a run was timed on: the GPU's name for a CUDA run, else the CPU model and core count."""
+    if not hardware:
+        return "unknown"
+    if device.startswith("cuda") and hardware.get("gpu"):
+        return hardware["gpu"]
+    return f"{hardware.get('cpu', 'unknown CPU')}, {hardware.get('cpu_count', '?')} cores"
 
 
 def run_record(run_dir: str | Path) -> dict:
@@ -48,6 +58,7 @@ def run_record(run_dir: str | Path) -> dict:
         "draft_acceptance_rate": s["draft_acceptance_rate"], "mean_acceptance_length": s["mean_acceptance_length"],
         "acceptance_by_position": json.dumps(s["acceptance_by_position"]), "mean_weight": s["mean_weight"],
         "bias_tv": s["bias_tv"], "tokens_per_s": s["tokens_per_s"],
+        "hardware": hardware_label(manifest.get("hardware"), c.get("device", "cpu")),
         "seconds_per_sample": s["time_total"] / max(s["prompts"], 1), "metric": scores["metric"],
         "quality": scores["quality"], "target_logprob": scores["fidelity"]["target_logprob"],
         "target_argmax_agreement": scores["fidelity"]["target_argmax_agreement"], "run_id": manifest["run_id"],
@@ -65,14 +76,23 @@ def collect(run_dirs: list[str | Path]) -> pd.DataFrame:
 
 def speedup(df: pd.DataFrame) -> pd.Series:
     """tokens/s of each run over that of the target-only run with the same pair, task, T and seed (one per
-    such key: it has no K), nan where there is none."""
+    such key: it has no K), timed on the same hardware; nan where there is none, and where it ran on other
+    hardware (with a warning naming both)."""
     target_only = df[df["method"] == "autoregressive"]
     twice = target_only[target_only.duplicated(SPEEDUP_KEYS, keep=False)]
     if len(twice):
         key = ", ".join(f"{k} {twice.iloc[0][k]}" for k in SPEEDUP_KEYS)
         raise ValueError(f"{len(twice)} target-only runs for {key}: the speedup baseline needs exactly one")
-    base = df[SPEEDUP_KEYS].merge(target_only[[*SPEEDUP_KEYS, "tokens_per_s"]], on=SPEEDUP_KEYS, how="left")
-    return pd.Series(df["tokens_per_s"].to_numpy() / base["tokens_per_s"].to_numpy(), index=df.index)
+    baseline = target_only[[*SPEEDUP_KEYS, "tokens_per_s", "hardware"]].rename(
+        columns={"tokens_per_s": "base_tokens_per_s", "hardware": "base_hardware"})
+    base = df[[*SPEEDUP_KEYS, "tokens_per_s", "hardware"]].merge(baseline, on=SPEEDUP_KEYS, how="left")
+    elsewhere = base["base_hardware"].notna() & (base["base_hardware"] != base["hardware"])
+    for (hw, base_hw), g in base[elsewhere].groupby(["hardware", "base_hardware"]):
+        first = ", ".join(f"{k} {g.iloc[0][k]}" for k in SPEEDUP_KEYS)
+        print(f"warning: no speedup for {len(g)} run(s) timed on {hw}: their target-only baseline ran on {base_hw} "
+              f"(first: {first}); time both on one kind of hardware", file=sys.stderr)
+    ratio = (base["tokens_per_s"] / base["base_tokens_per_s"]).where(~elsewhere)
+    return pd.Series(ratio.to_numpy(), index=df.index)
 
 
 def ci95(values) -> tuple[float, float]:
@@ -161,9 +181,10 @@ def table3(df: pd.DataFrame, temperature: float) -> pd.DataFrame:
 
 
 def speed_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Tokens/s, speedup over target-only, alpha, tau, bias, per pair/task/T/method/K (mean ± 95% CI)."""
+    """Tokens/s, speedup over target-only, alpha, tau, bias, per pair/task/T/method/K and hardware (mean ± 95%
+    CI): seeds timed on different hardware are separate rows."""
     rows = []
-    keys = ["pair", "task", "temperature", "method", "K", "head_task"]
+    keys = ["pair", "task", "temperature", "method", "K", "head_task", "hardware"]
     for key, g in df.fillna({"head_task": ""}).groupby(keys, sort=True, dropna=False):
         row = dict(zip(keys, key, strict=True))
         row["K_text"] = "–" if pd.isna(row["K"]) else str(int(row["K"]))  # the baselines have no K
@@ -226,16 +247,45 @@ def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str 
     return paths
 
 
+def split_sizes(runs: pd.DataFrame, sweeps: pd.DataFrame) -> pd.DataFrame:
+    """Prompts per task and split, from the manifests: train (the prompts of the heads and fine-tuned drafts the
+    runs used), dev and eval (the prompts each sweep point and run decoded, under the split it names)."""
+    from diversed.tasks import SPLITS
+
+    seen: dict[tuple[str, str], set[int]] = {}
+    for run_dir in runs["run_dir"]:
+        manifest = json.loads((Path(run_dir) / "manifest.json").read_text())
+        c = manifest["config"]
+        seen.setdefault((c["task"], c["split"]), set()).add(manifest["summary"]["prompts"])
+        trained = [Path(c["head"]).parent / "manifest.json"] if c.get("head") else []
+        trained.append(Path(c["draft"]) / "distill_manifest.json")
+        for path in (p for p in trained if p.is_file()):
+            t = json.loads(path.read_text())
+            seen.setdefault((t["config"]["task"], "train"), set()).add(t["prompts"])
+    for r in sweeps.itertuples():
+        seen.setdefault((r.task, r.split), set()).add(int(r.prompts))
+    tasks = sorted({task for task, _ in seen})
+    return pd.DataFrame([{"task": t} | {s: ", ".join(str(n) for n in sorted(seen.get((t, s), ()))) or "–"
+                                         for s in SPLITS} for t in tasks], columns=["task", *SPLITS])
+
+
 def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Path:
-    """results/REPORT.md: the paper's tables, the speed table, the figures and where they came from."""
+    """results/REPORT.md: the paper's tables, the speed table, the split sizes, the figures and where they came
+    from."""
     from diversed.utils import provenance
 
     tables, figures, out = Path(tables), Path(figures), Path(out)
     runs = pd.read_csv(tables / "runs.csv")
+    sweeps = pd.read_csv(tables / "sweeps.csv")
     parts = ["# diversed reproduction report", "",
              f"{len(runs)} scored decoding runs; pairs: {', '.join(sorted(runs['pair'].unique()))}; "
              f"tasks: {', '.join(sorted(runs['task'].unique()))}; seeds: "
-             f"{', '.join(str(s) for s in sorted(runs['seed'].unique()))}. Cells are mean ± 95% CI over seeds.", ""]
+             f"{', '.join(str(s) for s in sorted(runs['seed'].unique()))}. Cells are mean ± 95% CI over seeds.", "",
+             "**Splits**: prompts per task and split. The head and the fine-tuned draft train on train, the fixed w "
+             "is chosen on dev, every table reports eval; the three are disjoint.", "",
+             split_sizes(runs, sweeps).to_markdown(index=False), ""]
+    if off := sorted(set(sweeps["split"]) - {"dev"}):
+        parts += [f"**Warning**: the fixed w was chosen on the {', '.join(off)} split, not on dev.", ""]
     for name in ("table1", "table2", "table3", "speed"):
         parts += [(tables / f"{name}.md").read_text(), ""]
     rel = Path("..") / figures if not figures.is_absolute() else figures

@@ -137,7 +137,7 @@ def _sweep_base(a: argparse.Namespace):
 
     base = RunConfig(target=a.target, draft=a.draft, draft_layers=a.draft_layers, K=a.K, temperature=a.temperature,
                      max_new_tokens=a.max_new_tokens, seed=a.seed, dtype=a.dtype, device=a.device, task=a.task,
-                     n=a.n, data_files=a.data_files)
+                     split=a.split, n=a.n, data_files=a.data_files)
     base.validate()
     return base
 
@@ -219,6 +219,37 @@ def cmd_export_task(a: argparse.Namespace) -> None:
           f"--tasks {name} --include_path {a.out}")
 
 
+def cmd_fetch_sources(a: argparse.Namespace) -> None:
+    from diversed.sources import Sources, fetch, hub_sources, load_config
+    from diversed.utils import write_json
+
+    if not (a.config or a.model or a.task):
+        raise ValueError("nothing to fetch: give --config FILE, or --model ID / --task NAME")
+    found = hub_sources(load_config(a.config)) if a.config else Sources()
+    sources = Sources(tuple(dict.fromkeys([*found.models, *a.model])), tuple(dict.fromkeys([*found.tasks, *a.task])))
+    if not sources:
+        print(f"{a.config} reads nothing from the Hugging Face hub (local models and data only)")
+    record, failed = fetch(sources)
+    if failed:
+        print("\n".join(failed), file=sys.stderr)
+        raise SystemExit(f"{len(failed)} source(s) could not be fetched" + ("; nothing recorded" if a.record else ""))
+    if a.record:
+        write_json(a.record, record)
+        print(f"recorded in {a.record}")
+
+
+def cmd_check_sources(a: argparse.Namespace) -> None:
+    from tabulate import tabulate
+
+    from diversed.sources import check, load_config
+
+    rows, failed = check(load_config(a.config))
+    print(tabulate(rows, headers=["kind", "source", "status", "detail"], tablefmt="github"))
+    if failed:
+        print("\n".join(failed), file=sys.stderr)
+        raise SystemExit(f"{len(failed)} source(s) of {a.config} cannot be read")
+
+
 def cmd_lm_eval(rest: list[str]) -> None:
     """lm-eval's own command line, with the `diversed` model registered."""
     from lm_eval.__main__ import cli_evaluate
@@ -267,7 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
         _pair_args(p)
         p.add_argument("--task", required=True)
         p.add_argument("--data-files")
-        p.add_argument("-n", type=int, help="eval prompts (seeded subsample)")
+        p.add_argument("--split", default="dev", help="task split decoded: dev (the default, so that the choice "
+                       "never sees the eval prompts reported) | eval | train")
+        p.add_argument("-n", type=int, help="prompts (seeded subsample of the split)")
         p.add_argument("-K", type=int, default=5)
         p.add_argument("--temperature", type=float, default=1.0)
         p.add_argument("--max-new-tokens", type=int, default=128)
@@ -335,6 +368,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_export_task)
+
+    p = sub.add_parser("fetch-sources", help="download every hub model and dataset of a workflow config into the "
+                                             "Hugging Face cache (once, before any GPU job)")
+    p.add_argument("--config", metavar="FILE", help="a workflow config (YAML): its hub pairs and hub tasks")
+    p.add_argument("--model", action="append", default=[], metavar="ID", help="a hub model id (repeatable)")
+    p.add_argument("--task", action="append", default=[], metavar="NAME", help="a task's hub dataset (repeatable)")
+    p.add_argument("--record", metavar="FILE", help="write what was fetched (snapshot folders, rows per split) here")
+    p.set_defaults(func=cmd_fetch_sources)
+
+    p = sub.add_parser("check-sources", help="read the config of every model and one row of every dataset of a "
+                                             "workflow config: a broken source fails in seconds")
+    p.add_argument("--config", metavar="FILE", required=True, help="a workflow config (YAML)")
+    p.set_defaults(func=cmd_check_sources)
 
     p = sub.add_parser("bench", help="time our engine against transformers on the same prompts")
     _pair_args(p)

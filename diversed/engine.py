@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from diversed import fastpath
+from diversed.models import context_length
 from diversed.models import vocab_size as vocab_width
 from diversed.stats import Generation, Step
 from diversed.verifiers import MIXINGS, logits_to_logprobs, synthetic_on_device, verify_on_device
@@ -127,7 +128,7 @@ def check_request(target, draft, prompt_len: int, *, verifier: str, K: int, max_
         head.check_pair(target, draft)
     for role, model in models:
         fastpath.check_capture(execution.capture, model, role, enabled=execution.fastpath)
-        ctx = getattr(model.config, "max_position_embeddings", None)
+        ctx = context_length(model)
         if ctx is not None and prompt_len + max_new_tokens > ctx:
             raise ValueError(f"prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
                              f"{role}'s context length {ctx}")
@@ -165,14 +166,13 @@ class Stepper:
         max_len: positions the sequence will reach, which enables the static-cache fast path where supported
         and execution.fastpath allows; execution.capture: "none" / "graph" / "compile" for the fast path's steps
         of the lengths in `buckets` (fastpath)."""
-        from transformers import DynamicCache
-
         self.model = model
         self.decoder = model.get_decoder()
         lm_head = model.get_output_embeddings()
         self.device = lm_head.weight.device
         self.vocab = vocab_size or lm_head.out_features  # logit width V
         self.empty_hidden = lm_head.weight.new_zeros(0, lm_head.weight.shape[1])  # [0, h]
+        # as the class's forward applies it: Gemma3ForConditionalGeneration applies no softcap of its text config
         softcap = getattr(model.config, "final_logit_softcapping", None)
         pad = self.vocab - lm_head.out_features
         shared = shared if shared is not None and shared < lm_head.out_features else None
@@ -182,7 +182,7 @@ class Stepper:
         fast = bool(max_len) and execution.fastpath and fastpath.supported(model)
         self.fast = fastpath.acquire(model, max_len, self, execution.capture, buckets, self.post,
                                      (softcap, shared, pad)) if fast else None
-        self.cache = None if self.fast else DynamicCache(config=model.config)
+        self.cache = None if self.fast else rollback_cache(model)
         self.n = 0  # positions held in the cache
 
     @torch.inference_mode()
@@ -206,6 +206,16 @@ class Stepper:
             else:
                 self.cache.crop(n - self.n)
             self.n = n
+
+
+def rollback_cache(model: nn.Module):
+    """transformers' DynamicCache for the model, whose sliding-window layers keep every position (the attention
+    mask does the windowing): a window-sized layer drops the positions a rollback past the window would need."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+
+    cache = DynamicCache(config=model.config)
+    cache.layers = [DynamicLayer() if type(layer) is DynamicSlidingWindowLayer else layer for layer in cache.layers]
+    return cache
 
 
 def logits_fn(head: Callable[[torch.Tensor], torch.Tensor], softcap: float | None, shared: int | None,

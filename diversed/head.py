@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from diversed.models import fingerprint
+from diversed.models import fingerprint, hidden_size
 from diversed.utils import atomic_path
 
 FORMAT = "diversed-head-v1"
@@ -42,7 +42,7 @@ class WeightHead(nn.Module):
 
     def check_pair(self, target: nn.Module, draft: nn.Module) -> None:
         """Raise if this head was made for another draft/target pair or other hidden sizes."""
-        h_t, h_d = target.config.hidden_size, draft.config.hidden_size
+        h_t, h_d = hidden_size(target), hidden_size(draft)
         if (h_t, h_d) != (self.h_target, self.h_draft):
             raise ValueError(
                 f"weight head expects hidden sizes (target {self.h_target}, draft {self.h_draft}), "

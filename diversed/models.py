@@ -50,7 +50,24 @@ class Pair:
     vocab_size: int | None = None  # set when the two heads differ in width but the tokenizers are identical
 
 
+def text_config(model: nn.Module):
+    """The config of a model's language part: its own for a causal LM, its text_config for a conditional-generation
+    model (google/gemma-3-*-it load as Gemma3ForConditionalGeneration, a vision tower and a text model)."""
+    return model.config.get_text_config(decoder=True)
+
+
+def hidden_size(model: nn.Module) -> int:
+    """Width h of the model's last hidden state."""
+    return text_config(model).hidden_size
+
+
+def context_length(model: nn.Module) -> int | None:
+    """Positions the model was trained for; None when its config does not say."""
+    return getattr(text_config(model), "max_position_embeddings", None)
+
+
 def vocab_size(model: nn.Module) -> int:
+    """Width V of the model's logits."""
     return model.get_output_embeddings().out_features
 
 
@@ -101,17 +118,33 @@ def check_device(device: str) -> None:
                          f"{', '.join(available_devices())}")
 
 
+def model_class(config):
+    """The class a checkpoint declares (config.architectures) when it is a transformers decoder that generates,
+    else AutoModelForCausalLM's choice: a conditional-generation checkpoint (a vision tower + a language model)
+    loads whole, as the class it was saved from, where AutoModelForCausalLM would refuse it or drop its tower."""
+    import transformers
+    from transformers import AutoModelForCausalLM, GenerationMixin
+
+    for name in config.architectures or ():
+        cls = getattr(transformers, name, None)
+        if isinstance(cls, type) and issubclass(cls, GenerationMixin) and not config.is_encoder_decoder:
+            return cls
+    return AutoModelForCausalLM
+
+
 def load_model(name: str, *, dtype: str = "float32", device: str = "cpu", role: str = "target",
                draft_layers: int = DEFAULT_DRAFT_LAYERS) -> nn.Module:
-    """Load a causal LM from a local path, a hub id, or `embedded`; eval mode, no grads."""
-    from transformers import AutoModelForCausalLM
+    """Load a decoder that generates text (model_class) from a local path, a hub id, or `embedded`; eval mode,
+    no grads."""
+    from transformers import AutoConfig
 
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; allowed: {', '.join(DTYPES)}")
     check_device(device)
     path = _resolve(name, role, draft_layers)
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+        config = AutoConfig.from_pretrained(path)
+        model = model_class(config).from_pretrained(path, config=config, dtype=DTYPES[dtype])
     except OSError as e:
         raise ValueError(
             f"cannot load {role} model {name!r}: not a local checkpoint and not reachable on the hub "
@@ -158,12 +191,13 @@ def load_pair(target: str, draft: str, *, dtype: str = "float32", device: str = 
 
 
 def encode_prompt(tokenizer, text: str, *, chat: bool = True) -> list[int]:
-    """Token ids of a user prompt, through the chat template when the tokenizer has one."""
+    """Token ids of a user prompt, through the chat template when the tokenizer has one, with thinking off
+    (Qwen3's template reads enable_thinking; the others ignore it)."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError("empty prompt: every prompt needs at least one non-blank character")
     if chat and getattr(tokenizer, "chat_template", None):
         ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                            tokenize=True, return_dict=False)
+                                            enable_thinking=False, tokenize=True, return_dict=False)
         return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
     return tokenizer(text, add_special_tokens=True)["input_ids"]
 
@@ -173,18 +207,19 @@ def encode_prompt(tokenizer, text: str, *, chat: bool = True) -> list[int]:
 
 
 def truncated_draft(target: nn.Module, n_layers: int) -> nn.Module:
-    """A draft made of the target's first n_layers blocks plus its embeddings, final norm and head."""
-    from transformers import AutoModelForCausalLM
-
-    n_total = target.config.num_hidden_layers
+    """A draft made of the target's first n_layers decoder blocks plus everything else of the target (embeddings,
+    final norm, head, and the vision tower of a conditional-generation model), of the target's class."""
+    n_total = text_config(target).num_hidden_layers
     if not 1 <= n_layers <= n_total:
         raise ValueError(f"draft layers must be in [1, {n_total}], got {n_layers}")
     cfg = copy.deepcopy(target.config)
-    cfg.num_hidden_layers = n_layers
-    if getattr(cfg, "layer_types", None):
-        cfg.layer_types = cfg.layer_types[:n_layers]
-    draft = AutoModelForCausalLM.from_config(cfg, dtype=target.dtype)
-    layer = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+    text = cfg.get_text_config(decoder=True)
+    text.num_hidden_layers = n_layers
+    if getattr(text, "layer_types", None):
+        text.layer_types = text.layer_types[:n_layers]
+    draft = type(target)(cfg).to(target.dtype)
+    decoder = next(name for name, m in target.named_modules() if m is target.get_decoder())
+    layer = re.compile(rf"^{re.escape(decoder)}\.layers\.(\d+)\.")
     state = {k: v for k, v in target.state_dict().items()
              if not ((m := layer.search(k)) and int(m.group(1)) >= n_layers)}
     draft.load_state_dict(state, strict=True)
@@ -267,7 +302,7 @@ def char_tokenizer():
 
     symbols = ["<pad>", "<s>", "</s>", "<unk>"] + [c for c in string.printable if c not in "\x0b\x0c\r"]
     tk = Tokenizer(tk_models.WordLevel({s: i for i, s in enumerate(symbols)}, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character, newlines too
     tk.decoder = decoders.Fuse()
     tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
                                   pad_token="<pad>")

@@ -1,7 +1,11 @@
-"""One function per figure; each reads tables written by diversed.aggregate and writes PNG + PDF."""
+"""One function per figure; each reads tables written by diversed.aggregate and writes PNG + PDF.
+
+Every figure keeps the model pairs apart: a row of panels per pair, a column per task. What a figure plots is
+the frame its data function returns (one row per point, bar or line vertex, with its pair and task)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -14,11 +18,14 @@ import pandas as pd
 from diversed.aggregate import METHOD_NAMES
 from diversed.utils import atomic_path
 
-MARKERS = {"autoregressive": "s", "strict": "o", "finetuned": "D", "fixed": "x", "dynamic": "*"}
+METHODS = ("autoregressive", "draft", "strict", "finetuned", "fixed", "dynamic")  # the order of every legend
+MARKERS = {"autoregressive": "s", "draft": "v", "strict": "o", "finetuned": "D", "fixed": "x", "dynamic": "*"}
+COLORS = {m: f"C{i}" for i, m in enumerate(METHODS)}  # one colour per method in every panel and figure
 
 
 def _save(fig, stem: Path) -> list[Path]:
     stem.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
     paths = []
     for ext in ("png", "pdf"):
         path = stem.parent / f"{stem.name}.{ext}"  # not with_suffix: stems like "..._T0.1" hold dots
@@ -29,39 +36,51 @@ def _save(fig, stem: Path) -> list[Path]:
     return paths
 
 
-def _grid(n: int, width: float = 4.2, height: float = 3.4):
-    fig, axes = plt.subplots(1, max(n, 1), figsize=(width * max(n, 1), height), squeeze=False)
-    return fig, axes[0]
+def _panels(d: pd.DataFrame, title: str = ""):
+    """(figure, [(axes, pair, task, rows of d)]): a row of panels per pair, a column per task; a panel without
+    rows (or a figure without any) says "no data"."""
+    pairs, tasks = sorted(d["pair"].unique()) or [""], sorted(d["task"].unique()) or [""]
+    fig, axes = plt.subplots(len(pairs), len(tasks), figsize=(4.2 * len(tasks), 3.4 * len(pairs)), squeeze=False)
+    panels = []
+    for (i, pair), (j, task) in itertools.product(enumerate(pairs), enumerate(tasks)):
+        ax, g = axes[i, j], d[(d["pair"] == pair) & (d["task"] == task)]
+        ax.set_title(f"{pair}: {task}{title}" if pair else "")
+        if g.empty:
+            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+        else:
+            panels.append((ax, pair, task, g))
+    return fig, panels
 
 
-def _panels(tasks: list[str]):
-    """(figure, [(axes, task)]): one panel per task, or a single "no data" panel when there is none."""
-    fig, axes = _grid(len(tasks))
-    if not tasks:
-        axes[0].text(0.5, 0.5, "no data", ha="center", va="center", transform=axes[0].transAxes)
-    return fig, list(zip(axes, tasks, strict=False))
+def _legend(fig) -> None:
+    """One legend above the panels, each label once."""
+    entries = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    if entries:
+        fig.legend(entries.values(), entries.keys(), loc="lower center", bbox_to_anchor=(0.5, 1.0),
+                   ncol=min(len(entries), 7), frameon=False, fontsize=8)
 
 
 def acceptance_vs_weight_lines(sweeps: pd.DataFrame, temperature: float) -> pd.DataFrame:
-    """What the acceptance-vs-w figure plots: per (task, K, w), the mean acceptance of the linear-mixing sweeps at
-    one temperature (over pairs)."""
+    """What the acceptance-vs-w figure plots: per (pair, task, K, w), the acceptance of the linear-mixing sweeps
+    at one temperature."""
     d = sweeps[(sweeps["mixing"] == "linear") & (sweeps["temperature"] == temperature)]
-    return (d.groupby(["task", "K", "weight"], as_index=False)["draft_acceptance_rate"].mean()
-            .sort_values(["task", "K", "weight"], ignore_index=True))
+    keys = ["pair", "task", "K", "weight"]
+    return d.groupby(keys, as_index=False)["draft_acceptance_rate"].mean().sort_values(keys, ignore_index=True)
 
 
 def acceptance_vs_weight(sweeps: pd.DataFrame, stem: Path, temperature: float) -> list[Path]:
-    """Acceptance rate vs static weight w at one temperature, one line per draft length K (linear mixing), one
-    panel per task."""
-    lines = acceptance_vs_weight_lines(sweeps, temperature)
-    fig, panels = _panels(sorted(lines["task"].unique()))
-    for ax, task in panels:
-        for K, g in lines[lines["task"] == task].groupby("K"):
-            ax.plot(g["weight"], 100 * g["draft_acceptance_rate"], marker="o", label=f"K = {K}")
-        ax.set(title=f"{task} (T = {temperature:g})", xlabel="static weight w on the target",
-               ylabel="acceptance rate (%)", xlim=(-0.02, 1.02))
+    """Acceptance rate vs static weight w at one temperature, one line per draft length K (linear mixing)."""
+    fig, panels = _panels(acceptance_vs_weight_lines(sweeps, temperature), f" (T = {temperature:g})")
+    for ax, _, _, g in panels:
+        for K, line in g.groupby("K"):
+            ax.plot(line["weight"], 100 * line["draft_acceptance_rate"], marker="o", label=f"K = {K}")
+        ax.set(xlabel="static weight w on the target", ylabel="acceptance rate (%)", xlim=(-0.02, 1.02),
+               ylim=(0, 100))
         ax.grid(alpha=0.3)
-        ax.legend()
+    _legend(fig)
     return _save(fig, stem)
 
 
@@ -76,57 +95,83 @@ def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     return pts.loc[keep]
 
 
+def quality_vs_time_points(runs: pd.DataFrame, sweeps: pd.DataFrame, temperature: float) -> pd.DataFrame:
+    """What the quality-vs-time figure plots, per (pair, task) at one temperature and the largest K: each
+    method's mean seconds per sample and quality over seeds, and each static-sweep point (method "sweep")."""
+    d = runs[(runs["temperature"] == temperature) & runs["head_task"].isna()]
+    K = d["K"].max()
+    d = d[d["K"].isna() | (d["K"] == K)]  # the baselines have no K
+    cols = ["pair", "task", "method", "metric", "seconds_per_sample", "quality"]
+    methods = d.groupby(["pair", "task", "method"], as_index=False).agg(
+        metric=("metric", "first"), seconds_per_sample=("seconds_per_sample", "mean"), quality=("quality", "mean"))
+    s = sweeps[(sweeps["temperature"] == temperature) & (sweeps["K"] == K)]
+    s = s.merge(d[["pair", "task"]].drop_duplicates(), on=["pair", "task"]).assign(method="sweep")
+    return pd.concat([methods[cols], s[cols]], ignore_index=True).sort_values(["pair", "task"], ignore_index=True)
+
+
 def quality_vs_time(runs: pd.DataFrame, sweeps: pd.DataFrame, stem: Path, temperature: float) -> list[Path]:
     """Quality vs time per sample: target-only, strict, fine-tuned draft, DIVERSED and the static sweep (front)."""
-    d = runs[(runs["temperature"] == temperature) & runs["head_task"].isna()]
-    fig, panels = _panels(sorted(d["task"].unique()))
-    for ax, task in panels:
-        s = sweeps[(sweeps["task"] == task) & (sweeps["temperature"] == temperature) & (sweeps["K"] == d["K"].max())]
+    fig, panels = _panels(quality_vs_time_points(runs, sweeps, temperature), f" (T = {temperature:g})")
+    for ax, _, _, g in panels:
+        s = g[g["method"] == "sweep"]
         if len(s):
-            ax.scatter(s["seconds_per_sample"], s["quality"], c="0.6", s=14, label="static sweep")
+            ax.scatter(s["seconds_per_sample"], s["quality"], c="0.6", s=14, label="static sweep (dev split)")
             front = pareto_front(s, "seconds_per_sample", "quality")
-            ax.plot(front["seconds_per_sample"], front["quality"], c="0.4", lw=1, ls="--", label="static front")
-        for method in ("autoregressive", "strict", "finetuned", "fixed", "dynamic"):
-            g = d[(d["task"] == task) & (d["method"] == method)]
-            if len(g):
-                ax.scatter(g["seconds_per_sample"].mean(), g["quality"].mean(), marker=MARKERS.get(method, "o"), s=70,
-                           label=METHOD_NAMES.get(method, method), zorder=3)
-        metric = d[d["task"] == task]["metric"].iloc[0]
-        ax.set(title=f"{task} (T = {temperature})", xlabel="seconds per sample", ylabel=metric)
+            ax.plot(front["seconds_per_sample"], front["quality"], c="0.4", lw=1, ls="--",
+                    label="static front (dev split)")
+        for method in sorted(set(g["method"]) - {"sweep"}, key=lambda m: (METHODS + (m,)).index(m)):
+            r = g[g["method"] == method]
+            ax.scatter(r["seconds_per_sample"], r["quality"], marker=MARKERS.get(method, "o"), s=70,
+                       c=COLORS.get(method, "k"), label=METHOD_NAMES.get(method, method), zorder=3)
+        ax.set(xlabel="seconds per sample", ylabel=g["metric"].iloc[0])
         ax.grid(alpha=0.3)
-    fig.axes[0].legend(fontsize=7)
+    _legend(fig)
     return _save(fig, stem)
+
+
+def acceptance_by_position_bars(runs: pd.DataFrame, temperature: float) -> pd.DataFrame:
+    """What the acceptance-by-position figure plots: per (pair, task, method, position i) at one temperature,
+    P(draft token i accepted | 1..i-1 accepted), the mean over runs."""
+    d = runs[(runs["temperature"] == temperature) & runs["head_task"].isna()
+             & runs["method"].isin(["strict", "finetuned", "fixed", "dynamic"])]
+    keys = ["pair", "task", "method", "position"]
+    rows = [(r.pair, r.task, r.method, i + 1, a) for r in d.itertuples()
+            for i, a in enumerate(json.loads(r.acceptance_by_position))]
+    bars = pd.DataFrame(rows, columns=[*keys, "acceptance"]).astype({"acceptance": float})
+    return bars.groupby(keys, as_index=False)["acceptance"].mean()
 
 
 def acceptance_by_position(runs: pd.DataFrame, stem: Path, temperature: float) -> list[Path]:
-    """P(draft token i accepted | 1..i-1 accepted) per position, per method, one panel per task."""
-    d = runs[(runs["temperature"] == temperature) & runs["head_task"].isna()
-             & runs["method"].isin(["strict", "finetuned", "fixed", "dynamic"])]
-    fig, panels = _panels(sorted(d["task"].unique()))
-    for ax, task in panels:
-        methods = [m for m in ("strict", "finetuned", "fixed", "dynamic") if m in set(d[d["task"] == task]["method"])]
-        width = 0.8 / max(len(methods), 1)
+    """P(draft token i accepted | 1..i-1 accepted) per position, one bar per method."""
+    fig, panels = _panels(acceptance_by_position_bars(runs, temperature), f" (T = {temperature:g})")
+    for ax, _, _, g in panels:
+        methods = [m for m in METHODS if m in set(g["method"])]
+        width = 0.8 / len(methods)
         for j, method in enumerate(methods):
-            rates = pd.DataFrame([json.loads(x) for x in d[(d["task"] == task) & (d["method"] == method)]
-                                  ["acceptance_by_position"]]).mean()
-            ax.bar([i + 1 + (j - (len(methods) - 1) / 2) * width for i in range(len(rates))], 100 * rates, width,
-                   label=METHOD_NAMES.get(method, method))
-        ax.set(title=f"{task} (T = {temperature})", xlabel="draft position i", ylabel="acceptance (%)")
+            b = g[g["method"] == method]
+            ax.bar(b["position"] + (j - (len(methods) - 1) / 2) * width, 100 * b["acceptance"], width,
+                   color=COLORS[method], label=METHOD_NAMES.get(method, method))
+        ax.set(xlabel="draft position i", ylabel="acceptance (%)", xticks=sorted(set(g["position"])), ylim=(0, 100))
         ax.grid(alpha=0.3, axis="y")
-        ax.legend(fontsize=7)
+    _legend(fig)
     return _save(fig, stem)
 
 
-def weight_distribution(weights: pd.DataFrame, stem: Path) -> list[Path]:
-    """Histogram of the learned w over the held-out (eval) prompts, one panel per task."""
+def weight_values(weights: pd.DataFrame) -> pd.DataFrame:
+    """What the weight-distribution figure plots: every learned w of the runs decoded with their own task's head,
+    with its pair, task and temperature."""
     d = weights[weights["head_task"].isna() | (weights["head_task"] == weights["task"])]
-    fig, panels = _panels(sorted(d["task"].unique()))
-    for ax, task in panels:
-        w = d[d["task"] == task]["w"]
-        ax.hist(w, bins=30, range=(0, 1), color="tab:purple", alpha=0.8)
-        ax.axvline(w.mean(), c="k", ls="--", lw=1, label=f"mean {w.mean():.2f}")
-        ax.set(title=task, xlabel="learned w (weight on the target)", ylabel="draft positions")
-        ax.legend()
+    return d[["pair", "task", "temperature", "w"]].sort_values(["pair", "task", "temperature"], ignore_index=True)
+
+
+def weight_distribution(weights: pd.DataFrame, stem: Path) -> list[Path]:
+    """Histogram of the learned w over the held-out (eval) prompts, one per temperature."""
+    fig, panels = _panels(weight_values(weights))
+    for ax, _, _, g in panels:
+        for T, w in g.groupby("temperature")["w"]:
+            ax.hist(w, bins=30, range=(0, 1), histtype="step", lw=1.5, label=f"T = {T:g} (mean {w.mean():.2f})")
+        ax.set(xlabel="learned w (weight on the target)", ylabel="draft positions")
+        ax.legend(fontsize=7)
     return _save(fig, stem)
 
 

@@ -46,7 +46,7 @@ class RunConfig:
     device: str = option("cpu", "cpu | cuda | cuda:N")
     chat: bool = option(True, "apply the tokenizer's chat template")
     task: str | None = option(None, "prompts and references of a task (diversed.tasks) instead of a prompt file")
-    split: str = option("eval", "task split: train | eval")
+    split: str = option("eval", "task split: train | dev | eval")
     n: int | None = option(None, "seeded subsample size of the task split (default: all)", flag="-n")
     data_files: str | None = option(None, "local JSONL for the task (offline use of hub tasks)")
 
@@ -61,12 +61,12 @@ class RunConfig:
         if self.verifier == "dynamic" and not Path(self.head).is_file():
             raise FileNotFoundError(f"weight head not found: {self.head}")
         if self.task is not None:
-            from diversed.tasks import registry
+            from diversed.tasks import SPLITS, registry
 
             if self.task not in registry():
                 raise ValueError(f"unknown task {self.task!r}; allowed: {', '.join(sorted(registry()))}")
-            if self.split not in ("train", "eval"):
-                raise ValueError(f"unknown split {self.split!r}; allowed: train, eval")
+            if self.split not in SPLITS:
+                raise ValueError(f"unknown split {self.split!r}; allowed: {', '.join(SPLITS)}")
             if self.n is not None and self.n < 1:
                 raise ValueError(f"n (subsample size) must be >= 1, got {self.n}")
 

@@ -1,6 +1,7 @@
-"""The static frontier: decode and score a task's eval split at each point of a grid of w (both mixings;
-w = 1 is strict), then pick the task's fixed w: the largest acceptance whose quality stays within a
-tolerance of strict. This is the paper's `fixed` verifier and the Pareto front it traces.
+"""The static frontier: decode and score a task split at each point of a grid of w (both mixings; w = 1 is
+strict), then pick the task's fixed w: the largest acceptance whose quality stays within a tolerance of
+strict. This is the paper's `fixed` verifier and the Pareto front it traces. The command line and the
+workflow sweep the dev split, so that w is never chosen on the eval prompts it is reported on.
 
 `sweep_point` is one point (one workflow job each, so a killed sweep resumes point by point),
 `choose_runs` the choice from the scored points, `sweep_weight` both in one process (the CLI)."""
@@ -15,9 +16,9 @@ from diversed.evaluate import read_scores, score_run
 from diversed.runs import RunConfig, execute, load_run, task_prompts
 from diversed.utils import provenance, write_json, write_text
 
-COLUMNS = ["pair", "task", "temperature", "K", "verifier", "weight", "mixing", "draft_acceptance_rate",
-           "mean_acceptance_length", "tokens_per_s", "seconds_per_sample", "bias_tv", "metric", "quality",
-           "target_logprob", "run_id"]
+COLUMNS = ["pair", "task", "split", "prompts", "temperature", "K", "verifier", "weight", "mixing",
+           "draft_acceptance_rate", "mean_acceptance_length", "tokens_per_s", "seconds_per_sample", "bias_tv",
+           "metric", "quality", "target_logprob", "run_id"]
 WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)  # the paper's grid of w; strict (w = 1) is always added
 MIXINGS = ("linear", "logit")
 
@@ -28,8 +29,8 @@ def run_row(run_dir: Path) -> dict:
     scores = read_scores(run_dir)
     s, c = manifest["summary"], manifest["config"]
     labels = manifest.get("labels", {})
-    return {"pair": labels.get("pair", f"{c['target']}|{c['draft']}"), "task": c["task"],
-            "temperature": c["temperature"], "K": c["K"], "verifier": c["verifier"],
+    return {"pair": labels.get("pair", f"{c['target']}|{c['draft']}"), "task": c["task"], "split": c["split"],
+            "prompts": s["prompts"], "temperature": c["temperature"], "K": c["K"], "verifier": c["verifier"],
             "weight": 1.0 if c["verifier"] == "strict" else c["weight"],
             "mixing": c["mixing"], "draft_acceptance_rate": s["draft_acceptance_rate"],
             "mean_acceptance_length": s["mean_acceptance_length"], "tokens_per_s": s["tokens_per_s"],
@@ -75,9 +76,9 @@ def point_name(weight: float, mixing: str) -> str:
 
 def sweep_point(base: RunConfig, weight: float, mixing: str, run_dir: str | Path, *, progress: bool = True,
                 labels: dict | None = None) -> Path:
-    """Decode + score base's task at one point into run_dir: w = 1 is strict, w < 1 the fixed verifier."""
+    """Decode + score base's task split at one point into run_dir: w = 1 is strict, w < 1 the fixed verifier."""
     if base.task is None:
-        raise ValueError("a sweep needs a task (its eval split is decoded and scored)")
+        raise ValueError("a sweep needs a task (a split of it is decoded and scored)")
     if weight == 1:
         cfg = dataclasses.replace(base, verifier="strict", weight=None, mixing="linear")
     else:
@@ -95,8 +96,9 @@ def choose_runs(run_dirs: list[str | Path], out: str | Path, tolerance: float | 
 
     out = Path(out)
     rows = [run_row(Path(d)) for d in run_dirs]
-    if len({r["task"] for r in rows}) != 1:
-        raise ValueError(f"a sweep covers one task; the runs given cover {sorted({str(r['task']) for r in rows})}")
+    for key in ("task", "split"):
+        if len({r[key] for r in rows}) != 1:
+            raise ValueError(f"a sweep covers one {key}; the runs given cover {sorted({str(r[key]) for r in rows})}")
     strict = [Path(d) for d, r in zip(run_dirs, rows, strict=True) if r["verifier"] == "strict"]
     if not strict:
         raise ValueError("a sweep needs its strict point (w = 1) to choose a fixed w; none among the runs given")

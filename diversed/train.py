@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from diversed.engine import Execution, Stepper, eos_set
 from diversed.head import WeightHead
-from diversed.models import DEFAULT_DRAFT_LAYERS
+from diversed.models import DEFAULT_DRAFT_LAYERS, hidden_size
 from diversed.models import vocab_size as vocab_width
 from diversed.utils import atomic_path, config_hash, option, provenance, write_json, write_text
 from diversed.verifiers import MIXINGS, ensemble, logits_to_logprobs
@@ -194,7 +194,7 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
     if pair is None:
         pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers)
     encoded = [encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.chat) for ex in examples]
-    head = WeightHead(pair.target.config.hidden_size, pair.draft.config.hidden_size).bind(pair.target, pair.draft)
+    head = WeightHead(hidden_size(pair.target), hidden_size(pair.draft)).bind(pair.target, pair.draft)
     head = head.to(pair.target.get_output_embeddings().weight.device)
     steps_per_epoch = math.ceil(len(examples) / cfg.batch_size)
     total = cfg.epochs * steps_per_epoch
@@ -269,6 +269,7 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
         tracker.table("samples", ["prompt", "completion"], samples)
     tracker.finish()
     write_json(out / "manifest.json", {"config": dataclasses.asdict(cfg), "config_id": cid, "steps": total,
+                                       "prompts": len(examples),
                                        "seconds": sum(r["seconds"] for r in log_rows), "final": summary,
                                        "execution": dataclasses.asdict(execution), **provenance()})
     return head_path
@@ -295,7 +296,8 @@ def load_log(path: str | Path) -> list[dict]:
 
 @dataclass
 class DistillConfig:
-    """Distil the draft toward the target: KL(p_target || q_draft) on target-generated text."""
+    """Distil the draft toward the target: KL(p_target || q_draft) on target-generated text. The draft trains in
+    bfloat16 with AdamW16 when dtype is bfloat16, else in float32 with AdamW."""
 
     task: str = option("arith", "task whose train prompts the target writes the text for")
     target: str = option("embedded", "target model: local path, hub id, or `embedded`")
@@ -307,11 +309,10 @@ class DistillConfig:
     epochs: int = option(2, "passes over the target's text")
     lr: float = option(1e-4, "AdamW learning rate")
     grad_clip: float = option(1.0, "gradient-norm clip")
-    seed: int = option(0, "seed of the subsample and the order")
+    seed: int = option(0, "seed of the subsample, the order and the stochastic rounding")
     dtype: str = option("float32", "float32 | bfloat16 | float16")
     device: str = option("cpu", "cpu | cuda | cuda:N")
     chat: bool = option(True, "apply the tokenizer's chat template")
-
 
     def validate(self) -> None:
         from diversed.tasks import registry
@@ -335,14 +336,68 @@ def kl_loss(target_logits: torch.Tensor, draft_logits: torch.Tensor) -> torch.Te
     return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
 
 
+def stochastic_round(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """float32 -> bfloat16 rounded up or down at random, so that E[result] = x: random bits are added to the 16
+    bits of the float32 pattern that bfloat16 drops, which are then cut off."""
+    noise = torch.randint(0, 1 << 16, x.shape, generator=generator, device=x.device, dtype=torch.int32)
+    return ((x.view(torch.int32) + noise) & -(1 << 16)).view(torch.float32).to(torch.bfloat16)
+
+
+class AdamW16(torch.optim.Optimizer):
+    """AdamW for bfloat16 weights without a float32 copy: both moments are kept in bfloat16 and every step is
+    computed in float32, then written back by stochastic rounding (unbiased, so that steps below bfloat16's
+    resolution, 1e-4 on a weight of 0.1, still move the weights on average; rounding to nearest drops them).
+    8 bytes a parameter (weight, gradient, two moments), where mixed-precision AdamW holds 16."""
+
+    def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01, seed: int = 0, chunk: int = 1 << 24):
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
+        self.seed, self.chunk, self.generators = seed, chunk, {}
+
+    def generator(self, device: torch.device) -> torch.Generator:
+        if device not in self.generators:
+            self.generators[device] = torch.Generator(device=device).manual_seed(self.seed)
+        return self.generators[device]
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            lr, (b1, b2), eps, decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.dtype != torch.bfloat16:
+                    raise ValueError(f"AdamW16 trains bfloat16 weights, got {p.dtype}; use torch.optim.AdamW")
+                state = self.state[p]
+                if not state:
+                    state["step"], state["m"], state["v"] = 0, torch.zeros_like(p), torch.zeros_like(p)
+                state["step"] += 1
+                c1, c2 = 1 - b1 ** state["step"], 1 - b2 ** state["step"]
+                gen = self.generator(p.device)
+                # in chunks, so that the float32 temporaries of a large embedding stay small
+                for w, g, m, v in zip(*(x.view(-1).split(self.chunk) for x in (p, p.grad, state["m"], state["v"])),
+                                      strict=True):
+                    g32 = g.float()
+                    m32 = m.float().lerp_(g32, 1 - b1)
+                    v32 = v.float().mul_(b2).addcmul_(g32, g32, value=1 - b2)
+                    w32 = w.float().mul_(1 - lr * decay).addcdiv_(m32, (v32 / c2).sqrt_().add_(eps), value=-lr / c1)
+                    for dst, src in ((w, w32), (m, m32), (v, v32)):
+                        dst.copy_(stochastic_round(src, gen))
+
+
 def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True) -> Path:
-    """Fine-tune a copy of the draft on the task's training prompts; saves a plain checkpoint at out."""
+    """Fine-tune the pair's draft on the task's training prompts; saves a plain checkpoint at out.
+
+    One copy of each model: the draft loaded with the pair is the student, in bfloat16 (AdamW16) when the pair
+    is, else in float32 (AdamW; a float16 draft is converted in place: its gradients would underflow), with
+    activation checkpointing where the model supports it. Memory per pair: diversed.memory."""
     from diversed.engine import Sampling, autoregressive_generate
-    from diversed.models import encode_prompt, load_model, load_pair
+    from diversed.models import encode_prompt, load_pair
     from diversed.tasks import get_task
     from diversed.tracking import Tracker
     from diversed.utils import atomic_dir
 
+    cfg.validate()
     out = Path(out)
     cid = config_hash(dataclasses.asdict(cfg))
     pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers)
@@ -354,9 +409,14 @@ def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True)
         gen = autoregressive_generate(pair.target, ids, max_new_tokens=cfg.max_new_tokens,
                                       sampling=Sampling(temperature=0), fidelity=False, execution=execution)
         seqs.append((ids, gen.tokens))
-    student = load_model(cfg.draft, dtype="float32", device=cfg.device, role="draft",
-                         draft_layers=cfg.draft_layers).train().requires_grad_(True)
-    opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr)
+    student = pair.draft if pair.draft.dtype == torch.bfloat16 else pair.draft.float()  # in place
+    student.train().requires_grad_(True)
+    if student.supports_gradient_checkpointing:
+        student.activation_checkpointing_enable()
+    if student.dtype == torch.bfloat16:
+        opt = AdamW16(student.parameters(), lr=cfg.lr, seed=cfg.seed)
+    else:
+        opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr)
     tracker = Tracker(name=f"distill-{cfg.task}-{cid}", group=f"train-{cfg.task}", job_type="distill-draft",
                       config=dataclasses.asdict(cfg) | {"config_id": cid})
     log_rows, step = [], 0
@@ -368,10 +428,11 @@ def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True)
             if not completion:
                 continue
             x = torch.tensor([ids + completion], device=cfg.device)  # [1, L]
-            span = slice(len(ids) - 1, x.shape[1] - 1)  # positions that predict the completion
+            keep = len(completion) + 1  # the last n + 1 positions; all but the last predict the completion
             with torch.no_grad():
-                p_logits = pair.target(x).logits[0, span]  # [n, V]
-            loss = kl_loss(p_logits, student(x).logits[0, span])
+                p_logits = pair.target(x, use_cache=False, logits_to_keep=keep).logits[0, :-1]  # [n, V]
+            q_logits = student(x, use_cache=False, logits_to_keep=keep).logits[0, :-1]  # [n, V]
+            loss = kl_loss(p_logits, q_logits)
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.grad_clip)
@@ -385,6 +446,7 @@ def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True)
         pair.tokenizer.save_pretrained(tmp)
         write_log_csv(tmp / "train_log.csv", log_rows)
         write_json(tmp / "distill_manifest.json", {"config": dataclasses.asdict(cfg), "config_id": cid,
+                                                   "prompts": len(examples),
                                                    "steps": step, "seconds": time.perf_counter() - t_start,
                                                    "execution": dataclasses.asdict(execution), **provenance()})
     tracker.finish()

@@ -142,3 +142,65 @@ def smoke_run(tmp_path_factory):
     wd = workflow_copy(tmp_path_factory.mktemp("smoke"))
     snakemake("--cores", "2", "--configfile", "config/smoke.yaml", cwd=wd, timeout=1200)
     return wd
+
+
+# ------------------------------------------------------------------------------------------- paper classes
+
+PAPER_KINDS = ("llama3", "qwen3", "gemma3")
+
+
+def tiny_paper_model(kind: str, seed: int = 0, *, hidden: int = 64, layers: int = 3, ctx: int = 512,
+                     vision_layers: int = 2):
+    """A tiny random model of a paper pair's class, float32, vocabulary 128 (covers the char tokenizer):
+    llama3: LlamaForCausalLM with llama3 RoPE scaling (Llama 3.1 / 3.2); qwen3: Qwen3ForCausalLM;
+    gemma3: Gemma3ForConditionalGeneration (the class google/gemma-3-*-it load as): a Siglip vision tower and
+    a text model whose sliding window (8) alternates with full attention (5:1 in Gemma 3, 1:1 here)."""
+    from transformers import (
+        Gemma3Config,
+        Gemma3ForConditionalGeneration,
+        Gemma3TextConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+        SiglipVisionConfig,
+    )
+
+    common = dict(vocab_size=128, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=ctx,
+                  bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    if kind == "llama3":
+        rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+        model_cls, cfg = LlamaForCausalLM, LlamaConfig(**common, rope_parameters=rope, tie_word_embeddings=False)
+    elif kind == "qwen3":
+        model_cls, cfg = Qwen3ForCausalLM, Qwen3Config(**common, tie_word_embeddings=False)
+    elif kind == "gemma3":
+        text = Gemma3TextConfig(**common, sliding_window=8, query_pre_attn_scalar=16,
+                                layer_types=["sliding_attention", "full_attention"] * (layers // 2)
+                                + ["sliding_attention"] * (layers % 2))
+        vision = SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=vision_layers,
+                                    num_attention_heads=2, image_size=16, patch_size=8)
+        # the image tokens at the top of the vocabulary, as in Gemma 3 (262144 of 262208)
+        model_cls, cfg = Gemma3ForConditionalGeneration, Gemma3Config(
+            text_config=text, vision_config=vision, mm_tokens_per_image=4, boi_token_index=125,
+            eoi_token_index=126, image_token_index=127)
+    else:
+        raise ValueError(f"unknown paper model kind {kind!r}; allowed: {', '.join(PAPER_KINDS)}")
+    torch.manual_seed(seed)
+    model = model_cls(cfg).float()
+    model.generation_config.eos_token_id = None  # tests decode to full length unless they ask for an EOS
+    return model.eval().requires_grad_(False)
+
+
+def thinking_tokenizer():
+    """The character tokenizer with a Qwen3-style chat template: the reply opens with an empty think block only
+    when the caller passes enable_thinking=False, else the model thinks first."""
+    from diversed.models import char_tokenizer
+
+    tok = char_tokenizer()
+    tok.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|assistant|>"
+                         "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
+                         "{% endif %}{% endif %}")
+    return tok

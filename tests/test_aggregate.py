@@ -1,4 +1,4 @@
-"""Aggregation: the paper's table layouts from tidy run rows, speedups, and the data the figures plot."""
+"""Aggregation: the paper's table layouts from tidy run rows and speedups."""
 
 from __future__ import annotations
 
@@ -40,19 +40,20 @@ def test_cross_task_runs_at_two_temperatures_need_an_explicit_one():
         transfer_temperature(pd.concat([df, extra]))
 
 
-def write_run(folder, method, K, tokens_per_s, seed=0, prompts=2, time_total=1.0):
+def write_run(folder, method, K, tokens_per_s, seed=0, prompts=2, time_total=1.0, hardware=None, device="cpu"):
     """A scored run on disk with what aggregation reads (the target-only run keeps the CLI's default K)."""
     from diversed.utils import write_json
 
     verifier = "strict" if method == "finetuned" else method
     config = {"target": "t", "draft": "d", "verifier": verifier, "temperature": 1.0, "K": K, "seed": seed,
-              "weight": None, "mixing": "linear", "task": "arith"}
+              "weight": None, "mixing": "linear", "task": "arith", "device": device}
     summary = {"prompts": prompts, "draft_acceptance_rate": 0.5, "mean_acceptance_length": 1.5,
                "acceptance_by_position": [0.5], "mean_weight": None, "bias_tv": 0.0, "tokens_per_s": tokens_per_s,
                "time_total": time_total}
     folder.mkdir(parents=True)
     write_json(folder / "manifest.json", {"run_id": folder.name, "config": config, "summary": summary,
-                                          "labels": {"pair": "p", "task": "arith", "method": method}})
+                                          "labels": {"pair": "p", "task": "arith", "method": method},
+                                          **({"hardware": hardware} if hardware else {})})
     (folder / "generations.jsonl").write_text("")
     write_json(folder / "scores.json", {"metric": "accuracy", "quality": 0.5,
                                         "fidelity": {"target_logprob": -1.0, "target_argmax_agreement": 0.9}})
@@ -77,15 +78,37 @@ def test_speedup_is_over_the_one_target_only_run_of_the_same_pair_task_temperatu
         collect([*runs, tmp_path / "ar-again"])
 
 
-def test_acceptance_vs_weight_plots_one_temperature():
-    """Regression: the K = 5 line averaged the T = 0.1 and T = 1.0 sweeps while the other K were T = 1 only."""
-    from diversed.plots import acceptance_vs_weight_lines
+H100 = {"cpu": "AMD EPYC 9654", "cpu_count": 192, "gpu": "NVIDIA H100 80GB HBM3"}
+A100 = {"cpu": "AMD EPYC 7763", "cpu_count": 128, "gpu": "NVIDIA A100-SXM4-80GB"}
 
-    sweeps = pd.DataFrame([{"task": "arith", "K": K, "temperature": T, "mixing": m, "weight": w,
-                            "draft_acceptance_rate": alpha}
-                           for K, T, alpha in ((3, 1.0, 0.6), (5, 1.0, 0.4), (5, 0.1, 0.9), (7, 1.0, 0.2))
-                           for m in ("linear", "logit") for w in (0.5, 1.0)])
-    lines = acceptance_vs_weight_lines(sweeps, 1.0)
-    assert len(lines) == 3 * 2  # K x w, linear mixing only
-    assert lines.groupby("K")["draft_acceptance_rate"].mean().to_dict() == {3: 0.6, 5: 0.4, 7: 0.2}
-    assert acceptance_vs_weight_lines(sweeps, 0.1)["K"].tolist() == [5, 5]
+
+def test_speedup_only_divides_times_from_the_same_hardware(tmp_path, capsys):
+    """Regression: on a cluster a run and its target-only baseline land on different GPU types, and the speedup
+    divided their times."""
+    from diversed.aggregate import collect, speed_table
+
+    runs = [write_run(tmp_path / "ar0", "autoregressive", 5, 10.0, seed=0, hardware=H100, device="cuda"),
+            write_run(tmp_path / "sd0", "strict", 5, 30.0, seed=0, hardware=H100, device="cuda"),
+            write_run(tmp_path / "ar1", "autoregressive", 5, 5.0, seed=1, hardware=A100, device="cuda"),
+            write_run(tmp_path / "sd1", "strict", 5, 30.0, seed=1, hardware=H100, device="cuda")]
+    df = collect(runs).set_index("run_dir")
+    assert df.loc[str(runs[1]), "speedup"] == 3.0 and pd.isna(df.loc[str(runs[3]), "speedup"])
+    warning = capsys.readouterr().err.strip()
+    assert len(warning.splitlines()) == 1
+    assert "1 run(s) timed on NVIDIA H100 80GB HBM3" in warning and "ran on NVIDIA A100-SXM4-80GB" in warning
+    assert "seed 1" in warning
+
+    speed = speed_table(df.reset_index())
+    target_only = speed[speed["method"] == "autoregressive"]
+    assert sorted(target_only["hardware"]) == [A100["gpu"], H100["gpu"]]  # never one row over two GPU types
+    assert speed.loc[speed["method"] == "strict", "speedup"].tolist() == [3.0]
+
+
+def test_a_cpu_run_is_labelled_by_its_cpu_even_on_a_gpu_machine(tmp_path):
+    from diversed.aggregate import collect
+
+    runs = [write_run(tmp_path / "ar", "autoregressive", 5, 10.0, hardware=H100, device="cpu"),
+            write_run(tmp_path / "sd", "strict", 5, 20.0, hardware=H100, device="cuda")]
+    df = collect(runs)
+    assert df["hardware"].tolist() == ["AMD EPYC 9654, 192 cores", H100["gpu"]] and df["speedup"].isna().tolist() \
+        == [False, True]

@@ -22,7 +22,7 @@ CONFIG_CASES = [
     ("verifier unknown", {"verifier": "beam"}, "unknown verifier 'beam'; allowed: autoregressive, draft, strict"),
     ("mixing unknown", {"mixing": "cubic"}, "unknown mixing 'cubic'; allowed: linear, logit"),
     ("task unknown", {"task": "mmlu"}, "unknown task 'mmlu'; allowed:"),
-    ("split unknown", {"task": "arith", "split": "dev"}, "unknown split 'dev'"),
+    ("split unknown", {"task": "arith", "split": "test"}, "unknown split 'test'"),
     ("weight > 1", {"verifier": "fixed", "weight": 1.5}, "weight w must be in [0, 1], got 1.5"),
     ("weight < 0", {"verifier": "fixed", "weight": -0.5}, "weight w must be in [0, 1], got -0.5"),
     ("fixed without weight", {"verifier": "fixed"}, "needs --weight"),

@@ -17,9 +17,9 @@ ROWS = [{"question": f"Tom has {a} apples and gets {b} more. How many apples doe
 
 @pytest.fixture(scope="module")
 def task_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "arith.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    return str(path)
+    folder = tmp_path_factory.mktemp("data")  # the rows are the eval split (one file per split)
+    (folder / "arith-eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    return str(folder / "arith-{split}.jsonl")
 
 
 @pytest.fixture(scope="module")

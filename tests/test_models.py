@@ -62,6 +62,7 @@ def test_encode_prompt_uses_chat_template_and_refuses_empty():
 
         def apply_chat_template(self, messages, **kw):
             assert messages == [{"role": "user", "content": "hi"}] and kw["add_generation_prompt"]
+            assert kw["enable_thinking"] is False  # Qwen3 answers without a <think> block
             return [1, 2, 3]
 
     assert models.encode_prompt(Tok(), "hi") == [1, 2, 3]

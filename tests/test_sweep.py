@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pandas as pd
 import pytest
 
 from diversed.runs import RunConfig
-from diversed.sweep import choose, choose_runs, grid, point_name, sweep_point, sweep_weight
+from diversed.sweep import COLUMNS, choose, choose_runs, grid, point_name, sweep_point, sweep_weight
 
 
 def row(verifier, w, alpha, quality, mixing="linear"):
@@ -38,10 +39,11 @@ def test_choose_skips_points_of_unknown_quality():
 
 def test_sweep_weight_on_tiny_pair(tiny_dir, tmp_path):
     base = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), K=3,
-                     temperature=1.0, max_new_tokens=8, task="arith", n=3)
+                     temperature=1.0, max_new_tokens=8, task="arith", split="dev", n=3)
     choice = sweep_weight(base, tmp_path, weights=(0.0, 0.5), mixings=("linear", "logit"), progress=False)
     df = pd.read_csv(tmp_path / "sweep.csv")
     assert len(df) == 5 and set(df["verifier"]) == {"strict", "fixed"}
+    assert set(df["split"]) == {"dev"} and set(df["prompts"]) == {3}
     lin = df[df["mixing"] == "linear"].set_index("weight")
     assert lin.loc[0.0, "draft_acceptance_rate"] == 1.0  # w = 0: nu = q, every draft accepted
     assert lin.loc[0.0, "draft_acceptance_rate"] >= lin.loc[1.0, "draft_acceptance_rate"]
@@ -58,6 +60,10 @@ def test_sweep_weight_on_tiny_pair(tiny_dir, tmp_path):
     again = choose_runs(runs, points)
     assert pd.read_csv(points / "sweep.csv")["run_id"].tolist() == df["run_id"].tolist()
     assert again == choice
+    # a sweep chooses on one split
+    other = sweep_point(dataclasses.replace(base, split="eval"), 1.0, "linear", tmp_path / "eval", progress=False)
+    with pytest.raises(ValueError, match="a sweep covers one split; the runs given cover \\['dev', 'eval'\\]"):
+        choose_runs([*runs, other], tmp_path / "mixed")
 
 
 def test_grid_is_strict_then_each_mixing():
@@ -71,3 +77,53 @@ def test_sweep_needs_a_task_and_valid_weights(tmp_path):
         sweep_weight(RunConfig(), tmp_path)
     with pytest.raises(ValueError, match="must be in \\[0, 1\\], got 1.5"):
         sweep_weight(RunConfig(task="arith"), tmp_path, weights=(1.5,))
+
+
+def test_sweep_commands_decode_the_dev_split(monkeypatch):
+    """The fixed w is chosen on dev prompts: the sweep commands' split unless told otherwise."""
+    import diversed.sweep
+    from diversed.cli import main
+
+    bases = []
+
+    def stop(base, *args, **kwargs):
+        bases.append(base)
+        raise ValueError("stop")
+
+    monkeypatch.setattr(diversed.sweep, "sweep_point", stop)
+    monkeypatch.setattr(diversed.sweep, "sweep_weight", stop)
+    for argv in (["sweep-point", "--weight", "0.5", "--run-dir", "unused"], ["sweep-weight", "--out", "unused"]):
+        with pytest.raises(SystemExit):
+            main([*argv, "--task", "arith", "-n", "2"])
+    assert [b.split for b in bases] == ["dev", "dev"]
+
+
+def test_report_states_the_split_sizes(tmp_path):
+    """REPORT.md gives the prompts of each task's train (the head's prompts), dev (the sweeps) and eval (the runs)
+    splits, read from the manifests."""
+    from diversed.aggregate import write_report
+    from diversed.utils import write_json
+
+    head = tmp_path / "heads" / "arith"
+    write_json(head / "manifest.json", {"config": {"task": "arith", "n_train": 40}, "prompts": 32})
+    runs = []
+    for i, (task, prompts) in enumerate([("arith", 10), ("arith", 10), ("open", 6)]):
+        run = tmp_path / "runs" / str(i)
+        config = {"task": task, "split": "eval", "draft": "embedded", "head": str(head / "head.safetensors")}
+        write_json(run / "manifest.json", {"config": config, "summary": {"prompts": prompts}})
+        runs.append({"pair": "p", "task": task, "seed": 0, "run_dir": str(run)})
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    pd.DataFrame(runs).to_csv(tables / "runs.csv", index=False)
+    sweeps = [{"task": "arith", "split": "dev", "prompts": 6}, {"task": "open", "split": "dev", "prompts": 4}]
+    pd.DataFrame(sweeps, columns=COLUMNS).to_csv(tables / "sweeps.csv", index=False)
+    for name in ("table1", "table2", "table3", "speed"):
+        (tables / f"{name}.md").write_text(f"**{name}**\n")
+    report = write_report(tables, tmp_path / "figures", tmp_path / "REPORT.md").read_text()
+    lines = [" ".join(line.split()) for line in report.splitlines()]
+    assert "| task | train | dev | eval |" in lines
+    assert "| arith | 32 | 6 | 10 |" in lines and "| open | – | 4 | 6 |" in lines
+    assert "Warning" not in report
+
+    pd.DataFrame([{"task": "arith", "split": "eval", "prompts": 6}], columns=COLUMNS).to_csv(tables / "sweeps.csv")
+    assert "the fixed w was chosen on the eval split" in write_report(tables, tmp_path, tmp_path / "R.md").read_text()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from diversed.tasks import FIDELITY, DataUnavailable, Example, get_task, metric_spec, registry
+from diversed.tasks import FIDELITY, SPLITS, DataUnavailable, Example, get_task, metric_spec, registry
 from diversed.tasks.common import answer_number, code_block, last_number
 
 
@@ -27,7 +27,7 @@ def test_answer_number(text, expected):
 def test_gsm8k_scoring(tmp_path):
     data = tmp_path / "gsm8k.jsonl"
     data.write_text(json.dumps({"question": "2 + 3?", "answer": "2 + 3 = 5\n#### 5"}) + "\n")
-    task = get_task("gsm8k", str(data))
+    task = get_task("gsm8k", {"eval": str(data)})
     (ex,) = task.examples("eval")
     assert ex.reference == "5" and "2 + 3?" in ex.prompt
     assert task.score("2 + 3 = 5. The answer is 5.", ex) == {"accuracy": 1.0}
@@ -121,7 +121,7 @@ def test_mbpp_scoring(tmp_path, completion, passed, monkeypatch):
     monkeypatch.setattr(code, "TIMEOUT_S", 3.0)
     data = tmp_path / "mbpp.jsonl"
     data.write_text(json.dumps(MBPP_ROW) + "\n")
-    task = get_task("mbpp", str(data))
+    task = get_task("mbpp", {"eval": str(data)})
     (ex,) = task.examples("eval")
     assert task.score(completion, ex) == {"pass@1": passed}
 
@@ -129,8 +129,8 @@ def test_mbpp_scoring(tmp_path, completion, passed, monkeypatch):
 @pytest.mark.slow  # 164 sandboxed subprocesses
 def test_humaneval_ships_164_problems_and_scores_canonical_solutions():
     task = get_task("humaneval")
+    assert sum(len(task.rows(s)) for s in SPLITS) == 164  # one source: train, dev and eval divide it
     rows = task.rows("eval")
-    assert len(rows) == 164
     examples = task.examples("eval", 3, seed=0)
     for ex, row in zip(examples, [r for r in rows if r["task_id"] in {e.id for e in examples}], strict=True):
         assert task.score(row["canonical_solution"], ex) == {"pass@1": 1.0}  # a bare body continues the prompt
@@ -174,5 +174,128 @@ def test_local_file_errors(tmp_path):
         get_task("gsm8k", str(bad)).examples("eval")
     with pytest.raises(DataUnavailable, match="task gsm8k: data_files .*none.jsonl does not exist"):
         get_task("gsm8k", str(tmp_path / "none.jsonl")).examples("eval")
-    with pytest.raises(ValueError, match="unknown split"):
-        get_task("arith").examples("dev")
+    with pytest.raises(ValueError, match="unknown split 'test'; allowed: train, dev, eval"):
+        get_task("arith").examples("test")
+    with pytest.raises(ValueError, match="data_files has no 'train' file"):
+        get_task("gsm8k", {"eval": str(bad)}).examples("train")
+
+
+# ------------------------------------------------------------------------------------------- sources and splits
+
+
+def hub_row(task: str, i: int) -> dict:
+    """Row i of a task's dataset, in the hub's own row format (field names, nesting and extra fields)."""
+    return {
+        "gsm8k": {"question": f"Tom has {i} apples. How many apples does he have?", "answer": f"He has {i}.\n#### {i}"},
+        "cnndm": {"article": f"(CNN) The council met on day {i} and voted.", "highlights": f"Council voted on day {i}.",
+                  "id": f"{i:040x}"},
+        "xsum": {"document": f"Rain fell in Wales on day {i}.", "summary": f"Wet day {i} in Wales.",
+                 "id": str(29750000 + i)},
+        "mbpp": {"task_id": 11 + i, "text": f"Write a function to add {i} to a number.",
+                 "code": f"def f(x):\n    return x + {i}", "test_list": [f"assert f(0) == {i}"], "test_setup_code": "",
+                 "challenge_test_list": []},
+        "wmt16-de-en": {"translation": {"de": f"Das ist Satz {i}.", "en": f"This is sentence {i}."}},
+        "humaneval": {"task_id": f"HumanEval/{i}", "prompt": f"def f{i}(x):\n    \"\"\"Add {i}.\"\"\"\n",
+                      "canonical_solution": f"    return x + {i}\n", "test": f"def check(c):\n    assert c(0) == {i}\n",
+                      "entry_point": f"f{i}"},
+    }[task]
+
+
+# task -> the load_dataset arguments that work with the pinned datasets: (path, name, revision) and the hub split
+# that each of our splits (train, dev, eval) reads
+HUB_LOADS = {
+    "gsm8k": ("openai/gsm8k", "main", None, ("train", "train", "test")),  # no validation split: dev held out of train
+    "cnndm": ("abisee/cnn_dailymail", "3.0.0", None, ("train", "validation", "test")),
+    "xsum": ("EdinburghNLP/xsum", None, "refs/convert/parquet", ("train", "validation", "test")),  # main: a script
+    "mbpp": ("google-research-datasets/mbpp", "full", None, ("train", "validation", "test")),
+    "wmt16-de-en": ("wmt/wmt16", "de-en", None, ("train", "validation", "test")),
+}
+
+
+def split_prompts(task) -> dict[str, set[str]]:
+    return {s: {e.prompt for e in task.examples(s)} for s in SPLITS}
+
+
+def assert_disjoint(prompts: dict[str, set[str]]) -> None:
+    for i, a in enumerate(SPLITS):
+        assert prompts[a], a
+        for b in SPLITS[i + 1:]:
+            assert not prompts[a] & prompts[b], (a, b)
+
+
+@pytest.mark.parametrize("name", sorted(HUB_LOADS))
+def test_hub_tasks_load_what_the_hub_serves(name, monkeypatch):
+    """Each hub task asks load_dataset for a revision and splits that exist (XSum: the parquet export, as its main
+    branch is a loading script the pinned datasets refuses), and its splits stay disjoint even where the hub's
+    splits share a prompt."""
+    import datasets
+
+    calls = []
+    offsets = {"train": 0, "validation": 100, "test": 200}
+
+    def load_dataset(path, config=None, *, split, revision=None, **kwargs):
+        calls.append((path, config, revision, split))
+        rows = [hub_row(name, offsets[split] + i) for i in range(9)]
+        return rows + ([hub_row(name, 200)] if split != "test" else [])  # a test prompt in the other splits too
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    assert {n for n, t in registry().items() if t.hub} == set(HUB_LOADS)
+    path, config, revision, hub_splits = HUB_LOADS[name]
+    prompts = split_prompts(get_task(name))
+    assert set(calls) == {(path, config, revision, s) for s in hub_splits}
+    assert_disjoint(prompts)
+
+
+@pytest.mark.parametrize("name", sorted(registry()))
+def test_train_dev_and_eval_prompts_are_disjoint(name, tmp_path):
+    """Every task, on its built-in data or a local file in the hub's row format (duplicates included): three
+    disjoint, non-empty splits that together hold every prompt."""
+    cls = registry()[name]
+    if cls.hub:
+        rows = [hub_row(name, i) for i in range(15)]
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows + rows[3:5]))
+        task = get_task(name, str(path))
+        prompts = split_prompts(task)
+        assert set().union(*prompts.values()) == {task.to_example(task.flatten(r), "").prompt for r in rows}
+    else:
+        prompts = split_prompts(get_task(name))
+    assert_disjoint(prompts)
+
+
+def test_one_file_per_split_and_the_later_split_keeps_a_shared_prompt(tmp_path):
+    for split, ids in {"train": [0, 1, 2, 9], "dev": [3, 4, 9], "eval": [5, 6, 9]}.items():
+        (tmp_path / f"gsm8k-{split}.jsonl").write_text("".join(json.dumps(hub_row("gsm8k", i)) + "\n" for i in ids))
+    task = get_task("gsm8k", str(tmp_path / "gsm8k-{split}.jsonl"))
+    refs = {s: [e.reference for e in task.examples(s)] for s in SPLITS}
+    assert refs == {"train": ["0", "1", "2"], "dev": ["3", "4"], "eval": ["5", "6", "9"]}
+
+
+def test_one_file_is_divided_two_one_two(tmp_path):
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text("".join(json.dumps(hub_row("gsm8k", i)) + "\n" for i in range(10)))
+    task = get_task("gsm8k", str(path))
+    assert [len(task.rows(s)) for s in SPLITS] == [4, 2, 4]
+    assert [e.prompt for e in task.examples("eval")] == [e.prompt for e in get_task("gsm8k", str(path)).examples()]
+    path.write_text(json.dumps(hub_row("gsm8k", 0)) + "\n")
+    with pytest.raises(ValueError, match="has no rows; .*train:dev:eval = 2:1:2"):
+        get_task("gsm8k", str(path)).examples("eval")
+
+
+@pytest.mark.parametrize("form", ["hub", "flat"])
+def test_wmt16_local_file_in_either_form(tmp_path, form):
+    """Regression: a local file in the hub's row format ({"translation": {"de", "en"}}) failed the field check."""
+    pair = {"de": "Das Wetter ist heute schön.", "en": "The weather is nice today."}
+    path = tmp_path / "wmt16.jsonl"
+    path.write_text(json.dumps({"translation": pair} if form == "hub" else pair) + "\n")
+    (ex,) = get_task("wmt16-de-en", {"eval": str(path)}).examples("eval")
+    assert ex.prompt.endswith(pair["de"]) and ex.reference == pair["en"]
+
+
+def test_every_local_task_reads_its_hubs_own_row_format(tmp_path):
+    """One row of each dataset exactly as the hub serves it (extra fields, nesting) is a valid local file."""
+    for name in ("gsm8k", "cnndm", "xsum", "mbpp", "wmt16-de-en", "humaneval"):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text(json.dumps(hub_row(name, 7)) + "\n")
+        (ex,) = get_task(name, {"eval": str(path)}).examples("eval")
+        assert "7" in ex.prompt and ex.reference, name

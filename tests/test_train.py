@@ -202,3 +202,95 @@ def test_head_training_and_distillation_on_a_padded_pair(tiny_dir, padded_draft_
                         epochs=1)
     out = distill_draft(cfg, tmp_path / "ft", progress=False)
     assert len(load_log(out / "train_log.csv")) == 2
+
+
+@pytest.mark.slow
+def test_paper_config_trains_on_128_tokens_and_decodes_at_the_task_length(tmp_path):
+    """Regression: head training and distillation used each task's eval length (256 for GSM8K and MBPP); the
+    paper trains on 128 (train_head.max_new_tokens, distill.max_new_tokens)."""
+    import re
+
+    import yaml
+    from conftest import snakemake, workflow_copy
+
+    wd = workflow_copy(tmp_path)
+    done = snakemake("-n", "--forceall", "-p", "--configfile", "config/paper.yaml", cwd=wd)
+    lengths = {}  # command -> {(task, --max-new-tokens)}
+    for line in done.stdout.splitlines():
+        if command := re.search(r"\bdiversed (train head|train draft|generate) ", line):
+            task = re.search(r"--task (\w+)", line).group(1)
+            lengths.setdefault(command.group(1), set()).add((task, int(re.search(r"--max-new-tokens (\d+)",
+                                                                                   line).group(1))))
+    tasks = yaml.safe_load((wd / "config" / "paper.yaml").read_text())["tasks"]
+    assert {v["max_new_tokens"] for v in tasks.values()} == {128, 256}  # GSM8K and MBPP decode 256
+    assert lengths["train head"] == lengths["train draft"] == {(t, 128) for t in tasks}
+    assert lengths["generate"] == {(t, v["max_new_tokens"]) for t, v in tasks.items()}
+
+
+@pytest.fixture(scope="module")
+def gemma_dirs(tmp_path_factory):
+    """A tiny Gemma 3 pair of the paper's class (Gemma3ForConditionalGeneration), saved with the char tokenizer."""
+    from conftest import tiny_paper_model
+
+    from diversed.models import char_tokenizer
+
+    root = tmp_path_factory.mktemp("gemma")
+    for name, seed, layers in (("target", 0, 2), ("draft", 1, 1)):
+        tiny_paper_model("gemma3", seed, layers=layers).save_pretrained(root / name)
+        char_tokenizer().save_pretrained(root / name)
+    return str(root / "target"), str(root / "draft")
+
+
+def test_distillation_loads_the_pair_once_and_trains_the_draft_in_bfloat16(gemma_dirs, tmp_path, monkeypatch):
+    """Regression: distillation held the pair's draft and a second, float32 copy trained with float32 AdamW
+    (Gemma 3: ~100 GB with the 12B target; out of memory on an 80 GB GPU)."""
+    from safetensors.torch import load_file
+    from transformers import PreTrainedModel
+
+    import diversed.models
+    from diversed.train import DistillConfig, distill_draft
+
+    loads, checkpointed = [], []
+    load_model = diversed.models.load_model
+    monkeypatch.setattr(diversed.models, "load_model", lambda name, **kw: loads.append(kw["role"]) or load_model(
+        name, **kw))
+    enable = PreTrainedModel.activation_checkpointing_enable
+    monkeypatch.setattr(PreTrainedModel, "activation_checkpointing_enable",
+                        lambda self, *a, **kw: checkpointed.append(type(self).__name__) or enable(self, *a, **kw))
+    target, draft = gemma_dirs
+    cfg = DistillConfig(task="arith", target=target, draft=draft, n_train=3, max_new_tokens=8, epochs=3, lr=3e-3,
+                        dtype="bfloat16")
+    out = distill_draft(cfg, tmp_path / "ft", progress=False)
+    assert sorted(loads) == ["draft", "target"]  # one draft: the pair's own is the student
+    assert checkpointed == ["Gemma3ForConditionalGeneration"]
+    before, after = load_file(f"{draft}/model.safetensors"), load_file(out / "model.safetensors")
+    assert {t.dtype for t in after.values()} == {torch.bfloat16}
+    changed = [k for k, t in after.items() if not torch.equal(t, before[k].to(t.dtype))]
+    assert changed and all("vision" not in k for k in changed)  # text-only training leaves the vision tower
+    log = load_log(out / "train_log.csv")
+    assert sum(r["kl"] for r in log if r["epoch"] == 2) < 0.8 * sum(r["kl"] for r in log if r["epoch"] == 0)
+
+
+def test_adamw16_is_adamw_with_unbiased_bfloat16_steps():
+    """AdamW16 takes AdamW's steps; in bfloat16 a step below the resolution moves a weight on average (rounding
+    to nearest would leave 1.0 at 1.0: its neighbours are 1 - 2^-8 and 1 + 2^-7)."""
+    from diversed.train import AdamW16
+
+    gen = torch.Generator().manual_seed(0)
+    w = (0.05 * torch.randn(64, 32, generator=gen)).to(torch.bfloat16).float()  # bfloat16 resolution <= 2^-10
+    a, b = w.clone().requires_grad_(True), w.to(torch.bfloat16).requires_grad_(True)
+    opt_a, opt_b = torch.optim.AdamW([a], lr=1e-2), AdamW16([b], lr=1e-2)
+    for _ in range(5):
+        g = torch.randn(64, 32, generator=gen)
+        a.grad, b.grad = g, g.to(torch.bfloat16)
+        opt_a.step(), opt_b.step()
+    assert (a - w).abs().mean() > 0.02 and (a - b.float()).abs().max() < 0.005  # within a few rounding steps
+
+    ones = torch.ones(200_000, dtype=torch.bfloat16, requires_grad=True)
+    ones.grad = torch.ones_like(ones)
+    AdamW16([ones], lr=1e-3, weight_decay=0.0).step()  # one step of exactly -lr
+    assert abs(ones.float().mean().item() - (1 - 1e-3)) < 5e-5 and set(ones.unique().tolist()) == {1 - 2 ** -8, 1.0}
+    p = torch.zeros(3, requires_grad=True)
+    p.grad = torch.ones(3)
+    with pytest.raises(ValueError, match="bfloat16 weights, got torch.float32"):
+        AdamW16([p], lr=1e-3).step()

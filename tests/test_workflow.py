@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -88,6 +90,17 @@ def test_wildcards_do_not_swallow_each_other(tree):
     assert done.returncode != 0 and "rule decode:" not in done.stdout
 
 
+def test_sweeps_decode_the_dev_split(tree):
+    """The fixed w is chosen on n_dev prompts of the dev split, never on the eval prompts the tables report."""
+    tasks = {name: {"n_eval": 3, "n_dev": 2, "n_train": 4, "max_new_tokens": 8} for name in ("arith", "open")}
+    done = snakemake("-n", "--forceall", "-p", "--configfile", with_config(tree, tasks=tasks), cwd=tree)
+    lines = done.stdout.splitlines()
+    sweeps = [line for line in lines if "diversed sweep-point" in line]
+    decodes = [line for line in lines if "diversed generate" in line]
+    assert sweeps and all(" --split dev -n 2 " in line for line in sweeps)
+    assert decodes and all(" -n 3 " in line and "--split" not in line for line in decodes)  # eval, the default
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ({"temperatures": [-1.0]}, "minimum"),
     ({"methods": ["beam"]}, "beam"),
@@ -146,3 +159,84 @@ def test_smoke_config_end_to_end(smoke_run):
     # 2 tasks x 2 temperatures + the K-figure sweep: the new point only, and the choice
     assert counts["sweep_point"] == counts["sweep_choose"] == 5
     assert counts["decode"] == counts["score"] == 4  # the fixed runs that read a re-chosen w
+
+
+def planned(dry_run_output: str) -> list[dict]:
+    """Each job of a dry run's log: its rule, and its input, wildcards, threads and resources as printed."""
+    blocks = re.finditer(r"^\s*rule (\w+):\n((?:\s+\w+: .*\n)+)", dry_run_output, flags=re.M)
+    out = []
+    for b in blocks:
+        fields = dict(re.findall(r"^\s+(\w+): (.*)$", b.group(2), flags=re.M))
+        resources = dict(kv.split("=", 1) for kv in fields.get("resources", "").split(", ") if "=" in kv)
+        out.append({"rule": b.group(1), "input": fields.get("input", "").split(", "),
+                    "wildcards": dict(kv.split("=", 1) for kv in fields.get("wildcards", "").split(", ") if kv),
+                    "threads": int(fields.get("threads", 1)),
+                    "resources": {k: int(v) if v.isdigit() else v for k, v in resources.items()}})
+    return out
+
+
+GPU_RULES = {"decode", "decode_baseline", "sweep_point", "train_head", "distill_draft"}
+
+
+class Resources(dict):
+    """A job's resources as the SLURM plugin reads them: .get(name) and attributes."""
+
+    __getattr__ = dict.get
+
+
+def test_slurm_profile_requests_each_gpu_once(tree):
+    """Regression: every GPU job asked for its GPU twice (rule resource gpu=1 and the profile's gres gpu:1), which
+    the SLURM plugin submits as both --gres and --gpus, and itself calls mutually exclusive."""
+    done = snakemake("-n", "--forceall", "--profile", "workflow/profiles/slurm", "--configfile", "config/paper.yaml",
+                     cwd=tree)
+    planned_jobs = [j for j in planned(done.stdout) if j["rule"] in GPU_RULES]
+    assert len(planned_jobs) == sum(n for rule, n in jobs(done.stdout).items() if rule in GPU_RULES)
+    for job in planned_jobs:
+        r = job["resources"]
+        assert r.get("gpu") == 1 and "gpu" not in str(r.get("gres", "")), job  # one way: the rule's gpu
+        assert r.get("runtime") and r.get("slurm_partition") == "gpu", job
+    try:
+        from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+        from snakemake_executor_plugin_slurm.utils import set_gres_string
+    except ImportError:  # the `slurm` extra is not installed: the resources above are what the plugin reads
+        return
+    for job in planned_jobs:
+        fake = SimpleNamespace(resources=Resources(job["resources"]), threads=job["threads"])
+        params = {"run_uuid": "u", "slurm_logfile": "log", "comment_str": job["rule"], "account": "",
+                  "partition": f"-p {job['resources']['slurm_partition']}", "workdir": str(tree)}
+        sbatch = get_submit_command(fake, params) + set_gres_string(fake)
+        assert sbatch.count("--gpus=") + sbatch.count("--gres=") == 1 and " --gpus=1" in sbatch, sbatch
+        assert f"-t {job['resources']['runtime']}" in sbatch and "--cpus-per-task=4" in sbatch, sbatch
+
+
+def test_aggregate_plot_report_and_fetch_sources_are_local_rules():
+    """On a cluster they run on the submitting node: a minute of CPU is not worth a queue wait, and fetching
+    needs the internet that compute nodes may lack."""
+    text = "\n".join(p.read_text() for p in [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))])
+    local = {name for block in re.findall(r"^localrules:\n((?:[ \t]+\w+,?\n)+)", text, flags=re.M)
+             for name in re.findall(r"\w+", block)}
+    assert {"aggregate", "plot", "report", "fetch_sources"} <= local
+
+
+def test_paper_config_fetches_every_hub_source_before_any_gpu_job(tree):
+    """Regression: the hub models (two of them gated) and datasets were first downloaded by 800 racing GPU jobs."""
+    done = snakemake("-n", "--forceall", "-p", "--configfile", "config/paper.yaml", cwd=tree)
+    assert jobs(done.stdout)["fetch_sources"] == 1
+    gpu_jobs = [j for j in planned(done.stdout) if j["rule"] in GPU_RULES]
+    assert len(gpu_jobs) > 800 and all("resources/sources.json" in j["input"] for j in gpu_jobs)
+    fetch = next(line for line in done.stdout.splitlines() if "diversed fetch-sources" in line)
+    for source in ("meta-llama/Llama-3.1-8B-Instruct", "google/gemma-3-4b-it", "Qwen/Qwen3-0.6B"):
+        assert f"--model {source} " in fetch
+    assert all(f"--task {t} " in fetch for t in ("gsm8k", "cnndm", "xsum", "mbpp"))
+
+
+def test_local_models_and_data_need_no_fetch(tree):
+    assert "fetch_sources" not in dag(tree) and "fetch_sources" not in dag(tree, "--configfile", "config/smoke.yaml")
+    # a local pair on a hub dataset: the jobs of that task, and only they, wait for a fetch of no model
+    tasks = {"arith": {}, "gsm8k": {"n_eval": 2, "n_train": 2, "max_new_tokens": 8}}
+    done = snakemake("-n", "--forceall", "-p", "--configfile", with_config(tree, tasks=tasks, transfer=[]), cwd=tree)
+    gpu_jobs = [j for j in planned(done.stdout) if j["rule"] in GPU_RULES]
+    assert {j["wildcards"]["task"] for j in gpu_jobs} == {"arith", "gsm8k"}
+    assert all(("resources/sources.json" in j["input"]) == (j["wildcards"]["task"] == "gsm8k") for j in gpu_jobs)
+    fetch = next(line for line in done.stdout.splitlines() if "diversed fetch-sources" in line)
+    assert "--task gsm8k" in fetch and "--model" not in fetch

@@ -4,6 +4,12 @@ A task turns rows of its source (HF hub dataset, a local JSONL given as `data_fi
 with an installed package) into `Example`s, scores a completion against an example's reference, and
 owns its headline `Metric`: every consumer (lm-eval scoring, tables, the sweep, the head's reward) reads
 that spec and nothing else. Adding a task is one module plus a line in `registry()`.
+
+Three disjoint splits: `train` fits (the head, the distilled draft), `dev` selects (the sweep's fixed w),
+`eval` is reported. Splits whose rows come from one source (a single local file, a hub split serving two)
+divide it by a seeded partition (`SHARES`); a data_files path with `{split}` in it names one file per split.
+A prompt found in two splits is kept only in the later one of `SPLITS`, so no prompt that is reported was
+ever trained or selected on.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from typing import Any, ClassVar
 from diversed.utils import read_jsonl
 
 UNITS = ("fraction", "percent", "logprob")
+SPLITS = ("train", "dev", "eval")  # a prompt in two splits stays in the later one
+SHARES = {"train": 2, "dev": 1, "eval": 2}  # how splits that share one source divide its rows
 
 
 @dataclass(frozen=True)
@@ -68,37 +76,80 @@ class Task:
     name: ClassVar[str]
     metric: ClassVar[Metric]  # the headline metric reported in tables
     hub: ClassVar[tuple[str, str | None] | None] = None  # (dataset path, config name)
-    hub_splits: ClassVar[dict[str, str]] = {"train": "train", "eval": "test"}
-    fields: ClassVar[tuple[str, ...]] = ()  # fields a local JSONL row must have
+    revision: ClassVar[str | None] = None  # hub revision (branch, tag or commit); None is main
+    # our split -> the source's split it comes from (hub split, or a built-in task's own); splits naming one
+    # source split divide it (SHARES)
+    sources: ClassVar[dict[str, str]] = {"train": "train", "dev": "validation", "eval": "test"}
+    fields: ClassVar[tuple[str, ...]] = ()  # fields a row must have (after `flatten`)
     max_new_tokens: ClassVar[int] = 128
 
     def __init__(self, data_files: str | dict[str, str] | None = None):
         self.data_files = data_files
+        self._rows: dict[str, list[dict]] = {}  # split -> its rows
 
     # -- data ---------------------------------------------------------------------------------------
-    def rows(self, split: str) -> list[dict]:
-        """Raw rows of a split: from data_files when given, else from the source."""
-        if split not in ("train", "eval"):
-            raise ValueError(f"unknown split {split!r}; allowed: train, eval")
-        if self.data_files:
-            path = self.data_files[split] if isinstance(self.data_files, dict) else self.data_files
-            if not os.path.isfile(path):
-                raise DataUnavailable(f"task {self.name}: data_files {path} does not exist")
-            rows = read_jsonl(path)
-            for i, row in enumerate(rows):
-                missing = [f for f in self.fields if f not in row]
-                if missing:
-                    raise ValueError(f"{path}:{i + 1}: a {self.name} row needs fields {list(self.fields)}, "
-                                     f"missing {missing}")
-            return rows
-        return self.source_rows(split)
+    def split_sources(self) -> dict[str, str]:
+        """Each split's source: its local file (a data_files path with `{split}` names one file per split), else
+        its source split."""
+        if not self.data_files:
+            return dict(self.sources)
+        if isinstance(self.data_files, str):
+            return {s: self.data_files.replace("{split}", s) for s in SPLITS}
+        return {s: self.data_files[s] for s in SPLITS if s in self.data_files}
 
-    def source_rows(self, split: str) -> list[dict]:
-        return load_hub_rows(self.name, self.hub, self.hub_splits[split], self.fields)
+    def source(self, split: str) -> str:
+        """Where a split's rows come from."""
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLITS)}")
+        if split not in (sources := self.split_sources()):
+            raise ValueError(f"task {self.name}: data_files has no {split!r} file; give one file per split "
+                             f"({', '.join(SPLITS)}) or one file for all")
+        return sources[split]
+
+    def rows(self, split: str) -> list[dict]:
+        """Raw rows of a split (in the form `fields` names): its part of the source, less the prompts of the
+        later splits."""
+        if split in self._rows:
+            return self._rows[split]
+        sources, source = self.split_sources(), self.source(split)
+        rows = [self.flatten(r) for r in self.read(source)]
+        if self.data_files:
+            for i, row in enumerate(rows):
+                if missing := [f for f in self.fields if f not in row]:
+                    raise ValueError(f"{source}:{i + 1}: a {self.name} row needs fields {list(self.fields)}, "
+                                     f"missing {missing}")
+        sharing = [s for s, src in sources.items() if src == source]
+        if len(sharing) > 1:
+            rows = [rows[i] for i in partition(len(rows), sharing, seed=self.name)[split]]
+        later = [s for s in SPLITS[SPLITS.index(split) + 1:] if s in sources]
+        taken = {self.to_example(r, "").prompt for s in later for r in self.rows(s)}
+        self._rows[split] = [r for r in rows if self.to_example(r, "").prompt not in taken]
+        return self._rows[split]
+
+    def read(self, source: str) -> list[dict]:
+        """All rows of a source: a local JSONL when data_files is given, else `source_rows`."""
+        if not self.data_files:
+            return self.source_rows(source)
+        if not os.path.isfile(source):
+            raise DataUnavailable(f"task {self.name}: data_files {source} does not exist")
+        return read_jsonl(source)
+
+    def source_rows(self, source: str) -> list[dict]:
+        """Rows of a source split (a hub split; built-in tasks generate or ship theirs)."""
+        return load_hub_rows(self.name, self.hub, source, self.fields, revision=self.revision)
+
+    def flatten(self, row: dict) -> dict:
+        """A source row in the form `fields` names (a task whose hub rows nest their fields undoes that here)."""
+        return row
 
     def examples(self, split: str = "eval", n: int | None = None, seed: int = 0) -> list[Example]:
         """A fixed, seeded subsample of n examples of the split (all of them when n is None)."""
         rows = self.rows(split)
+        if not rows:
+            shares = ":".join(str(SHARES[s]) for s in SPLITS)
+            raise ValueError(f"task {self.name}: the {split} split ({self.source(split)}) has no rows; splits sharing "
+                             f"one file divide it train:dev:eval = {shares}: give more rows, or one file per split "
+                             "(a data_files path with {split})")
         order = list(range(len(rows)))
         if n is not None and n < len(rows):
             order = sorted(random.Random(f"{self.name}-{split}-{seed}").sample(order, n))
@@ -137,19 +188,34 @@ class Task:
         return value / 100 if self.metric.unit == "percent" else value
 
 
-def load_hub_rows(task: str, hub: tuple[str, str | None] | None, split: str, fields: tuple[str, ...]) -> list[dict]:
+def partition(n: int, splits: list[str], seed: str) -> dict[str, list[int]]:
+    """A seeded partition of row indices 0..n-1 among splits, in proportion to their SHARES (source order kept)."""
+    order = list(range(n))
+    random.Random(f"{seed}-partition").shuffle(order)
+    total, start, taken, parts = sum(SHARES[s] for s in splits), 0, 0, {}
+    for s in splits:
+        taken += SHARES[s]
+        end = round(n * taken / total)
+        parts[s] = sorted(order[start:end])
+        start = end
+    return parts
+
+
+def load_hub_rows(task: str, hub: tuple[str, str | None] | None, split: str, fields: tuple[str, ...],
+                  revision: str | None = None) -> list[dict]:
     """Rows of a hub dataset; offline or unreachable is a one-line DataUnavailable naming the data_files fix."""
     if hub is None:
         raise DataUnavailable(f"task {task} has no online source; give data_files (--data-files) a local JSONL")
     try:
         import datasets
 
-        ds = datasets.load_dataset(hub[0], hub[1], split=split)
+        ds = datasets.load_dataset(hub[0], hub[1], split=split, revision=revision)
     except Exception as e:  # any failure to reach or read the hub means the same to the user
         reason = " ".join(str(e).split())[:200]
+        at = f", revision {revision}" if revision else ""
         raise DataUnavailable(
-            f"task {task}: cannot load {hub[0]} ({hub[1] or 'default'}, split {split}) from the Hugging Face hub "
-            f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '0')}; {type(e).__name__}: {reason}); "
+            f"task {task}: cannot load {hub[0]} ({hub[1] or 'default'}, split {split}{at}) from the Hugging Face "
+            f"hub (HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '0')}; {type(e).__name__}: {reason}); "
             f"offline, pass data_files (--data-files) a local JSONL with fields {list(fields)}"
         ) from e
     return [dict(r) for r in ds]

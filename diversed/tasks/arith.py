@@ -1,6 +1,6 @@
 """arith: seeded multi-step arithmetic word problems, small enough for a 135M model to partly solve.
 
-Offline and built in: the split is generated from a seed, so train and eval never overlap and every
+Offline and built in: each split is generated from a seed, so train, dev and eval never overlap and every
 machine sees the same problems. Difficulty = number of operations (1 to `steps`, additions and
 subtractions) and operand range. At the default (1-2 operations, operands up to 5) SmolLM2-135M-
 Instruct answers 33% of the first 30 eval problems greedily and its 1-layer draft none (measured;
@@ -42,26 +42,27 @@ class Arith(Task):
     name = "arith"
     metric = ACCURACY
     max_new_tokens = 64
-    sizes: ClassVar[dict[str, int]] = {"train": 400, "eval": 200}
+    sizes: ClassVar[dict[str, int]] = {"eval": 200, "train": 400, "dev": 200}  # drawn in this order
+    sources: ClassVar[dict[str, str]] = {"train": "train", "dev": "dev", "eval": "eval"}
 
     def __init__(self, data_files=None, steps: int = 2, top: int = 5):
         super().__init__(data_files)
         self.steps, self.top = steps, top
 
-    def source_rows(self, split: str) -> list[dict]:
-        """Distinct problems; eval is drawn first and train never repeats an eval problem."""
+    def source_rows(self, source: str) -> list[dict]:
+        """Distinct problems; each split never repeats a problem of the splits drawn before it."""
         seen: set[str] = set()
-        for s in ("eval", "train"):
+        for s, size in self.sizes.items():
             rng = random.Random(f"arith-{s}-{self.steps}-{self.top}")
             rows: list[dict] = []
-            while len(rows) < self.sizes[s]:
+            while len(rows) < size:
                 text, answer = problem(rng, self.steps, self.top)
                 if text not in seen:
                     seen.add(text)
                     rows.append({"question": text, "answer": str(answer)})
-            if s == split:
+            if s == source:
                 return rows
-        raise ValueError(f"unknown split {split!r}")
+        raise ValueError(f"unknown split {source!r}")
 
     fields = ("question", "answer")
 

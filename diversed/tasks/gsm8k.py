@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from diversed.tasks import Example, Task
 from diversed.tasks.common import ACCURACY, answer_number, normalize_number
 
@@ -12,6 +14,8 @@ class GSM8K(Task):
     name = "gsm8k"
     metric = ACCURACY
     hub = ("openai/gsm8k", "main")
+    # no validation split on the hub: dev is a seeded third of train, held out of the head's training
+    sources: ClassVar[dict[str, str]] = {"train": "train", "dev": "train", "eval": "test"}
     fields = ("question", "answer")
     max_new_tokens = 256
 

@@ -4,9 +4,11 @@ verifiers on chat prompts."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from diversed.tasks import FIDELITY, Example, Task
 
-PROMPTS = [
+PROMPTS = [  # the first half trains, the second half is reported
     "Explain in two sentences why the sky is blue.",
     "Write a short poem about autumn leaves.",
     "Give three tips for staying focused while studying.",
@@ -32,6 +34,16 @@ PROMPTS = [
     "Write a haiku about the moon.",
     "How does a library help a community?",
 ]
+DEV_PROMPTS = [  # the sweep's (selection) prompts
+    "Explain why bread goes stale.",
+    "Write a limerick about a cat who loves to swim.",
+    "Give four ideas for a rainy afternoon indoors.",
+    "Describe how a rainbow forms.",
+    "What makes a good friend?",
+    "Write a thank-you note to a neighbour who watered your plants.",
+    "How do bees help flowers?",
+    "Explain what recycling is to a five-year-old.",
+]
 
 
 class OpenEnded(Task):
@@ -39,10 +51,12 @@ class OpenEnded(Task):
     metric = FIDELITY
     fields = ("prompt",)
     max_new_tokens = 128
+    sources: ClassVar[dict[str, str]] = {"train": "train", "dev": "dev", "eval": "eval"}
 
-    def source_rows(self, split: str) -> list[dict]:
-        half = len(PROMPTS) // 2  # disjoint train / eval halves
-        return [{"prompt": p} for p in (PROMPTS[:half] if split == "train" else PROMPTS[half:])]
+    def source_rows(self, source: str) -> list[dict]:
+        half = len(PROMPTS) // 2
+        prompts = {"train": PROMPTS[:half], "dev": DEV_PROMPTS, "eval": PROMPTS[half:]}[source]
+        return [{"prompt": p} for p in prompts]
 
     def to_example(self, row: dict, id: str) -> Example:
         return Example(id, row["prompt"], None)

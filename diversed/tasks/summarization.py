@@ -28,7 +28,7 @@ class _Summarization(Task):
 
 class CNNDM(_Summarization):
     name = "cnndm"
-    hub = ("abisee/cnn_dailymail", "3.0.0")
+    hub = ("abisee/cnn_dailymail", "3.0.0")  # dev: the hub's validation split
     fields = ("article", "highlights")
     source_field, target_field = fields
     instruction = "Summarize the following news article in three sentences."
@@ -36,7 +36,8 @@ class CNNDM(_Summarization):
 
 class XSum(_Summarization):
     name = "xsum"
-    hub = ("EdinburghNLP/xsum", None)
+    hub = ("EdinburghNLP/xsum", None)  # dev: the hub's validation split
+    revision = "refs/convert/parquet"  # the hub's parquet export: main is a loading script, refused by datasets
     fields = ("document", "summary")
     source_field, target_field = fields
     instruction = "Summarize the following article in one sentence."

@@ -13,19 +13,12 @@ def hypothesis(completion: str) -> str:
 class WMT16DeEn(Task):
     name = "wmt16-de-en"
     metric = Metric("bleu", "percent", tolerance=1.0, corpus=True, also=("sentence_bleu",))
-    hub = ("wmt/wmt16", "de-en")
+    hub = ("wmt/wmt16", "de-en")  # dev: the hub's validation split (newstest2015)
     fields = ("de", "en")
     max_new_tokens = 96
 
-    def rows(self, split: str) -> list[dict]:
-        rows = super().rows(split)
-        # the hub nests the pair under "translation"; local files may use either form
-        return [r.get("translation", r) for r in rows]
-
-    def source_rows(self, split: str) -> list[dict]:
-        from diversed.tasks import load_hub_rows
-
-        return load_hub_rows(self.name, self.hub, self.hub_splits[split], ("translation",))
+    def flatten(self, row: dict) -> dict:
+        return row.get("translation", row)  # the hub nests the pair under "translation"; local files may too
 
     def to_example(self, row: dict, id: str) -> Example:
         return Example(id, f"Translate the following German text to English.\n\n{row['de'].strip()}",

@@ -7,6 +7,7 @@ from snakemake.utils import validate
 
 
 from diversed.engine import VERIFIERS
+from diversed.sources import hub_model, hub_sources, hub_task
 from diversed.tasks import registry
 from diversed.train import DistillConfig, HeadTrainConfig
 
@@ -19,8 +20,8 @@ if unknown := [m for m in config["methods"] if m not in (*VERIFIERS, "finetuned"
                      f"{', '.join(VERIFIERS)}, finetuned")
 # Training settings the config leaves out take the command line's defaults, which live in the config dataclasses.
 config["train_head"] = {k: getattr(HeadTrainConfig, k) for k in ("epochs", "batch_size", "lr", "acceptance_weight",
-                        "rollout", "temperature", "mixing", "reward")} | config["train_head"]
-config["distill"] = {k: getattr(DistillConfig, k) for k in ("epochs", "lr")} | config["distill"]
+                        "rollout", "temperature", "mixing", "reward", "max_new_tokens")} | config["train_head"]
+config["distill"] = {k: getattr(DistillConfig, k) for k in ("epochs", "lr", "max_new_tokens")} | config["distill"]
 
 EXPERIMENT = config["experiment"]
 PAIRS = config["pairs"]
@@ -98,9 +99,19 @@ def sweep_points(wildcards):
     return [f"{sweep}/w{w}-{m}/scores.json" for w, m in points]
 
 
+HUB = hub_sources(config)  # the hub models and hub datasets this config reads
+SOURCES = "resources/sources.json"  # fetch_sources' record: every HUB source is in the Hugging Face cache
+
+
 def models(wildcards):
-    """The prepare_models record a pair needs (none for hub models, loaded on first use)."""
-    return {"models": f"resources/models/{wildcards.pair}.json"} if PAIRS[wildcards.pair]["prepare"] != "none" else {}
+    """What every job that loads a pair needs: its prepare_models record (a local pair), or the fetched hub
+    sources (a hub model or a hub task; ancient: a later fetch of a new source reruns nothing)."""
+    pair, task = PAIRS[wildcards.pair], TASKS[wildcards.task]
+    inputs = {"models": f"resources/models/{wildcards.pair}.json"} if pair["prepare"] != "none" else {}
+    if any(hub_model(pair[role], pair["prepare"]) for role in ("target", "draft")) or \
+            hub_task(wildcards.task, task["data_files"]):
+        inputs["sources"] = ancient(SOURCES)
+    return inputs
 
 
 def decode_inputs(wildcards):

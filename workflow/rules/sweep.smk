@@ -1,5 +1,6 @@
 rule sweep_point:
-    """One point of a static sweep: decode + score the task at a fixed w (w = 1 is strict) and mixing."""
+    """One point of a static sweep: decode + score the task's dev split at a fixed w (w = 1 is strict) and
+    mixing; the dev split is disjoint from the eval prompts reported and the train prompts."""
     input:
         unpack(models),
     output:
@@ -13,7 +14,7 @@ rule sweep_point:
         dtype=pair_value("dtype"),
         device=pair_value("device"),
         data=data_files,
-        n=SWEEP["n_eval"],
+        n=task_value("n_dev"),
         max_new=task_value("max_new_tokens"),
         experiment=EXPERIMENT,
         run_dir=lambda wildcards, output: os.path.dirname(output.manifest),
@@ -26,8 +27,8 @@ rule sweep_point:
         "../../environment.yml"
     shell:
         "diversed sweep-point --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
-        "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} -n {params.n} "
-        "--max-new-tokens {params.max_new} --temperature {wildcards.T} -K {wildcards.K} --seed 0 "
+        "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} --split dev "
+        "-n {params.n} --max-new-tokens {params.max_new} --temperature {wildcards.T} -K {wildcards.K} --seed 0 "
         "--weight {wildcards.w} --mixing {wildcards.mixing} --run-dir {params.run_dir} "
         "--label pair={wildcards.pair} --label experiment={params.experiment} > {log} 2>&1"
 

@@ -13,7 +13,7 @@ rule train_head:
         device=pair_value("device"),
         data=data_files,
         n_train=task_value("n_train"),
-        max_new=task_value("max_new_tokens"),
+        max_new=config["train_head"]["max_new_tokens"],
         epochs=config["train_head"]["epochs"],
         batch_size=config["train_head"]["batch_size"],
         lr=config["train_head"]["lr"],
@@ -53,7 +53,7 @@ rule distill_draft:
         device=pair_value("device"),
         data=data_files,
         n_train=task_value("n_train"),
-        max_new=task_value("max_new_tokens"),
+        max_new=config["distill"]["max_new_tokens"],
         epochs=config["distill"]["epochs"],
         lr=config["distill"]["lr"],
     threads: all_cores

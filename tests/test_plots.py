@@ -1,0 +1,103 @@
+"""Figures: what each one plots (its data function's frame) and that every figure is written."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from diversed.plots import (
+    acceptance_by_position_bars,
+    acceptance_vs_weight_lines,
+    quality_vs_time_points,
+    weight_values,
+    write_all,
+)
+
+# Two pairs far apart: pooled, they would make one point at (3 s, 0.6) and acceptance 0.7.
+PAIRS = {"llama": {"seconds": 1.0, "quality": 0.8, "alpha": 0.9}, "gemma": {"seconds": 5.0, "quality": 0.4,
+                                                                             "alpha": 0.5}}
+
+
+def runs() -> pd.DataFrame:
+    """Scored runs of two pairs on one task at T = 1.0, two seeds: target only, SD and DIVERSED at K = 5."""
+    return pd.DataFrame([{"pair": pair, "task": "gsm8k", "method": method, "head_task": None, "temperature": 1.0,
+                          "K": None if method == "autoregressive" else 5, "seed": seed, "metric": "accuracy",
+                          "seconds_per_sample": v["seconds"] * (2 if method == "autoregressive" else 1),
+                          "quality": v["quality"], "draft_acceptance_rate": v["alpha"],
+                          "acceptance_by_position": json.dumps([v["alpha"], v["alpha"] - 0.1])}
+                         for pair, v in PAIRS.items() for method in ("autoregressive", "strict", "dynamic")
+                         for seed in (0, 1)])
+
+
+def sweeps() -> pd.DataFrame:
+    """A static sweep of w per pair at T = 1.0, K = 5 (both mixings)."""
+    return pd.DataFrame([{"pair": pair, "task": "gsm8k", "temperature": 1.0, "K": 5, "weight": w, "mixing": m,
+                          "draft_acceptance_rate": v["alpha"] * (1 - w / 2), "seconds_per_sample": v["seconds"],
+                          "quality": v["quality"] * w, "metric": "accuracy"}
+                         for pair, v in PAIRS.items() for w in (0.5, 1.0) for m in ("linear", "logit")])
+
+
+def weights() -> pd.DataFrame:
+    """Learned w per pair: llama's near the target, gemma's near the draft, at two temperatures."""
+    return pd.DataFrame([{"pair": pair, "task": "gsm8k", "head_task": None, "temperature": T, "seed": 0,
+                          "position": i, "w": w}
+                         for pair, w in (("llama", 0.9), ("gemma", 0.1)) for T in (0.1, 1.0) for i in (1, 2)])
+
+
+def test_quality_vs_time_keeps_pairs_apart():
+    """Regression: each method was one point over all pairs (Llama at (1 s, 0.8) and Gemma at (5 s, 0.4) became
+    (3 s, 0.6))."""
+    points = quality_vs_time_points(runs(), sweeps(), 1.0).set_index(["pair", "method"])
+    for pair, v in PAIRS.items():
+        assert tuple(points.loc[(pair, "dynamic"), ["seconds_per_sample", "quality"]]) == (v["seconds"], v["quality"])
+        assert points.loc[(pair, "autoregressive"), "seconds_per_sample"] == 2 * v["seconds"]
+        assert len(points.loc[(pair, "sweep")]) == 4 and set(points.loc[(pair, "sweep"), "seconds_per_sample"]) == {
+            v["seconds"]}
+
+
+def test_acceptance_by_position_keeps_pairs_apart():
+    bars = acceptance_by_position_bars(runs(), 1.0).set_index(["pair", "method", "position"])["acceptance"]
+    assert len(bars) == 2 * 2 * 2  # pairs x speculative methods x positions
+    for pair, v in PAIRS.items():
+        assert bars[(pair, "dynamic", 1)] == v["alpha"] and abs(bars[(pair, "strict", 2)] - (v["alpha"] - 0.1)) < 1e-9
+
+
+def test_acceptance_vs_weight_keeps_pairs_apart():
+    lines = acceptance_vs_weight_lines(sweeps(), 1.0).set_index(["pair", "weight"])["draft_acceptance_rate"]
+    for pair, v in PAIRS.items():
+        assert lines[(pair, 1.0)] == v["alpha"] / 2 and lines[(pair, 0.5)] == 0.75 * v["alpha"]
+
+
+def test_weight_distribution_keeps_pairs_and_temperatures_apart():
+    w = weight_values(weights())
+    assert w.groupby(["pair", "temperature"])["w"].mean().to_dict() == {
+        ("gemma", 0.1): 0.1, ("gemma", 1.0): 0.1, ("llama", 0.1): 0.9, ("llama", 1.0): 0.9}
+
+
+def test_acceptance_vs_weight_plots_one_temperature():
+    """Regression: the K = 5 line averaged the T = 0.1 and T = 1.0 sweeps while the other K were T = 1 only."""
+    sweeps = pd.DataFrame([{"pair": "p", "task": "arith", "K": K, "temperature": T, "mixing": m, "weight": w,
+                            "draft_acceptance_rate": alpha}
+                           for K, T, alpha in ((3, 1.0, 0.6), (5, 1.0, 0.4), (5, 0.1, 0.9), (7, 1.0, 0.2))
+                           for m in ("linear", "logit") for w in (0.5, 1.0)])
+    lines = acceptance_vs_weight_lines(sweeps, 1.0)
+    assert len(lines) == 3 * 2  # K x w, linear mixing only
+    assert lines.groupby("K")["draft_acceptance_rate"].mean().to_dict() == {3: 0.6, 5: 0.4, 7: 0.2}
+    assert acceptance_vs_weight_lines(sweeps, 0.1)["K"].tolist() == [5, 5]
+
+
+def test_every_figure_is_written_from_the_tables(tmp_path):
+    import matplotlib.image
+
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    for name, frame in (("runs", runs()), ("sweeps", sweeps()), ("weights", weights())):
+        frame.to_csv(tables / f"{name}.csv", index=False)
+    paths = write_all(tables, tmp_path / "figures", [0.1, 1.0])
+    assert sorted(p.name for p in paths if p.suffix == ".png") == [
+        "acceptance_by_position_T0.1.png", "acceptance_by_position_T1.png", "acceptance_vs_weight.png",
+        "quality_vs_time_T0.1.png", "quality_vs_time_T1.png", "weight_distribution.png"]
+    heights = {p.name: matplotlib.image.imread(p).shape[0] for p in paths if p.suffix == ".png"}
+    for stem in ("acceptance_vs_weight", "quality_vs_time_T1", "acceptance_by_position_T1", "weight_distribution"):
+        assert heights[f"{stem}.png"] > 1.8 * heights["quality_vs_time_T0.1.png"]  # a row per pair; T = 0.1: no data

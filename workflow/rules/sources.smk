@@ -1,0 +1,19 @@
+localrules:
+    fetch_sources,
+
+
+rule fetch_sources:
+    """Every hub model and hub dataset of the config into the Hugging Face cache, once, on the submitting node
+    (compute nodes may have no internet), before any job that loads them; gated models fail here, in one line."""
+    output:
+        record=SOURCES,
+    params:
+        models=[f"--model {m}" for m in HUB.models],
+        tasks=[f"--task {t}" for t in HUB.tasks],
+    threads: 1
+    log:
+        "logs/fetch_sources.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "diversed fetch-sources {params.models} {params.tasks} --record {output.record} > {log} 2>&1"
