@@ -20,7 +20,7 @@ TABLE1_METHODS = ("strict", "finetuned", "dynamic")
 BASELINES = ("autoregressive", "draft")  # one model decoding alone: no draft length K
 SPEEDUP_KEYS = ["pair", "task", "temperature", "seed"]  # what a run shares with its target-only baseline
 
-# Published numbers (DESIGN.md §1), T = 1.0, Llama-3.2-1B-Instruct drafting for Llama-3.1-8B-Instruct:
+# Published numbers (the DIVERSED paper), T = 1.0, Llama-3.2-1B-Instruct drafting for Llama-3.1-8B-Instruct:
 # {(method, task): (acceptance %, quality)}; quality in the task's metric (accuracy/pass@1 as fractions).
 PAPER_PAIR = ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct")
 PAPER = {("strict", "gsm8k"): (44.60, None), ("dynamic", "gsm8k"): (72.61, 0.67),

@@ -36,13 +36,13 @@ PROMPTS = [
 
 
 def expected_tokens_per_step(alpha: float, K: int) -> float:
-    """E[tokens per verification step] for i.i.d. acceptance alpha (DESIGN.md §2): (1 - a^(K+1)) / (1 - a)."""
+    """E[tokens per verification step] for i.i.d. acceptance alpha: (1 - a^(K+1)) / (1 - a)."""
     return K + 1.0 if alpha >= 1 else (1 - alpha ** (K + 1)) / (1 - alpha)
 
 
 def ideal_speedup(alpha: float, K: int, c: float, v: float = 1.0) -> float:
     """The analytic bound on speedup over target-only decoding, c = draft step time / target step time.
-    v = verification pass (K + 1 tokens) time / target step time: 1 in DESIGN.md's bound; the measured v
+    v = verification pass (K + 1 tokens) time / target step time: 1 in the analytic bound; the measured v
     gives the bound for hardware where scoring K + 1 tokens costs more than one."""
     return expected_tokens_per_step(alpha, K) / (K * c + v)
 

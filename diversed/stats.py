@@ -51,7 +51,7 @@ class Step:
 
 @dataclass
 class Generation:
-    """New tokens of one prompt and the statistics of the run that made them (DESIGN.md §2)."""
+    """New tokens of one prompt and the statistics of the run that made them."""
 
     tokens: list[int]
     K: int

@@ -1,4 +1,4 @@
-"""Verification math of relaxed speculative decoding (DESIGN.md §1). Pure functions, no model calls.
+"""Verification math of relaxed speculative decoding. Pure functions, no model calls.
 
 Names follow the paper: p target probabilities, q draft probabilities, w weight on the target,
 K draft length, nu the verification distribution (the ensemble of p and q).

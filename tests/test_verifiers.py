@@ -1,4 +1,4 @@
-"""Distribution-level tests of the verification math (DESIGN.md §1)."""
+"""Distribution-level tests of the verification math."""
 
 from __future__ import annotations
 
