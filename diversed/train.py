@@ -35,47 +35,62 @@ REWARDS = ("task", "fidelity")
 
 
 @dataclass
-class HeadTrainConfig:
-    """One head's training run. Defaults are the paper's (AdamW 5e-4, warm-up + cosine, batch 8, 2 epochs, 400
-    prompts, 128 tokens, clip 5, greedy rollouts)."""
+class TrainConfig:
+    """What head training and distillation share: the pair, the task's train prompts, the optimiser's basics."""
 
-    task: str = option("arith", "task whose train split and reward the head learns")
+    task: str = option("arith", "task whose train prompts the job learns from")
     target: str = option("embedded", "target model: local path, hub id, or `embedded`")
     draft: str = option("embedded", "draft model: local path, hub id, or `embedded`")
     draft_layers: int = option(DEFAULT_DRAFT_LAYERS, "which embedded draft (first N target layers)")
     data_files: str | None = option(None, "local JSONL for the task (offline use of hub tasks)")
     n_train: int = option(400, "training prompts (seeded subsample of the train split)")
     epochs: int = option(2, "passes over the training prompts")
-    batch_size: int = option(8, "prompts per REINFORCE step")
-    max_new_tokens: int = option(128, "rollout length")
-    lr: float = option(5e-4, "AdamW learning rate")
-    warmup_frac: float = option(0.1, "fraction of the steps spent in linear warm-up")
-    grad_clip: float = option(5.0, "gradient-norm clip")
-    acceptance_weight: float = option(0.1, "lambda >= 0, the weight of the expected-acceptance term")
-    baseline_momentum: float = option(0.9, "momentum of the running-mean reward baseline")
-    rollout: str = option("greedy", "greedy (the paper) | sample (explores)")
-    temperature: float = option(1.0, "temperature of p and q (and of sampled rollouts)")
-    mixing: str = option("linear", "linear | logit")
-    reward: str = option("task", "task (the task metric) | fidelity (mean target log-likelihood per token)")
-    seed: int = option(0, "seed of the subsample, batch order and sampling")
+    max_new_tokens: int = option(128, "length of each completion the job generates")
+    lr: float = option(1e-4, "AdamW learning rate")
+    grad_clip: float = option(1.0, "gradient-norm clip")
+    seed: int = option(0, "seed of the subsample, the order and the sampling")
     dtype: str = option("float32", "float32 | bfloat16 | float16")
     device: str = option("cpu", "cpu | cuda | cuda:N")
     chat: bool = option(True, "apply the tokenizer's chat template")
+
+    COUNTS = ("n_train", "epochs", "max_new_tokens")  # integers that must be >= 1
 
     def validate(self) -> None:
         from diversed.tasks import registry
 
         if self.task not in registry():
             raise ValueError(f"unknown task {self.task!r}; allowed: {', '.join(sorted(registry()))}")
+        for name in self.COUNTS:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class HeadTrainConfig(TrainConfig):
+    """One head's training run. Defaults are the paper's (AdamW 5e-4, warm-up + cosine, batch 8, 2 epochs, 400
+    prompts, 128 tokens, clip 5, greedy rollouts)."""
+
+    lr: float = option(5e-4, "AdamW learning rate")
+    grad_clip: float = option(5.0, "gradient-norm clip")
+    batch_size: int = option(8, "prompts per REINFORCE step")
+    warmup_frac: float = option(0.1, "fraction of the steps spent in linear warm-up")
+    acceptance_weight: float = option(0.1, "lambda >= 0, the weight of the expected-acceptance term")
+    baseline_momentum: float = option(0.9, "momentum of the running-mean reward baseline")
+    rollout: str = option("greedy", "greedy (the paper) | sample (explores)")
+    temperature: float = option(1.0, "temperature of p and q (and of sampled rollouts)")
+    mixing: str = option("linear", "linear | logit")
+    reward: str = option("task", "task (the task metric) | fidelity (mean target log-likelihood per token)")
+
+    COUNTS = (*TrainConfig.COUNTS, "batch_size")
+
+    def validate(self) -> None:
+        super().validate()
         if self.reward not in REWARDS:
             raise ValueError(f"unknown reward {self.reward!r}; allowed: {', '.join(REWARDS)}")
         if self.rollout not in ("greedy", "sample"):
             raise ValueError(f"unknown rollout {self.rollout!r}; allowed: greedy, sample")
         if self.mixing not in MIXINGS:
             raise ValueError(f"unknown mixing {self.mixing!r}; allowed: {', '.join(MIXINGS)}")
-        for name in ("n_train", "epochs", "batch_size", "max_new_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.lr > 0 or self.acceptance_weight < 0 or not 0 <= self.warmup_frac < 1:
             raise ValueError("need lr > 0, acceptance_weight >= 0 and warmup_frac in [0, 1)")
         if self.temperature <= 0:
@@ -295,33 +310,12 @@ def load_log(path: str | Path) -> list[dict]:
 
 
 @dataclass
-class DistillConfig:
+class DistillConfig(TrainConfig):
     """Distil the draft toward the target: KL(p_target || q_draft) on target-generated text. The draft trains in
     bfloat16 with AdamW16 when dtype is bfloat16, else in float32 with AdamW."""
 
-    task: str = option("arith", "task whose train prompts the target writes the text for")
-    target: str = option("embedded", "target model: local path, hub id, or `embedded`")
-    draft: str = option("embedded", "draft model to fine-tune: local path, hub id, or `embedded`")
-    draft_layers: int = option(DEFAULT_DRAFT_LAYERS, "which embedded draft (first N target layers)")
-    data_files: str | None = option(None, "local JSONL for the task (offline use of hub tasks)")
-    n_train: int = option(400, "training prompts (seeded subsample of the train split)")
-    max_new_tokens: int = option(128, "length of the target's greedy completions")
-    epochs: int = option(2, "passes over the target's text")
-    lr: float = option(1e-4, "AdamW learning rate")
-    grad_clip: float = option(1.0, "gradient-norm clip")
-    seed: int = option(0, "seed of the subsample, the order and the stochastic rounding")
-    dtype: str = option("float32", "float32 | bfloat16 | float16")
-    device: str = option("cpu", "cpu | cuda | cuda:N")
-    chat: bool = option(True, "apply the tokenizer's chat template")
-
     def validate(self) -> None:
-        from diversed.tasks import registry
-
-        if self.task not in registry():
-            raise ValueError(f"unknown task {self.task!r}; allowed: {', '.join(sorted(registry()))}")
-        for name in ("n_train", "epochs", "max_new_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        super().validate()
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
 
