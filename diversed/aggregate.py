@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from diversed.runs import load_run
-from diversed.utils import write_text
+from diversed.utils import hardware_label, write_text
 
 METHOD_NAMES = {"autoregressive": "Target only", "draft": "Draft only", "strict": "SD",
                 "finetuned": "SD with fine-tuned draft", "fixed": "Static ensemble (fixed w)",
@@ -26,15 +26,6 @@ PAPER_PAIR = ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instr
 PAPER = {("strict", "gsm8k"): (44.60, None), ("dynamic", "gsm8k"): (72.61, 0.67),
          ("strict", "mbpp"): (26.30, None), ("dynamic", "mbpp"): (85.03, 0.53),
          ("strict", "xsum"): (20.44, 7.09), ("dynamic", "xsum"): (70.53, 7.23)}
-
-
-def hardware_label(hardware: dict | None, device: str = "cuda") -> str:
-    """What a run was timed on: the GPU's name for a CUDA run, else the CPU model and core count."""
-    if not hardware:
-        return "unknown"
-    if device.startswith("cuda") and hardware.get("gpu"):
-        return hardware["gpu"]
-    return f"{hardware.get('cpu', 'unknown CPU')}, {hardware.get('cpu_count', '?')} cores"
 
 
 def run_record(run_dir: str | Path) -> dict:

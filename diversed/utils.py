@@ -125,6 +125,15 @@ def hardware() -> dict[str, Any]:
     return hw
 
 
+def hardware_label(hardware: dict | None, device: str = "cuda") -> str:
+    """What a run was timed on: the GPU's name for a CUDA run, else the CPU model and core count."""
+    if not hardware:
+        return "unknown"
+    if device.startswith("cuda") and hardware.get("gpu"):
+        return hardware["gpu"]
+    return f"{hardware.get('cpu', 'unknown CPU')}, {hardware.get('cpu_count', '?')} cores"
+
+
 def provenance() -> dict[str, Any]:
     """What every artifact records besides its config: commit, versions, hardware."""
     return {"git_commit": git_commit(), "versions": versions(), "hardware": hardware()}
@@ -151,7 +160,7 @@ def record_result(section: str, markdown: str, command: str, path: str | os.Path
     import re
 
     hw = hardware()
-    device = hw.get("gpu") or f"{hw['cpu']}, {hw['cpu_count']} cores"
+    device = hardware_label(hw)
     commit = (git_commit() or "unknown")[:10]
     head = (f"## {section}\n\n`{command}` · commit `{commit}` · {datetime.date.today().isoformat()} · {device} · "
             f"torch {hw['torch']} ({hw['torch_threads']} threads) · transformers {versions().get('transformers')}\n\n")
