@@ -48,6 +48,12 @@ def complete_runs(out: Path) -> list[Path]:
     return sorted(p.parent for p in out.rglob("manifest.json"))
 
 
+def count_files(root: Path, name: str) -> int:
+    """Files called name under root, read while a live process renames and removes its temporary folders
+    (os.walk skips a folder that vanishes between listing and reading; Path.rglob raises)."""
+    return sum(name in files for _, _, files in os.walk(root))
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_killed_decoding_run_leaves_nothing_complete_and_rerun_finishes(tiny_dir, tmp_path, seed):
     prompts = tmp_path / "prompts.jsonl"
@@ -103,7 +109,7 @@ def test_killed_workflow_resumes_to_identical_results(smoke_run, tmp_path):
     proc = start([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/smoke.yaml"], cwd=wd)
     runs = wd / "results" / "runs"
     target = random.Random(0).randint(4, 12)  # after a random number of finished decoding runs
-    kill_when(proc, lambda: runs.exists() and len(list(runs.rglob("manifest.json"))) >= target, deadline=600)
+    kill_when(proc, lambda: count_files(runs, "manifest.json") >= target, deadline=600)
     assert not (wd / "results" / "REPORT.md").exists()
     snakemake("--unlock", "--configfile", "config/smoke.yaml", cwd=wd)  # the lock the SIGKILL left
     snakemake("--cores", "2", "--configfile", "config/smoke.yaml", cwd=wd, timeout=1200)
