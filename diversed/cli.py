@@ -63,16 +63,18 @@ def cmd_prepare_models(a: argparse.Namespace) -> None:
 
 
 def cmd_generate(a: argparse.Namespace) -> None:
-    from diversed.runs import execute, load_prompts, task_prompts
+    from diversed.runs import RunSpec, execute, execute_all, load_prompts, task_prompts, with_weight_file
 
     if a.weight_file:
-        choice = json.loads(Path(a.weight_file).read_text())
-        a.weight, a.mixing = choice["weight"], choice["mixing"]
-        if a.weight == 1.0 and a.verifier == "fixed":
-            a.verifier, a.weight = "strict", None  # the sweep kept strict: w = 1
+        vars(a).update(with_weight_file({"verifier": a.verifier}, a.weight_file))
     labels = dict(kv.split("=", 1) for kv in a.label)
     if sum(map(bool, (a.prompts, a.prompt, a.task))) != 1:
         raise SystemExit("error: give prompts with one of --task NAME, --prompts FILE.jsonl or --prompt TEXT")
+    if a.score and not a.task:
+        raise SystemExit("error: --score needs --task (scoring compares completions with the task's references)")
+    specs = [RunSpec.parse(tokens) for tokens in a.run]
+    if specs and (a.run_dir or a.weight_file):
+        raise SystemExit("error: with --run, each run names its folder and its weight_file")
     cfg = config_from_args(RunConfig, a)
     cfg.validate()  # before reading prompts or loading models
     if a.task:
@@ -81,12 +83,19 @@ def cmd_generate(a: argparse.Namespace) -> None:
         prompts = load_prompts(a.prompts)
     else:
         prompts = [{"id": str(i), "prompt": t} for i, t in enumerate(a.prompt)]
-    run_dir = execute(cfg, prompts, a.out, run_dir=a.run_dir, labels=labels)
-    s = json.loads((run_dir / "manifest.json").read_text())["summary"]
-    print(f"run {run_dir}: {s['prompts']} prompts, {s['new_tokens']} tokens, {s['tokens_per_s']:.1f} tokens/s, "
-          f"alpha {s['draft_acceptance_rate']:.3f}, tau {s['mean_acceptance_length']:.2f}, bias TV {s['bias_tv']:.4f}")
+    if specs:
+        run_dirs = execute_all(cfg, prompts, specs, labels=labels)
+    else:
+        run_dirs = [execute(cfg, prompts, a.out, run_dir=a.run_dir, labels=labels)]
+    for run_dir in run_dirs:
+        s = json.loads((run_dir / "manifest.json").read_text())["summary"]
+        print(f"run {run_dir}: {s['prompts']} prompts, {s['new_tokens']} tokens, {s['tokens_per_s']:.1f} tokens/s, "
+              f"alpha {s['draft_acceptance_rate']:.3f}, tau {s['mean_acceptance_length']:.2f}, "
+              f"bias TV {s['bias_tv']:.4f}")
+    if a.score:
+        print_scores(run_dirs)
     if a.prompt:
-        for row in (json.loads(line) for line in (run_dir / "generations.jsonl").read_text().splitlines()):
+        for row in (json.loads(line) for line in (run_dirs[0] / "generations.jsonl").read_text().splitlines()):
             print(f"--- {row['id']}\n{row['completion']}")
 
 
@@ -161,22 +170,6 @@ def cmd_sweep(a: argparse.Namespace) -> None:
     _print_choice(a.out, choice)
 
 
-def cmd_sweep_point(a: argparse.Namespace) -> None:
-    from diversed.evaluate import read_scores
-    from diversed.sweep import sweep_point
-
-    labels = dict(kv.split("=", 1) for kv in a.label)
-    run_dir = sweep_point(_sweep_base(a), a.weight, a.mixing, a.run_dir, labels=labels)
-    s = read_scores(run_dir)
-    print(f"sweep point {run_dir}: w = {a.weight} ({a.mixing}), {s['metric']} = {s['quality']}")
-
-
-def cmd_sweep_choose(a: argparse.Namespace) -> None:
-    from diversed.sweep import choose_runs
-
-    _print_choice(a.out, choose_runs(a.run_dirs, a.out, a.tolerance))
-
-
 def cmd_aggregate(a: argparse.Namespace) -> None:
     from diversed.aggregate import write_all
 
@@ -197,15 +190,20 @@ def cmd_report(a: argparse.Namespace) -> None:
     print(write_report(a.tables, a.figures, a.out))
 
 
-def cmd_score(a: argparse.Namespace) -> None:
+def print_scores(run_dirs) -> None:
+    """Score each run through lm-eval (replay) and print its headline and fidelity."""
     from diversed.evaluate import read_scores, score_run
 
-    for run_dir in a.run_dirs:
+    for run_dir in run_dirs:
         path = score_run(run_dir)
         s = read_scores(run_dir)
         fid = s["fidelity"]
         print(f"{path}: {s['metric']} = {s['quality']:.4g}; target log p/token {fid['target_logprob']:.3f}, "
               f"target argmax agreement {fid['target_argmax_agreement']:.3f}")
+
+
+def cmd_score(a: argparse.Namespace) -> None:
+    print_scores(a.run_dirs)
 
 
 def cmd_export_task(a: argparse.Namespace) -> None:
@@ -282,6 +280,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weight-file", help="take --weight and --mixing from a sweep's choice.json")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                    help="a label stored in the manifest (pair, experiment, ...); not part of the run_id")
+    p.add_argument("--run", action="append", nargs="+", default=[], metavar="DIR [KEY=VALUE ...]",
+                   help="decode several runs of these prompts in one process, one after another (repeatable): "
+                   "each is the flags' config changed by KEY=VALUE (a config field, weight_file=CHOICE.json or "
+                   "label:KEY=VALUE), written to DIR; e.g. --run out/fixed verifier=fixed weight_file=choice.json")
+    p.add_argument("--score", action="store_true", help="score every run through lm-eval once all are decoded")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("train", help="train a task's verifiers: `train head` (DIVERSED) or `train draft`")
@@ -294,42 +297,26 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument("--out", required=True, help="output folder")
         t.set_defaults(func=fn)
 
-    def sweep_args(p: argparse.ArgumentParser) -> None:
-        _pair_args(p)
-        p.add_argument("--task", required=True)
-        p.add_argument("--data-files")
-        p.add_argument("--split", default="dev", help="task split decoded: dev (the default, so that the choice "
-                       "never sees the eval prompts reported) | eval | train")
-        p.add_argument("-n", type=int, help="prompts (seeded subsample of the split)")
-        p.add_argument("-K", type=int, default=5)
-        p.add_argument("--temperature", type=float, default=1.0)
-        p.add_argument("--max-new-tokens", type=int, default=128)
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
-                       help="stored in each run's manifest")
-
-    tolerance = "allowed quality drop vs strict, in the metric's units (default: the task metric's own)"
     p = sub.add_parser("sweep-weight", help="static frontier: decode + score a task for w on a grid, pick fixed w")
-    sweep_args(p)
+    _pair_args(p)
+    p.add_argument("--task", required=True)
+    p.add_argument("--data-files")
+    p.add_argument("--split", default="dev", help="task split decoded: dev (the default, so that the choice "
+                   "never sees the eval prompts reported) | eval | train")
+    p.add_argument("-n", type=int, help="prompts (seeded subsample of the split)")
+    p.add_argument("-K", type=int, default=5)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="stored in each run's manifest")
     p.add_argument("--weights", type=float, nargs="+", help="the grid of w (default: the paper's, 0 to 0.9); "
                    "strict (w = 1) is always added")
     p.add_argument("--mixings", nargs="+", help="linear | logit (default: both)")
-    p.add_argument("--tolerance", type=float, help=tolerance)
-    p.add_argument("--out", required=True, help="folder of the points' runs, sweep.csv/.md and choice.json")
+    p.add_argument("--tolerance", type=float, help="allowed quality drop vs strict, in the metric's units (default: "
+                   "the task metric's own)")
+    p.add_argument("--out", required=True, help="folder of the points' runs (finished ones are kept), sweep.csv/.md "
+                   "and choice.json")
     p.set_defaults(func=cmd_sweep)
-
-    p = sub.add_parser("sweep-point", help="one point of a static sweep: decode + score a task at one w")
-    sweep_args(p)
-    p.add_argument("--weight", type=float, required=True, help="w on the target, in [0, 1]; 1 is strict")
-    p.add_argument("--mixing", default="linear", help="linear | logit")
-    p.add_argument("--run-dir", required=True, help="write the scored run exactly here")
-    p.set_defaults(func=cmd_sweep_point)
-
-    p = sub.add_parser("sweep-choose", help="a sweep's table and fixed w from its scored points (strict included)")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    p.add_argument("--tolerance", type=float, help=tolerance)
-    p.add_argument("--out", required=True, help="folder of sweep.csv/.md and choice.json")
-    p.set_defaults(func=cmd_sweep_choose)
 
     p = sub.add_parser("aggregate", help="tidy tables (CSV, Markdown, LaTeX) from scored runs and sweeps")
     p.add_argument("--runs", nargs="+", required=True, metavar="RUN_DIR")

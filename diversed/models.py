@@ -181,12 +181,22 @@ def check_vocab(target: nn.Module, draft: nn.Module, tok_target=None, tok_draft=
 
 
 def load_pair(target: str, draft: str, *, dtype: str = "float32", device: str = "cpu",
-              draft_layers: int = DEFAULT_DRAFT_LAYERS) -> Pair:
-    """Load target + draft (+ the target's tokenizer) and check the shared vocabulary."""
-    tok_t = load_tokenizer(target, role="target", draft_layers=draft_layers)
-    tok_d = load_tokenizer(draft, role="draft", draft_layers=draft_layers)
-    t = load_model(target, dtype=dtype, device=device, role="target", draft_layers=draft_layers)
-    d = load_model(draft, dtype=dtype, device=device, role="draft", draft_layers=draft_layers)
+              draft_layers: int = DEFAULT_DRAFT_LAYERS, cache: dict | None = None) -> Pair:
+    """Load target + draft (+ the target's tokenizer) and check the shared vocabulary.
+
+    cache: models and tokenizers already loaded by this process, keyed by what loaded them, so that runs with
+    the same target and different drafts hold one copy of it."""
+    cache = {} if cache is None else cache
+
+    def once(load, name, role, **kw):
+        key = (load.__name__, name, role, tuple(sorted(kw.items())))
+        if key not in cache:
+            cache[key] = load(name, role=role, draft_layers=draft_layers, **kw)
+        return cache[key]
+
+    tok_t, tok_d = once(load_tokenizer, target, "target"), once(load_tokenizer, draft, "draft")
+    t = once(load_model, target, "target", dtype=dtype, device=device)
+    d = once(load_model, draft, "draft", dtype=dtype, device=device)
     return Pair(t, d, tok_t, check_vocab(t, d, tok_t, tok_d))
 
 

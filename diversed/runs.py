@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import time
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,12 +104,13 @@ def run_id(cfg: RunConfig, prompts: list[dict]) -> str:
 
 
 def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs", *, progress: bool = True,
-            run_dir: str | Path | None = None, labels: dict | None = None) -> Path:
+            run_dir: str | Path | None = None, labels: dict | None = None, models: dict | None = None) -> Path:
     """Decode every prompt into out/{run_id} (or exactly run_dir); returns the run directory.
 
     All checks happen before the first decode; one short warm-up decode precedes the timed ones.
     labels (pair name, experiment, ...) and the execution settings (engine.Execution, from the environment) are
-    stored in the manifest and do not enter the run_id.
+    stored in the manifest and do not enter the run_id. models: the models and tokenizers shared by the runs of
+    one process (models.load_pair's cache).
     """
     cfg.validate()
     execution = Execution.from_env()
@@ -118,7 +120,8 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
         if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
             raise ValueError(f"prompt {i + 1} is empty")
     rid = run_id(cfg, prompts)
-    pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers)
+    pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers,
+                     cache=models)
     head = None
     if cfg.verifier == "dynamic":
         from diversed.head import load_head
@@ -170,6 +173,88 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
         write_jsonl(tmp / "generations.jsonl", rows)
         write_json(tmp / "manifest.json", manifest)  # last: its presence marks a complete run
     return run_dir
+
+
+PROMPT_FIELDS = ("task", "split", "n", "data_files")  # what the runs of one batch must share
+
+
+@dataclass
+class RunSpec:
+    """One run of a batch: where it is written, what it changes in the batch's shared config, its own labels."""
+
+    run_dir: Path
+    changes: dict = dataclasses.field(default_factory=dict)
+    labels: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, tokens: list[str]) -> RunSpec:
+        """From the command line: DIR, then KEY=VALUE for a RunConfig field, weight_file=CHOICE.json (w and mixing
+        from a sweep's choice) or label:KEY=VALUE (e.g. DIR verifier=fixed K=5 weight_file=choice.json)."""
+        if not tokens or "=" in tokens[0]:
+            raise ValueError(f"a run is DIR followed by KEY=VALUE items, got {' '.join(tokens) or 'nothing'!r}")
+        spec, hints, weight_file = cls(Path(tokens[0])), typing.get_type_hints(RunConfig), None
+        for item in tokens[1:]:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(f"run {tokens[0]}: {item!r} is not KEY=VALUE")
+            if key.startswith("label:"):
+                spec.labels[key.removeprefix("label:")] = value
+            elif key == "weight_file":
+                weight_file = value
+            elif key in hints and key not in PROMPT_FIELDS:
+                spec.changes[key] = parse_value(hints[key], value)
+            else:
+                allowed = sorted(set(hints) - set(PROMPT_FIELDS)) + ["weight_file", "label:KEY"]
+                raise ValueError(f"run {tokens[0]}: unknown key {key!r}; allowed: {', '.join(allowed)}")
+        if weight_file:
+            spec.changes = with_weight_file(spec.changes, weight_file)
+        return spec
+
+
+def parse_value(hint, text: str):
+    """A command-line value as the RunConfig field's type (None for `none` where the field allows it)."""
+    kinds = [t for t in typing.get_args(hint) or (hint,) if t is not type(None)]
+    if text.lower() == "none" and len(kinds) < len(typing.get_args(hint) or (hint,)):
+        return None
+    if kinds[0] is bool:
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"{text!r} is not true or false")
+        return text.lower() == "true"
+    return kinds[0](text)
+
+
+def with_weight_file(changes: dict, path: str | Path) -> dict:
+    """changes with w and mixing from a sweep's choice.json; a fixed verifier whose sweep kept strict (w = 1) is
+    the strict verifier."""
+    choice = json.loads(Path(path).read_text())
+    if choice["weight"] == 1.0:
+        return changes | {"weight": None, "mixing": "linear"} | (
+            {"verifier": "strict"} if changes.get("verifier") == "fixed" else {})
+    return changes | {"weight": float(choice["weight"]), "mixing": choice["mixing"]}
+
+
+def execute_all(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, labels: dict | None = None,
+                progress: bool = True) -> list[Path]:
+    """The runs of one setting in one process, one after another on the same prompts and hardware: run i is
+    base with specs[i].changes, written to specs[i].run_dir. Every config is checked before the first decode,
+    and each (target, draft) loads once."""
+    configs = [dataclasses.replace(base, **spec.changes) for spec in specs]
+    for cfg in configs:
+        cfg.validate()
+    if len({spec.run_dir.resolve() for spec in specs}) != len(specs):
+        raise ValueError("two runs of a batch write the same folder")
+    models: dict = {}
+    return [execute(cfg, prompts, run_dir=spec.run_dir, labels=(labels or {}) | spec.labels, progress=progress,
+                    models=models) for cfg, spec in zip(configs, specs, strict=True)]
+
+
+def is_complete(run_dir: str | Path, rid: str, *, scored: bool = False) -> bool:
+    """Whether run_dir already holds the finished run rid (and its scores, if scored)."""
+    files = [Path(run_dir) / "manifest.json"] + ([Path(run_dir) / "scores.json"] if scored else [])
+    try:
+        return all(json.loads(f.read_text())["run_id"] == rid for f in files)
+    except (OSError, ValueError, KeyError):
+        return False
 
 
 def load_run(run_dir: str | Path) -> tuple[dict, list[dict]]:

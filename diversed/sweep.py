@@ -3,8 +3,9 @@ strict), then pick the task's fixed w: the largest acceptance whose quality stay
 strict. This is the paper's `fixed` verifier and the Pareto front it traces. The command line and the
 workflow sweep the dev split, so that w is never chosen on the eval prompts it is reported on.
 
-`sweep_point` is one point (one workflow job each, so a killed sweep resumes point by point),
-`choose_runs` the choice from the scored points, `sweep_weight` both in one process (the CLI)."""
+`sweep_point` is one point, `choose_runs` the choice from the scored points, `sweep_weight` the whole sweep in
+one process (the pair loaded once, every point timed on the same hardware); a rerun keeps the points already
+finished with the same config and prompts, so a killed sweep resumes point by point."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import math
 from pathlib import Path
 
 from diversed.evaluate import read_scores, score_run
-from diversed.runs import RunConfig, execute, load_run, task_prompts
+from diversed.runs import RunConfig, execute, is_complete, load_run, run_id, task_prompts
 from diversed.utils import provenance, write_json, write_text
 
 COLUMNS = ["pair", "task", "split", "prompts", "temperature", "K", "verifier", "weight", "mixing",
@@ -75,15 +76,19 @@ def point_name(weight: float, mixing: str) -> str:
 
 
 def sweep_point(base: RunConfig, weight: float, mixing: str, run_dir: str | Path, *, progress: bool = True,
-                labels: dict | None = None) -> Path:
-    """Decode + score base's task split at one point into run_dir: w = 1 is strict, w < 1 the fixed verifier."""
+                labels: dict | None = None, models: dict | None = None) -> Path:
+    """Decode + score base's task split at one point into run_dir: w = 1 is strict, w < 1 the fixed verifier.
+    A run_dir that already holds this point's scored run is kept as it is."""
     if base.task is None:
         raise ValueError("a sweep needs a task (a split of it is decoded and scored)")
     if weight == 1:
         cfg = dataclasses.replace(base, verifier="strict", weight=None, mixing="linear")
     else:
         cfg = dataclasses.replace(base, verifier="fixed", weight=float(weight), mixing=mixing)
-    run_dir = execute(cfg, task_prompts(cfg), run_dir=run_dir, progress=progress, labels=labels)
+    prompts = task_prompts(cfg)
+    if is_complete(run_dir, run_id(cfg, prompts), scored=True):
+        return Path(run_dir)
+    run_dir = execute(cfg, prompts, run_dir=run_dir, progress=progress, labels=labels, models=models)
     score_run(run_dir)
     return run_dir
 
@@ -112,8 +117,8 @@ def choose_runs(run_dirs: list[str | Path], out: str | Path, tolerance: float | 
 def sweep_weight(base: RunConfig, out: str | Path, *, weights=WEIGHTS, mixings=MIXINGS,
                  tolerance: float | None = None, progress: bool = True, labels: dict | None = None) -> dict:
     """Every point of the grid, then the choice: out/{point}/ runs, out/sweep.csv/.md and out/choice.json."""
-    out = Path(out)
-    runs = [sweep_point(base, w, m, out / point_name(w, m), progress=progress, labels=labels)
+    out, models = Path(out), {}
+    runs = [sweep_point(base, w, m, out / point_name(w, m), progress=progress, labels=labels, models=models)
             for w, m in grid(weights, mixings)]
     return choose_runs(runs, out, tolerance)
 

@@ -42,6 +42,64 @@ def test_generate_is_deterministic_and_reruns_overwrite(tiny_dir, tmp_path):
     assert [p.name for p in (tmp_path / "a").iterdir()] == [a.name]
 
 
+def test_runs_of_one_setting_in_one_process_equal_separate_runs(tiny_dir, tmp_path, capsys):
+    """`generate --run ...` (a workflow decode job): each run byte-identical to the same run on its own, the target
+    loaded once, every run decoded before any is scored."""
+    import diversed.evaluate
+    import diversed.models
+    import diversed.runs
+    from diversed.utils import write_json
+
+    choice = tmp_path / "choice.json"
+    write_json(choice, {"weight": 0.5, "mixing": "logit"})
+    strict_choice = tmp_path / "strict.json"
+    write_json(strict_choice, {"weight": 1.0, "mixing": "linear"})
+    shared = ["--task", "arith", "-n", "2", "--temperature", "1.0", "--seed", "1", "--label", "pair=tiny"]
+    runs = {"target-only": ["verifier=autoregressive", "label:method=autoregressive"],
+            "strict": ["verifier=strict", "K=3"],
+            "fixed": ["verifier=fixed", "K=2", f"weight_file={choice}", "label:method=fixed"],
+            "kept-strict": ["verifier=fixed", "K=2", f"weight_file={strict_choice}"]}
+    loads, order = [], []
+    load_model, execute, score_run = diversed.models.load_model, diversed.runs.execute, diversed.evaluate.score_run
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(diversed.models, "load_model", lambda name, **kw: loads.append(name) or load_model(name, **kw))
+        mp.setattr(diversed.runs, "execute", lambda *a, **kw: order.append("decode") or execute(*a, **kw))
+        mp.setattr(diversed.evaluate, "score_run", lambda d: order.append("score") or score_run(d))
+        generate(tiny_dir, tmp_path, *shared, "--score",
+                 *[x for name, changes in runs.items() for x in ("--run", str(tmp_path / name), *changes)])
+    assert sorted(loads) == sorted([str(tiny_dir / "tiny-target"), str(tiny_dir / "tiny-draft-l1")])
+    assert order == ["decode"] * 4 + ["score"] * 4
+    separate = {"target-only": ["--verifier", "autoregressive"], "strict": ["--verifier", "strict", "-K", "3"],
+                "fixed": ["--verifier", "fixed", "-K", "2", "--weight", "0.5", "--mixing", "logit"],
+                "kept-strict": ["--verifier", "strict", "-K", "2"]}
+    for name, flags in separate.items():
+        alone = tmp_path / "alone" / name
+        generate(tiny_dir, tmp_path, *shared, *flags, "--run-dir", str(alone))
+        batch = json.loads((tmp_path / name / "manifest.json").read_text())
+        assert batch["run_id"] == json.loads((alone / "manifest.json").read_text())["run_id"], name
+        assert (tmp_path / name / "generations.jsonl").read_bytes() == (alone / "generations.jsonl").read_bytes()
+        assert (tmp_path / name / "scores.json").is_file() and not (alone / "scores.json").exists()
+    labels = json.loads((tmp_path / "fixed" / "manifest.json").read_text())["labels"]
+    assert labels == {"pair": "tiny", "method": "fixed"}
+
+
+@pytest.mark.parametrize(("run", "message"), [
+    (["out/a", "verifer=strict"], "unknown key 'verifer'"),
+    (["out/a", "task=open"], "unknown key 'task'"),  # the runs of one process share their prompts
+    (["out/a", "K"], "'K' is not KEY=VALUE"),
+    (["K=3"], "a run is DIR followed by KEY=VALUE items"),
+    (["out/a", "K=three"], "invalid literal"),
+    (["out/a", "verifier=fixed", "weight=1.5"], "weight w must be in [0, 1], got 1.5"),
+])
+def test_bad_run_items_are_refused_before_any_model_loads(tiny_dir, tmp_path, capsys, run, message):
+    run = [str(tmp_path / item) if item.startswith("out/") else item for item in run]
+    with pytest.raises(SystemExit):
+        generate(tiny_dir, tmp_path, "--task", "arith", "-n", "1", "--run", str(tmp_path / "out" / "ok"),
+                 "verifier=strict", "--run", *run)
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--verifier", "fixed", "--weight", "1.5"], "weight w must be in [0, 1], got 1.5"),
     (["--verifier", "strict", "-K", "0"], "K must be >= 1, got 0"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -53,13 +54,18 @@ def test_sweep_weight_on_tiny_pair(tiny_dir, tmp_path):
     assert saved["config"]["verifier"] == "strict" and saved["config"]["weight"] is None
     assert (tmp_path / "sweep.md").read_text().startswith("|")
 
-    # the workflow's way: one point per job, then the choice; same runs, same choice
-    points = tmp_path / "points"
-    runs = [sweep_point(base, w, m, points / point_name(w, m), progress=False)
-            for w, m in grid((0.0, 0.5), ("linear", "logit"))]
-    again = choose_runs(runs, points)
-    assert pd.read_csv(points / "sweep.csv")["run_id"].tolist() == df["run_id"].tolist()
-    assert again == choice
+    # a rerun keeps the finished points (a sweep stopped by a time limit resumes) and redoes what is missing
+    runs = sorted(p for p in tmp_path.iterdir() if (p / "manifest.json").is_file())
+    finished = {p.name: json.loads((p / "manifest.json").read_text())["finished"] for p in runs}
+    shutil.rmtree(tmp_path / point_name(0.5, "logit"))
+    (tmp_path / point_name(0.0, "logit") / "scores.json").unlink()  # decoded, never scored: not finished
+    again = sweep_weight(base, tmp_path, weights=(0.0, 0.5), mixings=("linear", "logit"), progress=False)
+    assert again == choice and pd.read_csv(tmp_path / "sweep.csv")["run_id"].tolist() == df["run_id"].tolist()
+    redone = {p.name for p in runs if json.loads((p / "manifest.json").read_text())["finished"] != finished[p.name]}
+    assert redone == {point_name(0.5, "logit"), point_name(0.0, "logit")}
+    # a changed setting (more prompts) is not the finished point
+    sweep_weight(dataclasses.replace(base, n=4), tmp_path, weights=(0.0,), mixings=("linear",), progress=False)
+    assert set(pd.read_csv(tmp_path / "sweep.csv")["prompts"]) == {4}
     # a sweep chooses on one split
     other = sweep_point(dataclasses.replace(base, split="eval"), 1.0, "linear", tmp_path / "eval", progress=False)
     with pytest.raises(ValueError, match="a sweep covers one split; the runs given cover \\['dev', 'eval'\\]"):
@@ -79,8 +85,8 @@ def test_sweep_needs_a_task_and_valid_weights(tmp_path):
         sweep_weight(RunConfig(task="arith"), tmp_path, weights=(1.5,))
 
 
-def test_sweep_commands_decode_the_dev_split(monkeypatch):
-    """The fixed w is chosen on dev prompts: the sweep commands' split unless told otherwise."""
+def test_sweep_command_decodes_the_dev_split(monkeypatch):
+    """The fixed w is chosen on dev prompts: the sweep command's split unless told otherwise."""
     import diversed.sweep
     from diversed.cli import main
 
@@ -90,12 +96,10 @@ def test_sweep_commands_decode_the_dev_split(monkeypatch):
         bases.append(base)
         raise ValueError("stop")
 
-    monkeypatch.setattr(diversed.sweep, "sweep_point", stop)
     monkeypatch.setattr(diversed.sweep, "sweep_weight", stop)
-    for argv in (["sweep-point", "--weight", "0.5", "--run-dir", "unused"], ["sweep-weight", "--out", "unused"]):
-        with pytest.raises(SystemExit):
-            main([*argv, "--task", "arith", "-n", "2"])
-    assert [b.split for b in bases] == ["dev", "dev"]
+    with pytest.raises(SystemExit):
+        main(["sweep-weight", "--out", "unused", "--task", "arith", "-n", "2"])
+    assert [b.split for b in bases] == ["dev"]
 
 
 def test_report_states_the_split_sizes(tmp_path):

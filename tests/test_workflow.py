@@ -41,19 +41,18 @@ def test_lint_is_clean(tree):
 
 def test_paper_config_builds_its_full_dag_offline(tree):
     counts = dag(tree, "--configfile", "config/paper.yaml")
-    # 3 pairs x 4 tasks x (4 speculative methods x 1 K + target only) x 2 temperatures x 3 seeds, + 3 x 2 transfer x 3
-    assert counts["decode"] == 3 * 4 * 4 * 2 * 3 + 3 * 2 * 3 and counts["decode_baseline"] == 3 * 4 * 2 * 3
-    assert counts["score"] == counts["decode"] + counts["decode_baseline"]
-    # sweeps: 3 pairs x 4 tasks x 2 temperatures at K = 5, + 3 pairs x 2 figure K; 1 strict + 7 w x 2 mixings each
-    assert counts["sweep_choose"] == 3 * 4 * 2 + 3 * 2 and counts["sweep_point"] == 15 * counts["sweep_choose"]
+    # one decode job per 3 pairs x 4 tasks x 2 temperatures x 3 seeds (5 runs each), + 3 pairs x 2 transfers x 3 seeds
+    assert counts["decode"] == 3 * 4 * 2 * 3 and counts["decode_transfer"] == 3 * 2 * 3
+    # sweeps: 3 pairs x 4 tasks x 2 temperatures at K = 5, + 3 pairs x 2 figure K
+    assert counts["sweep"] == 3 * 4 * 2 + 3 * 2
     assert counts["train_head"] == counts["distill_draft"] == 12
     assert counts["aggregate"] == counts["plot"] == counts["report"] == 1
 
 
 def test_default_config_dry_run(tree):
     counts = dag(tree)
-    assert counts["prepare_models"] == 1 and counts["decode"] + counts["decode_baseline"] == 44
-    assert counts["sweep_choose"] == 6 and counts["sweep_point"] == 6 * 7
+    assert counts["prepare_models"] == 1 and counts["decode"] == 2 * 2 * 2 and counts["decode_transfer"] == 2 * 2
+    assert counts["sweep"] == 6
 
 
 def test_dry_run_ignores_what_the_working_tree_already_made(tmp_path):
@@ -63,24 +62,37 @@ def test_dry_run_ignores_what_the_working_tree_already_made(tmp_path):
     (wd / "resources" / "models").mkdir(parents=True)
     (wd / "resources" / "models" / "smollm2.json").write_text("{}")  # what a completed default run leaves
     counts = dag(wd)
-    assert counts["prepare_models"] == 1 and counts["decode"] + counts["decode_baseline"] == 44
+    assert counts["prepare_models"] == 1 and counts["decode"] == 8
 
 
 def test_target_only_runs_once_per_pair_task_temperature_seed(tree):
     """Regression: the target-only (and draft-only) run was decoded once per K."""
     done = snakemake("-n", "--forceall", "-p", "--configfile", with_config(tree, K=[2, 3], transfer=[]), cwd=tree)
     shell = [line for line in done.stdout.splitlines() if "diversed generate" in line]
-    target_only = [line for line in shell if "--verifier autoregressive" in line]
-    assert len(target_only) == 2 * 2  # 2 tasks x 2 temperatures x 1 seed, no K
-    assert not any(" -K " in line for line in target_only)
-    assert len(shell) - len(target_only) == 2 * 2 * 2 * 4  # tasks x temperatures x K x 4 speculative methods
+    runs = [run for line in shell for run in line.split(" --run ")[1:]]
+    target_only = [run for run in runs if "verifier=autoregressive" in run]
+    assert len(shell) == len(target_only) == 2 * 2  # 2 tasks x 2 temperatures x 1 seed: one job each, no K
+    assert not any(" K=" in run for run in target_only) and not any(" -K " in line for line in shell)
+    assert len(runs) - len(target_only) == 2 * 2 * 2 * 4  # tasks x temperatures x K x 4 speculative methods
+
+
+def test_a_decode_job_times_every_method_of_its_setting(tree):
+    """On a cluster, a run and its target-only baseline must be timed on the same GPU: one job decodes every
+    method at one (pair, task, T, seed), the target-only run first, and scores them."""
+    done = snakemake("-n", "--forceall", "-p", "--configfile", "config/smoke.yaml", cwd=tree)
+    shell = [line for line in done.stdout.splitlines() if "diversed generate" in line and "head_task" not in line]
+    assert len(shell) == 2 * 2
+    for line in shell:
+        methods = re.findall(r"label:method=(\w+)", line)
+        assert methods == ["autoregressive", "strict", "finetuned", "fixed", "dynamic"], line
+        assert line.count(" --run ") == 5 and " --score " in line
 
 
 def test_one_path_per_temperature(tree):
     """Regression: T = 1 and T = 1.0 made two sweeps (and T1-K3 vs T1.0-K3 paths) of the same setting."""
     done = snakemake("-n", "--forceall", "--configfile", with_config(tree, temperatures=[1], K=[2]), cwd=tree)
     assert "/T1-" not in done.stdout and "/T1.0-K2" in done.stdout
-    assert jobs(done.stdout)["sweep_choose"] == 2  # arith and open at (T = 1.0, K = 2): the figure's sweep too
+    assert jobs(done.stdout)["sweep"] == 2  # arith and open at (T = 1.0, K = 2): the figure's sweep too
 
 
 def test_wildcards_do_not_swallow_each_other(tree):
@@ -95,10 +107,11 @@ def test_sweeps_decode_the_dev_split(tree):
     tasks = {name: {"n_eval": 3, "n_dev": 2, "n_train": 4, "max_new_tokens": 8} for name in ("arith", "open")}
     done = snakemake("-n", "--forceall", "-p", "--configfile", with_config(tree, tasks=tasks), cwd=tree)
     lines = done.stdout.splitlines()
-    sweeps = [line for line in lines if "diversed sweep-point" in line]
+    sweeps = [line for line in lines if "diversed sweep-weight" in line]
     decodes = [line for line in lines if "diversed generate" in line]
     assert sweeps and all(" --split dev -n 2 " in line for line in sweeps)
-    assert decodes and all(" -n 3 " in line and "--split" not in line for line in decodes)  # eval, the default
+    assert decodes and all(" -n 3 " in line and "split=" not in line and "--split" not in line
+                           for line in decodes)  # eval, the default
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -154,11 +167,10 @@ def test_smoke_config_end_to_end(smoke_run):
     config["sweep"]["weights"] = [0.25]
     (wd / "config" / "smoke.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     counts = jobs(snakemake("-n", "--configfile", "config/smoke.yaml", cwd=wd).stdout)
-    assert set(counts) == {"sweep_point", "sweep_choose", "decode", "score", "aggregate", "plot", "report",
-                           "all"}, counts
-    # 2 tasks x 2 temperatures + the K-figure sweep: the new point only, and the choice
-    assert counts["sweep_point"] == counts["sweep_choose"] == 5
-    assert counts["decode"] == counts["score"] == 4  # the fixed runs that read a re-chosen w
+    assert set(counts) == {"sweep", "decode", "aggregate", "plot", "report", "all"}, counts
+    # 2 tasks x 2 temperatures + the K-figure sweep (each keeps its finished points: see test_sweep), and the
+    # decode jobs whose fixed run reads a re-chosen w
+    assert counts["sweep"] == 5 and counts["decode"] == 4
 
 
 def planned(dry_run_output: str) -> list[dict]:
@@ -175,7 +187,7 @@ def planned(dry_run_output: str) -> list[dict]:
     return out
 
 
-GPU_RULES = {"decode", "decode_baseline", "sweep_point", "train_head", "distill_draft"}
+GPU_RULES = {"decode", "decode_transfer", "sweep", "train_head", "distill_draft"}
 
 
 class Resources(dict):
@@ -223,7 +235,7 @@ def test_paper_config_fetches_every_hub_source_before_any_gpu_job(tree):
     done = snakemake("-n", "--forceall", "-p", "--configfile", "config/paper.yaml", cwd=tree)
     assert jobs(done.stdout)["fetch_sources"] == 1
     gpu_jobs = [j for j in planned(done.stdout) if j["rule"] in GPU_RULES]
-    assert len(gpu_jobs) > 800 and all("resources/sources.json" in j["input"] for j in gpu_jobs)
+    assert len(gpu_jobs) == 144 and all("resources/sources.json" in j["input"] for j in gpu_jobs)
     fetch = next(line for line in done.stdout.splitlines() if "diversed fetch-sources" in line)
     for source in ("meta-llama/Llama-3.1-8B-Instruct", "google/gemma-3-4b-it", "Qwen/Qwen3-0.6B"):
         assert f"--model {source} " in fetch

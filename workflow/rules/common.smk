@@ -28,8 +28,8 @@ PAIRS = config["pairs"]
 TASKS = config["tasks"]
 SWEEP = config["sweep"]
 BASELINES = ("autoregressive", "draft")  # one model decoding alone: no draft length K
-TRANSFER = [f"dynamic@{t['head']}" for t in config["transfer"]]  # DIVERSED with another task's head
-SPECULATIVE = [m for m in config["methods"] if m not in BASELINES] + TRANSFER
+SPECULATIVE = [m for m in config["methods"] if m not in BASELINES]
+TRANSFER_HEADS = sorted({t["head"] for t in config["transfer"]})  # DIVERSED with another task's head: dynamic@head
 
 
 def temperature(T):
@@ -47,8 +47,7 @@ def one_of(names):
 wildcard_constraints:
     pair=one_of(PAIRS),
     task=one_of(TASKS),
-    method=one_of(SPECULATIVE),
-    baseline=one_of(BASELINES),
+    head=one_of(TRANSFER_HEADS or ["-"]),
     T=NUMBER,
     K=r"\d+",
     seed=r"\d+",
@@ -59,7 +58,6 @@ wildcard_constraints:
 RUN = "results/runs/{pair}/{task}/{method}/T{T}-K{K}-s{seed}"
 BASELINE_RUN = "results/runs/{pair}/{task}/{baseline}/T{T}-s{seed}"
 SWEEP_DIR = "results/sweeps/{pair}/{task}/T{T}-K{K}"
-SWEEP_POINT = "results/sweeps/{pair}/{task}/T{T}-K{K}/w{w}-{mixing}"
 
 
 def run_dir(pair, task, method, T, K, seed):
@@ -92,13 +90,6 @@ def sweeps():
     return sorted(dirs)
 
 
-def sweep_points(wildcards):
-    """The scores of one sweep's grid (as diversed.sweep.grid): strict (w = 1), then each w < 1 with each mixing."""
-    points = [(1.0, "linear")] + [(float(w), m) for m in SWEEP["mixings"] for w in SWEEP["weights"] if w != 1]
-    sweep = SWEEP_DIR.format(**dict(wildcards.items()))
-    return [f"{sweep}/w{w}-{m}/scores.json" for w, m in points]
-
-
 HUB = hub_sources(config)  # the hub models and hub datasets this config reads
 SOURCES = "resources/sources.json"  # fetch_sources' record: every HUB source is in the Hugging Face cache
 
@@ -114,28 +105,61 @@ def models(wildcards):
     return inputs
 
 
+def point_outputs(name):
+    """A file of every run of decode's (pair, task, T, seed): the baselines, then each speculative method at each K."""
+    return [f"{BASELINE_RUN.format(pair='{pair}', task='{task}', baseline=b, T='{T}', seed='{seed}')}/{name}"
+            for b in BASELINES if b in config["methods"]] + \
+           [f"{RUN.format(pair='{pair}', task='{task}', method=m, T='{T}', K=K, seed='{seed}')}/{name}"
+            for m in SPECULATIVE for K in config["K"]]
+
+
+def transfer_outputs(name):
+    """A file of every run of decode_transfer's (pair, task, head, T, seed): one per K."""
+    return [f"{RUN.format(pair='{pair}', task='{task}', method='dynamic@{head}', T='{T}', K=K, seed='{seed}')}/{name}"
+            for K in config["K"]]
+
+
 def decode_inputs(wildcards):
-    """A decoding run's inputs: the models, and a distilled draft, a chosen w or a trained head."""
-    method, _, head_task = wildcards.method.partition("@")
+    """What decode's runs read besides the models: the distilled draft, the chosen w per K, the trained head."""
     inputs = models(wildcards)
-    if method == "finetuned":
+    if "finetuned" in SPECULATIVE:
         inputs["draft"] = f"resources/drafts/{wildcards.pair}/{wildcards.task}"
-    elif method == "fixed":
-        sweep = SWEEP_DIR.format(**dict(wildcards.items()))
-        inputs["weight"] = f"{sweep}/choice.json"
-    elif method == "dynamic":
-        inputs["head"] = f"results/heads/{wildcards.pair}/{head_task or wildcards.task}/head.safetensors"
+    if "fixed" in SPECULATIVE:
+        inputs["weights"] = [f"{SWEEP_DIR.format(**dict(wildcards.items()), K=K)}/choice.json" for K in config["K"]]
+    if "dynamic" in SPECULATIVE:
+        inputs["head"] = f"results/heads/{wildcards.pair}/{wildcards.task}/head.safetensors"
     return inputs
 
 
-def verifier_flags(wildcards, input):
-    """--verifier and what it reads (finetuned is strict with the distilled draft)."""
-    method, _, head_task = wildcards.method.partition("@")
-    if method == "fixed":
-        return f"--verifier fixed --weight-file {input.weight}"
-    if method == "dynamic":
-        return f"--verifier dynamic --head {input.head}" + (f" --label head_task={head_task}" if head_task else "")
-    return "--verifier strict" if method == "finetuned" else f"--verifier {method}"
+def run_spec(run, method, K, verifier=None, **changes):
+    """One --run of `diversed generate`: its folder, then what it changes in the shared flags."""
+    items = {"verifier": verifier or method} | ({"K": K} if K is not None else {}) | changes
+    return f"--run {run} " + " ".join(f"{k}={v}" for k, v in items.items()) + f" label:method={method}"
+
+
+def point_runs(wildcards, input, output):
+    """decode's --run list, in the order of its outputs (target only first)."""
+    specs = []
+    for manifest in output.manifests:
+        run = os.path.dirname(manifest)
+        method = run.split("/")[-2]
+        K = None if method in BASELINES else int(re.search(r"-K(\d+)-s", run).group(1))
+        if method == "finetuned":
+            specs.append(run_spec(run, method, K, verifier="strict", draft=input.draft))
+        elif method == "fixed":
+            choice = os.path.join(SWEEP_DIR.format(**dict(wildcards.items()), K=K), "choice.json")
+            specs.append(run_spec(run, method, K, weight_file=choice))
+        elif method == "dynamic":
+            specs.append(run_spec(run, method, K, head=input.head))
+        else:
+            specs.append(run_spec(run, method, K))
+    return " ".join(specs)
+
+
+def transfer_runs(wildcards, input, output):
+    """decode_transfer's --run list: DIVERSED with the head of task `head`, at each K."""
+    return " ".join(run_spec(os.path.dirname(m), "dynamic", K, head=input.head) + f" label:head_task={wildcards.head}"
+                    for m, K in zip(output.manifests, config["K"], strict=True))
 
 
 def pair_value(key):

@@ -8,7 +8,7 @@ import torch
 import yaml
 from conftest import ROOT
 
-from diversed.memory import GB, JOBS, MODELS, estimate, table, total
+from diversed.cost import GB, JOBS, MODELS, estimate, table, total
 
 PAIRS = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())["pairs"]
 
@@ -75,3 +75,28 @@ def test_architecture_reproduces_the_published_parameter_count(name):
         counts["vision"] += p.numel() if "vision" in key or "multi_modal" in key else 0
     assert counts["all"] == pytest.approx(a.params, rel=0.01)
     assert counts["vision"] == pytest.approx(a.vision, rel=0.02)
+
+
+def test_forward_times_and_gpu_hours_follow_the_stated_model():
+    from diversed.cost import TAU, disk_gb, forward_ms, gpu_hours
+
+    # the per-token times the SLURM profile's time limits assume
+    assert [round(forward_ms(MODELS[m])) for m in ("google/gemma-3-12b-it", "google/gemma-3-4b-it",
+                                                   "meta-llama/Llama-3.1-8B-Instruct")] == [28, 14, 19]
+    pair = PAIRS["qwen"]
+    config = {"pairs": {"qwen": pair}, "methods": ["autoregressive", "strict", "fixed"], "temperatures": [1.0],
+              "K": [5], "seeds": [0, 1], "transfer": [{"head": "a", "eval": "b"}],
+              "tasks": {"a": {"n_eval": 10, "n_dev": 4, "n_train": 6, "max_new_tokens": 20},
+                        "b": {"n_eval": 5, "n_dev": 4, "n_train": 6, "max_new_tokens": 20}},
+              "sweep": {"weights": [0.5, 1.0], "mixings": ["linear", "logit"], "figure_K": [3], "figure_tasks": ["a"]},
+              "train_head": {"epochs": 2, "max_new_tokens": 8}, "distill": {"max_new_tokens": 8}}
+    t, d = forward_ms(MODELS[pair["target"]]), forward_ms(MODELS[pair["draft"]])
+    spec5, spec3 = (5 * d + t) / TAU, (3 * d + t) / TAU
+    h = {rule: v * 3.6e6 for rule, v in gpu_hours(config, "qwen").items()}  # ms
+    assert h["decode"] == pytest.approx(2 * (10 + 5) * 20 * (t + 2 * spec5) + 2 * 5 * 20 * spec5)
+    # 3 points (strict, 0.5 linear, 0.5 logit): a and b at (T = 1, K = 5), and a at the figure's K = 3
+    assert h["sweep"] == pytest.approx(3 * 4 * 20 * (2 * spec5 + spec3))
+    assert h["train_head"] == pytest.approx(2 * 6 * 2 * 8 * (t + d))
+    assert h["distill_draft"] == pytest.approx(2 * 6 * 8 * t)
+    assert disk_gb(config, "qwen") == pytest.approx((MODELS[pair["target"]].params + MODELS[pair["draft"]].params) * 2
+                                                    / GB)  # no finetuned method: no fine-tuned drafts

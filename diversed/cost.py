@@ -1,0 +1,176 @@
+"""What the paper config costs, computed (not measured) from the models' public configs: the GPU memory of each job
+(the bytes of weights, gradients, optimizer state, KV caches, activations and logits it holds at once), and the
+GPU-hours and disk of each pair.
+
+The sizes are approximations: parameter counts as the model cards round them (and as the architectures below
+reproduce them), the rest from each checkpoint's config.json; the KV cache ignores Gemma 3's sliding window (an
+upper bound). The CUDA context (~0.5-1 GB) and allocator fragmentation come on top. Times follow a model of a
+batch-1 decode (forward_ms). Print the tables of a config with `python -m diversed.cost config/paper.yaml`."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+GB = 1e9
+BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+JOBS = ("decode", "train_head", "distill")
+
+
+@dataclass(frozen=True)
+class Arch:
+    """What the estimate reads from a model's config (the text model's, for a conditional-generation model)."""
+
+    params: float  # all parameters, a vision tower included
+    vision: float  # the vision tower and its projector: no gradient in text-only training
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+
+
+MODELS = {
+    "meta-llama/Llama-3.1-8B-Instruct": Arch(8.03e9, 0, 32, 4096, 14336, 32, 8, 128, 128256),
+    "meta-llama/Llama-3.2-1B-Instruct": Arch(1.24e9, 0, 16, 2048, 8192, 32, 8, 64, 128256),
+    "Qwen/Qwen3-8B": Arch(8.19e9, 0, 36, 4096, 12288, 32, 8, 128, 151936),
+    "Qwen/Qwen3-0.6B": Arch(0.60e9, 0, 28, 1024, 3072, 16, 8, 128, 151936),
+    "google/gemma-3-12b-it": Arch(12.2e9, 0.44e9, 48, 3840, 15360, 16, 8, 256, 262208),
+    "google/gemma-3-4b-it": Arch(4.3e9, 0.44e9, 34, 2560, 10240, 8, 4, 256, 262208),
+}
+
+
+def arch(model: str) -> Arch:
+    if model not in MODELS:
+        raise ValueError(f"no memory estimate for {model!r}; known models: {', '.join(MODELS)}")
+    return MODELS[model]
+
+
+def kv_cache(a: Arch, tokens: int, width: int) -> float:
+    """Keys and values of every layer for `tokens` positions."""
+    return 2 * a.layers * a.kv_heads * a.head_dim * tokens * width
+
+
+def layer_workspace(a: Arch, tokens: int, width: int) -> float:
+    """The activations of one decoder layer's forward: its input and output, queries, keys, values and the attention
+    output, and the gated MLP's three widths."""
+    return tokens * (2 * a.hidden + 2 * (a.heads + a.kv_heads) * a.head_dim + 3 * a.intermediate) * width
+
+
+def estimate(target: str, draft: str, job: str, *, dtype: str = "bfloat16", tokens: int = 2048,
+             new_tokens: int = 128, batch_size: int = 8, K: int = 5) -> dict[str, float]:
+    """Bytes a job of the pair holds at its peak, by part.
+
+    job: decode (a decode job: target only, then each speculative run, the fine-tuned draft's included),
+    train_head (REINFORCE, batch_size rollouts of new_tokens) or distill (the draft trained as distill_draft does:
+    bfloat16 with AdamW16 when dtype is bfloat16, else float32 with AdamW, activation checkpointing); tokens: the
+    longest prompt + completion (a long CNN/DM article)."""
+    if job not in JOBS:
+        raise ValueError(f"unknown job {job!r}; allowed: {', '.join(JOBS)}")
+    if dtype not in BYTES:
+        raise ValueError(f"unknown dtype {dtype!r}; allowed: {', '.join(BYTES)}")
+    t, d, b = arch(target), arch(draft), BYTES[dtype]
+    V = max(t.vocab, d.vocab)
+    if job == "distill":
+        s = 2 if dtype == "bfloat16" else 4  # the student's bytes a value
+        trainable = d.params - d.vision
+        return {"weights": t.params * b + d.params * s, "gradients": trainable * s,
+                "optimizer": 2 * trainable * s,  # two moments
+                # checkpointed: each layer's input, and one layer recomputed with its gradient
+                "activations": d.layers * tokens * d.hidden * s + 2 * layer_workspace(d, tokens, s),
+                # target and student logits (+ gradient) of the n + 1 kept positions, the KL's float32 terms
+                "logits": (new_tokens + 1) * V * (b + 2 * s) + 5 * new_tokens * V * 4}
+    drafts = 2 if job == "decode" else 1  # a decode job also holds the fine-tuned draft (each model loads once)
+    parts = {"weights": (t.params + drafts * d.params) * b, "kv_cache": kv_cache(t, tokens, b) + kv_cache(d, tokens, b),
+             "activations": layer_workspace(t, tokens, b)}  # a no-grad prefill, one layer at a time
+    if job == "decode":
+        parts["logits"] = 4 * (K + 1) * V * 4  # p, q and the verifier's float32 rows
+    else:
+        parts["logits"] = 6 * batch_size * new_tokens * V * 4  # log p, log q kept; p, q, nu, min(q, nu) in the loss
+    return parts
+
+
+def total(parts: dict[str, float]) -> float:
+    return sum(parts.values())
+
+
+# A batch-1 decode step reads every weight once: an A100 / H100-class GPU's memory bandwidth, and a fixed cost per
+# layer for the eager kernels it launches (assumptions, not measurements).
+BANDWIDTH = 1.5e12  # bytes/s
+LAYER_MS = 0.25
+TAU = 1.25  # tokens per speculative step at a low acceptance (alpha ~0.2 with K = 5): the slow end
+
+
+def forward_ms(a: Arch, dtype: str = "bfloat16") -> float:
+    """One token's forward at batch 1: every weight read once, plus LAYER_MS a layer."""
+    return a.params * BYTES[dtype] / BANDWIDTH * 1e3 + LAYER_MS * a.layers
+
+
+def gpu_hours(config: dict, pair: str) -> dict[str, float]:
+    """GPU-hours of each GPU rule for one pair of a workflow config, every completion at full length; a token of a
+    speculative run costs (K t_draft + t_target) / TAU, of the target-only run t_target."""
+    p, tasks = config["pairs"][pair], config["tasks"]
+    t, d = (forward_ms(arch(p[role]), p.get("dtype", "bfloat16")) for role in ("target", "draft"))
+    spec = {K: (K * d + t) / TAU for K in {*config["K"], *config["sweep"].get("figure_K", [])}}
+    baselines = [m for m in config["methods"] if m in ("autoregressive", "draft")]
+    speculative = [m for m in config["methods"] if m not in baselines]
+    ms = dict.fromkeys(("decode", "sweep", "train_head", "distill_draft"), 0.0)
+    for name, task in tasks.items():
+        tokens = task["n_eval"] * task["max_new_tokens"]
+        per_point = sum(t if b == "autoregressive" else d for b in baselines) + len(speculative) * sum(
+            spec[K] for K in config["K"])
+        ms["decode"] += len(config["temperatures"]) * len(config["seeds"]) * tokens * per_point
+        ms["decode"] += sum(len(config["seeds"]) * tokens * spec[K] for x in config["transfer"] if x["eval"] == name
+                            for K in config["K"])
+        ms["train_head"] += task["n_train"] * config["train_head"]["epochs"] * config["train_head"][
+            "max_new_tokens"] * (t + d)
+        ms["distill_draft"] += task["n_train"] * config["distill"]["max_new_tokens"] * t  # the target's text
+    sweep = config["sweep"]
+    points = 1 + len([w for w in sweep["weights"] if w != 1]) * len(sweep["mixings"])
+    sweeps = {(task, float(T), K) for task in tasks for T in config["temperatures"] for K in config["K"]} \
+        if "fixed" in config["methods"] else set()
+    sweeps |= {(task, float(sweep.get("figure_temperature", 1.0)), K) for task in sweep.get("figure_tasks", [])
+               for K in sweep.get("figure_K", [])}
+    ms["sweep"] = sum(points * tasks[task]["n_dev"] * tasks[task]["max_new_tokens"] * spec[K] for task, _, K in sweeps)
+    return {rule: v / 3.6e6 for rule, v in ms.items()}
+
+
+def disk_gb(config: dict, pair: str) -> float:
+    """The pair's checkpoints in the Hugging Face cache, and one fine-tuned draft per task (saved in the pair's
+    dtype), in GB."""
+    p = config["pairs"][pair]
+    b, t, d = BYTES[p.get("dtype", "bfloat16")], arch(p["target"]), arch(p["draft"])
+    drafts = len(config["tasks"]) if "finetuned" in config["methods"] else 0
+    return (t.params + (1 + drafts) * d.params) * b / GB
+
+
+def cost_table(config: dict) -> str:
+    """Markdown: the computed GPU-hours of each pair by rule, and its disk."""
+    rows = ["| pair | decode | sweep | train head | distill | GPU-hours | disk |", "|---|---|---|---|---|---|---|"]
+    for name in config["pairs"]:
+        h = gpu_hours(config, name)
+        rows.append(f"| {name} | " + " | ".join(f"{h[r]:.0f}" for r in ("decode", "sweep", "train_head",
+                                                                        "distill_draft"))
+                    + f" | {sum(h.values()):.0f} | {disk_gb(config, name):.0f} GB |")
+    return "\n".join(rows)
+
+
+def table(pairs: dict[str, dict], **kw) -> str:
+    """Markdown: the computed GB (10^9 bytes) of each pair's decode, head-training and distillation job; pairs as
+    in a config ({name: {target, draft, dtype}})."""
+    rows = ["| pair | target / draft | decode | train head | distill |", "|---|---|---|---|---|"]
+    for name, p in pairs.items():
+        gb = [total(estimate(p["target"], p["draft"], job, dtype=p.get("dtype", "bfloat16"), **kw)) / GB
+              for job in JOBS]
+        rows.append(f"| {name} | {p['target']} / {p['draft']} | " + " | ".join(f"{x:.1f} GB" for x in gb) + " |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    import yaml
+
+    with open(sys.argv[1] if len(sys.argv) > 1 else "config/paper.yaml") as f:
+        config = yaml.safe_load(f)
+    print(table(config["pairs"]), cost_table(config), sep="\n\n")
