@@ -286,4 +286,23 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Pa
     parts += ["## Provenance", "", f"- git commit: {prov['git_commit']}",
               f"- versions: {json.dumps(prov['versions'])}", f"- hardware: {json.dumps(prov['hardware'])}", ""]
     write_text(out, "\n".join(parts))
+    log_report(tables, sorted(figures.glob("*.png")), experiment(runs))
     return out
+
+
+def experiment(runs: pd.DataFrame) -> str:
+    """The experiment label of the runs (the workflow's config `experiment`), from the first run's manifest."""
+    manifest = json.loads((Path(runs["run_dir"].iloc[0]) / "manifest.json").read_text()) if len(runs) else {}
+    return manifest.get("labels", {}).get("experiment", "diversed")
+
+
+def log_report(tables: Path, figures: list[Path], name: str) -> None:
+    """Tables 1-3, the speed table and every figure to one W&B run of the experiment (job type report)."""
+    from diversed.tracking import Tracker
+
+    tracker = Tracker(name=f"report-{name}", group=name, job_type="report")
+    for table in ("table1", "table2", "table3", "speed"):
+        if (tables / f"{table}.csv").is_file():
+            tracker.frame(table, pd.read_csv(tables / f"{table}.csv"))
+    tracker.images(figures)
+    tracker.finish()

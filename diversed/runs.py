@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from diversed.engine import Execution, Sampling, check_request, check_settings, speculative_generate
 from diversed.models import DEFAULT_DRAFT_LAYERS, DTYPES, encode_prompt, load_pair
 from diversed.stats import summarize
-from diversed.tracking import Tracker
+from diversed.tracking import Tracker, decode_run_id
 from diversed.utils import atomic_dir, config_hash, option, provenance, read_jsonl, write_json, write_jsonl
 
 DETERMINISTIC_STATS = ("new_tokens", "steps", "stop", "draft_acceptance_rate", "mean_acceptance_length",
@@ -145,7 +145,7 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
     labels = dict(labels or {})
     tracker = Tracker(name=f"decode-{labels.get('task', cfg.task)}-{cfg.verifier}-{rid}",
                       group=labels.get("experiment", "decode"), job_type="decode",
-                      config=dataclasses.asdict(cfg) | {"run_id": rid, **labels})
+                      config=dataclasses.asdict(cfg) | {"run_id": rid, **labels}, id=decode_run_id(rid))
     rows, gens = [], []
     started = time.time()
     for i, (row, ids) in enumerate(tqdm(list(zip(prompts, encoded, strict=True)), desc=f"decode {rid}",

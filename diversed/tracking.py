@@ -15,6 +15,11 @@ from typing import Any
 PROJECT = "diversed"
 
 
+def decode_run_id(run_id: str) -> str:
+    """The W&B run of a decoding run: its decode job creates it, scoring adds the quality to it."""
+    return f"decode-{run_id}"
+
+
 def wandb_mode() -> str:
     if os.environ.get("WANDB_MODE"):
         return os.environ["WANDB_MODE"]
@@ -26,7 +31,9 @@ def wandb_mode() -> str:
 class Tracker:
     """A W&B run, or a no-op when wandb is disabled or broken."""
 
-    def __init__(self, *, name: str, group: str, job_type: str, config: dict[str, Any], dir: str | None = None):
+    def __init__(self, *, name: str, group: str, job_type: str, config: dict[str, Any] | None = None,
+                 dir: str | None = None, id: str | None = None):
+        """id: a stable W&B run id (e.g. from a run's run_id), so that a later job adds to the same run."""
         self.run = None
         mode = wandb_mode()
         if mode == "disabled":
@@ -36,6 +43,7 @@ class Tracker:
 
             self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", PROJECT), name=name, group=group,
                                   job_type=job_type, config=config, mode=mode, dir=dir, reinit="finish_previous",
+                                  id=id, resume="allow" if id else None,
                                   settings=wandb.Settings(silent=True, console="off"))
         except Exception as e:  # a tracker must never take a run down with it
             print(f"warning: W&B logging disabled ({type(e).__name__}: {e})", file=sys.stderr)
@@ -44,6 +52,10 @@ class Tracker:
     def log(self, metrics: dict[str, Any], step: int | None = None) -> None:
         self._call(lambda: self.run.log(metrics, step=step))
 
+    def frame(self, key: str, df) -> None:
+        """Log a pandas DataFrame as a W&B table."""
+        self.table(key, [str(c) for c in df.columns], df.astype(object).where(df.notna(), None).values.tolist())
+
     def table(self, key: str, columns: list[str], rows: list[list[Any]]) -> None:
         def log_table():
             import wandb
@@ -51,6 +63,16 @@ class Tracker:
             self.run.log({key: wandb.Table(columns=columns, data=rows)})
 
         self._call(log_table)
+
+    def images(self, paths: list[str | Path]) -> None:
+        """Log each image file under its stem."""
+
+        def log_images():
+            import wandb
+
+            self.run.log({Path(p).stem: wandb.Image(str(p)) for p in paths})
+
+        self._call(log_images)
 
     def summary(self, metrics: dict[str, Any]) -> None:
         self._call(lambda: self.run.summary.update(metrics))

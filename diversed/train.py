@@ -379,13 +379,57 @@ class AdamW16(torch.optim.Optimizer):
                         dst.copy_(stochastic_round(src, gen))
 
 
+def target_text(target: nn.Module, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
+                seed: int = 0, progress: bool = True, desc: str = "target text") -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, the target's completion) for each prompt: greedy at temperature 0, else sampled, prompt i from
+    its own generator (seed, i), so that a completion does not depend on the others."""
+    from diversed.engine import Sampling, autoregressive_generate
+
+    execution, seqs = Execution.from_env(), []
+    for i, ids in enumerate(tqdm(prompts, desc=desc, unit="prompt", disable=not progress)):
+        generator = torch.Generator(device=target.device).manual_seed(seed * 1_000_003 + i)
+        gen = autoregressive_generate(target, ids, max_new_tokens=max_new_tokens, sampling=Sampling(temperature),
+                                      generator=generator, fidelity=False, execution=execution)
+        seqs.append((ids, gen.tokens))
+    return seqs
+
+
+def fit_draft(student: nn.Module, target: nn.Module, seqs: list[tuple[list[int], list[int]]], *, epochs: int,
+              lr: float, grad_clip: float, seed: int, progress: bool = True, tracker=None) -> list[dict]:
+    """Train student's trainable parameters to minimise KL(p_target || q_student) on the completions of seqs (one
+    sequence a step, in a seeded order per epoch); returns the log rows. bfloat16 weights train with AdamW16."""
+    params = [p for p in student.parameters() if p.requires_grad]
+    opt = AdamW16(params, lr=lr, seed=seed) if student.dtype == torch.bfloat16 else torch.optim.AdamW(params, lr=lr)
+    log_rows, step = [], 0
+    for epoch in range(epochs):
+        order = torch.randperm(len(seqs), generator=torch.Generator().manual_seed(seed * 7919 + epoch)).tolist()
+        for i in tqdm(order, desc=f"distill epoch {epoch + 1}", unit="seq", disable=not progress):
+            ids, completion = seqs[i]
+            if not completion:
+                continue
+            x = torch.tensor([ids + completion], device=student.device)  # [1, L]
+            keep = len(completion) + 1  # the last n + 1 positions; all but the last predict the completion
+            with torch.no_grad():
+                p_logits = target(x, use_cache=False, logits_to_keep=keep).logits[0, :-1]  # [n, V]
+            q_logits = student(x, use_cache=False, logits_to_keep=keep).logits[0, :-1]  # [n, V]
+            loss = kl_loss(p_logits, q_logits)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, grad_clip)
+            opt.step()
+            step += 1
+            log_rows.append({"step": step, "epoch": epoch, "kl": loss.item(), "tokens": len(completion)})
+            if tracker is not None:
+                tracker.log(log_rows[-1], step=step)
+    return log_rows
+
+
 def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True) -> Path:
     """Fine-tune the pair's draft on the task's training prompts; saves a plain checkpoint at out.
 
     One copy of each model: the draft loaded with the pair is the student, in bfloat16 (AdamW16) when the pair
     is, else in float32 (AdamW; a float16 draft is converted in place: its gradients would underflow), with
     activation checkpointing where the model supports it. Memory per pair: diversed.cost."""
-    from diversed.engine import Sampling, autoregressive_generate
     from diversed.models import encode_prompt, load_pair
     from diversed.tasks import get_task
     from diversed.tracking import Tracker
@@ -396,52 +440,26 @@ def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True)
     cid = config_hash(dataclasses.asdict(cfg))
     pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers)
     examples = get_task(cfg.task, cfg.data_files).examples("train", cfg.n_train, seed=cfg.seed)
-    execution = Execution.from_env()
-    seqs = []  # (prompt ids, target's greedy completion)
-    for ex in tqdm(examples, desc="target text", unit="prompt", disable=not progress):
-        ids = encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.chat)
-        gen = autoregressive_generate(pair.target, ids, max_new_tokens=cfg.max_new_tokens,
-                                      sampling=Sampling(temperature=0), fidelity=False, execution=execution)
-        seqs.append((ids, gen.tokens))
+    seqs = target_text(pair.target, [encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.chat) for ex in examples],
+                       max_new_tokens=cfg.max_new_tokens, progress=progress)  # greedy
     student = pair.draft if pair.draft.dtype == torch.bfloat16 else pair.draft.float()  # in place
     student.train().requires_grad_(True)
     if student.supports_gradient_checkpointing:
         student.activation_checkpointing_enable()
-    if student.dtype == torch.bfloat16:
-        opt = AdamW16(student.parameters(), lr=cfg.lr, seed=cfg.seed)
-    else:
-        opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr)
     tracker = Tracker(name=f"distill-{cfg.task}-{cid}", group=f"train-{cfg.task}", job_type="distill-draft",
                       config=dataclasses.asdict(cfg) | {"config_id": cid})
-    log_rows, step = [], 0
     t_start = time.perf_counter()
-    for epoch in range(cfg.epochs):
-        order = torch.randperm(len(seqs), generator=torch.Generator().manual_seed(cfg.seed * 7919 + epoch)).tolist()
-        for i in tqdm(order, desc=f"distill epoch {epoch + 1}", unit="seq", disable=not progress):
-            ids, completion = seqs[i]
-            if not completion:
-                continue
-            x = torch.tensor([ids + completion], device=cfg.device)  # [1, L]
-            keep = len(completion) + 1  # the last n + 1 positions; all but the last predict the completion
-            with torch.no_grad():
-                p_logits = pair.target(x, use_cache=False, logits_to_keep=keep).logits[0, :-1]  # [n, V]
-            q_logits = student(x, use_cache=False, logits_to_keep=keep).logits[0, :-1]  # [n, V]
-            loss = kl_loss(p_logits, q_logits)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.grad_clip)
-            opt.step()
-            step += 1
-            log_rows.append({"step": step, "epoch": epoch, "kl": loss.item(), "tokens": len(completion)})
-            tracker.log(log_rows[-1], step=step)
+    log_rows = fit_draft(student, pair.target, seqs, epochs=cfg.epochs, lr=cfg.lr, grad_clip=cfg.grad_clip,
+                         seed=cfg.seed, progress=progress, tracker=tracker)
     student.eval().requires_grad_(False)
     with atomic_dir(out) as tmp:
         student.save_pretrained(tmp)
         pair.tokenizer.save_pretrained(tmp)
         write_log_csv(tmp / "train_log.csv", log_rows)
         write_json(tmp / "distill_manifest.json", {"config": dataclasses.asdict(cfg), "config_id": cid,
-                                                   "prompts": len(examples),
-                                                   "steps": step, "seconds": time.perf_counter() - t_start,
-                                                   "execution": dataclasses.asdict(execution), **provenance()})
+                                                   "prompts": len(examples), "steps": len(log_rows),
+                                                   "seconds": time.perf_counter() - t_start,
+                                                   "execution": dataclasses.asdict(Execution.from_env()),
+                                                   **provenance()})
     tracker.finish()
     return out
