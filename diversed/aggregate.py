@@ -209,9 +209,9 @@ def learned_weights(df: pd.DataFrame) -> pd.DataFrame:
     for _, r in df[df["method"] == "dynamic"].iterrows():
         _, gens = load_run(r["run_dir"])
         rows += [{"pair": r["pair"], "task": r["task"], "head_task": r["head_task"], "temperature": r["temperature"],
-                  "seed": r["seed"], "position": i + 1, "w": w}
+                  "seed": r["seed"], "prompt": g["prompt_hash"], "position": i + 1, "w": w}
                  for g in gens for step in g["weights"] for i, w in enumerate(step)]
-    return pd.DataFrame(rows, columns=["pair", "task", "head_task", "temperature", "seed", "position", "w"])
+    return pd.DataFrame(rows, columns=["pair", "task", "head_task", "temperature", "seed", "prompt", "position", "w"])
 
 
 def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str | Path] = (),
@@ -261,8 +261,10 @@ def split_sizes(runs: pd.DataFrame, sweeps: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Path:
-    """results/REPORT.md: the paper's tables, the speed table, the split sizes, the figures and where they came
-    from."""
+    """results/REPORT.md: the claims with their verdicts, the paper's tables, the speed table, the split sizes, the
+    figures and where they came from."""
+    from diversed.claims import claims
+    from diversed.claims import markdown as claims_markdown
     from diversed.utils import provenance
 
     tables, figures, out = Path(tables), Path(figures), Path(out)
@@ -277,6 +279,12 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Pa
              split_sizes(runs, sweeps).to_markdown(index=False), ""]
     if off := sorted(set(sweeps["split"]) - {"dev"}):
         parts += [f"**Warning**: the fixed w was chosen on the {', '.join(off)} split, not on dev.", ""]
+    found = claims(runs, sweeps, pd.read_csv(tables / "weights.csv")) if (tables / "weights.csv").is_file() else []
+    if found:
+        parts += ["## Claims", "", "Each claim of the paper this run can test, computed from the runs and sweeps: "
+                  "paired differences over the same (seed, prompt) pairs, mean ± 95% CI; a verdict holds when the "
+                  "interval lies on the claimed side, fails when it lies on the other, and is inconclusive when it "
+                  "spans it.", "", claims_markdown(found), ""]
     for name in ("table1", "table2", "table3", "speed"):
         parts += [(tables / f"{name}.md").read_text(), ""]
     rel = Path("..") / figures if not figures.is_absolute() else figures
@@ -286,7 +294,8 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Pa
     parts += ["## Provenance", "", f"- git commit: {prov['git_commit']}",
               f"- versions: {json.dumps(prov['versions'])}", f"- hardware: {json.dumps(prov['hardware'])}", ""]
     write_text(out, "\n".join(parts))
-    log_report(tables, sorted(figures.glob("*.png")), experiment(runs))
+    log_report(tables, sorted(figures.glob("*.png")), experiment(runs),
+               pd.DataFrame([vars(c) for c in found], columns=["claim", "evidence", "verdict"]))
     return out
 
 
@@ -296,11 +305,13 @@ def experiment(runs: pd.DataFrame) -> str:
     return manifest.get("labels", {}).get("experiment", "diversed")
 
 
-def log_report(tables: Path, figures: list[Path], name: str) -> None:
-    """Tables 1-3, the speed table and every figure to one W&B run of the experiment (job type report)."""
+def log_report(tables: Path, figures: list[Path], name: str, claims: pd.DataFrame) -> None:
+    """Tables 1-3, the speed table, the claims and every figure to one W&B run of the experiment (job type
+    report)."""
     from diversed.tracking import Tracker
 
     tracker = Tracker(name=f"report-{name}", group=name, job_type="report")
+    tracker.frame("claims", claims)
     for table in ("table1", "table2", "table3", "speed"):
         if (tables / f"{table}.csv").is_file():
             tracker.frame(table, pd.read_csv(tables / f"{table}.csv"))

@@ -156,7 +156,7 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
                      **({"task": row["task"], "reference": row["reference"]} if "task" in row else {}),
                      "completion": pair.tokenizer.decode(gen.tokens, skip_special_tokens=True),
                      "tokens": gen.tokens, "prompt_tokens": len(ids), "drafted": gen.drafted,
-                     "accepted": gen.accepted, "weights": gen.weights, "bias_tv": gen.bias_tv,
+                     "accepted": gen.accepted, "weights": gen.weights, "bias_tv_per_token": gen.bias_tv,
                      "target_logprobs": gen.target_logprob, "target_argmax": gen.target_argmax,
                      # timings live in the manifest only, so generations.jsonl is byte-identical on a rerun
                      **{k: v for k, v in gen.stats().items() if k in DETERMINISTIC_STATS}})

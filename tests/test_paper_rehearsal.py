@@ -77,6 +77,8 @@ def test_every_table_figure_and_the_report(rehearsal):
     assert sorted(p.name for p in (wd / "figures").iterdir()) == expected
     report = (wd / "results" / "REPORT.md").read_text()
     assert all(f"Table {i}" in report for i in (1, 2, 3)) and "Warning" not in report
+    claims = report.split("## Claims")[1].split("**Table 1")[0]
+    assert claims.count("| **") == 7 and all(pair in claims for pair in PAIRS)  # seven claims, every pair
 
 
 def test_every_pair_task_method_and_temperature_ran_and_was_scored(rehearsal):
