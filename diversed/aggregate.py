@@ -172,15 +172,17 @@ def table3(df: pd.DataFrame, temperature: float) -> pd.DataFrame:
 
 
 def speed_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Tokens/s, speedup over target-only, alpha, tau, bias, per pair/task/T/method/K and hardware (mean ± 95%
-    CI): seeds timed on different hardware are separate rows."""
+    """Tokens/s, speedup over target-only, alpha, tau, bias, quality and its reference-free fidelity (target log p
+    per token, target argmax agreement), per pair/task/T/method/K and hardware (mean ± 95% CI): seeds timed on
+    different hardware are separate rows."""
     rows = []
     keys = ["pair", "task", "temperature", "method", "K", "head_task", "hardware"]
     for key, g in df.fillna({"head_task": ""}).groupby(keys, sort=True, dropna=False):
         row = dict(zip(keys, key, strict=True))
         row["K_text"] = "–" if pd.isna(row["K"]) else str(int(row["K"]))  # the baselines have no K
         for col, scale, digits in (("tokens_per_s", 1, 1), ("speedup", 1, 2), ("draft_acceptance_rate", 100, 1),
-                                   ("mean_acceptance_length", 1, 2), ("bias_tv", 1, 3), ("quality", 1, 3)):
+                                   ("mean_acceptance_length", 1, 2), ("bias_tv", 1, 3), ("quality", 1, 3),
+                                   ("target_logprob", 1, 3), ("target_argmax_agreement", 1, 3)):
             m, h = ci95(g[col])
             row[col], row[f"{col}_ci95"] = m, h
             row[f"{col}_text"] = fmt(m, h, scale, digits)
@@ -234,7 +236,7 @@ def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str 
     paths += write_table(table3(df, t3), out / "table3", f"Table 3 (T = {t3:g}): cross-task transfer of the "
                                                          "DIVERSED head (acceptance % / quality)")
     paths += write_table(speed_table(df), out / "speed", "Speed: tokens/s, speedup over target-only, "
-                                                         "acceptance %, tau, bias TV, quality")
+                                                         "acceptance %, tau, bias TV, quality, fidelity")
     return paths
 
 

@@ -72,6 +72,8 @@ def test_speedup_is_over_the_one_target_only_run_of_the_same_pair_task_temperatu
     assert df.loc[str(runs[0]), "speedup"] == 1.0 and pd.isna(df.loc[str(runs[0]), "K"])
     speed = speed_table(df.reset_index())
     assert list(speed["K"].dropna()) == [3, 7] and list(speed["speedup"].dropna()) == [1.0, 3.0, 4.0]
+    # the reference-free fidelity beside the quality
+    assert list(speed["target_logprob"]) == [-1.0] * 3 and list(speed["target_argmax_agreement"]) == [0.9] * 3
 
     write_run(tmp_path / "ar-again", "autoregressive", 3, tokens_per_s=12.0)  # a second baseline: ambiguous
     with pytest.raises(ValueError, match="2 target-only runs for pair p, task arith, temperature 1.0, seed 0"):
