@@ -191,6 +191,21 @@ def speed_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def lambda_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The lambda sweep: acceptance, quality and fidelity of the heads trained at each lambda, per pair and task
+    (mean ± 95% CI over seeds)."""
+    rows = []
+    for (pair, task, lam), g in df.groupby(["pair", "task", "lambda"], sort=True):
+        row = {"pair": pair, "task": task, "lambda": lam, "metric": g["metric"].iloc[0]}
+        for col, scale, digits in (("draft_acceptance_rate", 100, 1), ("mean_weight", 1, 3), ("quality", 1, 3),
+                                   ("target_logprob", 1, 3), ("target_argmax_agreement", 1, 3)):
+            m, h = ci95(g[col])
+            row[col], row[f"{col}_ci95"], row[f"{col}_text"] = m, h, fmt(m, h, scale, digits)
+        row["seeds"] = len(g)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def write_table(df: pd.DataFrame, stem: Path, caption: str) -> list[Path]:
     """stem.csv, stem.md, stem.tex (atomically)."""
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -217,10 +232,11 @@ def learned_weights(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str | Path] = (),
-              table3_temperature: float | None = None) -> list[Path]:
-    """runs.csv (tidy, one row per run), sweeps.csv, weights.csv and the paper's tables under out/.
+              table3_temperature: float | None = None, lambda_dirs: list[str | Path] = ()) -> list[Path]:
+    """runs.csv (tidy, one row per run), sweeps.csv, weights.csv, the paper's tables and the lambda table under out/.
 
-    table3_temperature: the temperature of Table 3 (default: that of the cross-task runs)."""
+    table3_temperature: the temperature of Table 3 (default: that of the cross-task runs); lambda_dirs: the lambda
+    sweep's scored runs (their manifests carry a `lambda` label)."""
     from diversed.sweep import COLUMNS
 
     out = Path(out)
@@ -237,6 +253,14 @@ def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str 
                                                          "DIVERSED head (acceptance % / quality)")
     paths += write_table(speed_table(df), out / "speed", "Speed: tokens/s, speedup over target-only, "
                                                          "acceptance %, tau, bias TV, quality, fidelity")
+    lam = pd.DataFrame()
+    if lambda_dirs:
+        lam = collect(lambda_dirs)
+        lam["lambda"] = [json.loads((Path(d) / "manifest.json").read_text())["labels"]["lambda"]
+                         for d in lam["run_dir"]]
+        lam = lambda_table(lam.astype({"lambda": float}))
+    paths += write_table(lam, out / "lambda", "Lambda sweep: the DIVERSED head trained at each lambda (weight of "
+                                              "the acceptance term): acceptance %, mean w, quality, fidelity")
     return paths
 
 
@@ -287,8 +311,9 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Pa
                   "paired differences over the same (seed, prompt) pairs, mean ± 95% CI; a verdict holds when the "
                   "interval lies on the claimed side, fails when it lies on the other, and is inconclusive when it "
                   "spans it.", "", claims_markdown(found), ""]
-    for name in ("table1", "table2", "table3", "speed"):
-        parts += [(tables / f"{name}.md").read_text(), ""]
+    for name in ("table1", "table2", "table3", "speed", "lambda"):
+        if (tables / f"{name}.md").is_file():
+            parts += [(tables / f"{name}.md").read_text(), ""]
     rel = Path("..") / figures if not figures.is_absolute() else figures
     for png in sorted(figures.glob("*.png")):
         parts += [f"![{png.stem}]({rel / png.name})", ""]
@@ -314,8 +339,8 @@ def log_report(tables: Path, figures: list[Path], name: str, claims: pd.DataFram
 
     tracker = Tracker(name=f"report-{name}", group=name, job_type="report")
     tracker.frame("claims", claims)
-    for table in ("table1", "table2", "table3", "speed"):
-        if (tables / f"{table}.csv").is_file():
+    for table in ("table1", "table2", "table3", "speed", "lambda"):
+        if (tables / f"{table}.csv").is_file() and (tables / f"{table}.csv").stat().st_size > 1:
             tracker.frame(table, pd.read_csv(tables / f"{table}.csv"))
     tracker.images(figures)
     tracker.finish()

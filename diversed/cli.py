@@ -173,7 +173,7 @@ def cmd_sweep(a: argparse.Namespace) -> None:
 def cmd_aggregate(a: argparse.Namespace) -> None:
     from diversed.aggregate import write_all
 
-    for path in write_all(a.runs, a.out, a.sweeps, a.transfer_temperature):
+    for path in write_all(a.runs, a.out, a.sweeps, a.transfer_temperature, a.lambda_runs):
         print(path)
 
 
@@ -324,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/tables")
     p.add_argument("--transfer-temperature", type=float, help="temperature of Table 3 (default: that of the "
                    "cross-task runs)")
+    p.add_argument("--lambda-runs", nargs="*", default=[], metavar="RUN_DIR", help="the lambda sweep's scored runs")
     p.set_defaults(func=cmd_aggregate)
 
     p = sub.add_parser("plot", help="every figure (PNG + PDF) from the aggregated tables")

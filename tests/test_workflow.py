@@ -68,7 +68,7 @@ def test_dry_run_ignores_what_the_working_tree_already_made(tmp_path):
 def test_target_only_runs_once_per_pair_task_temperature_seed(tree):
     """Regression: the target-only (and draft-only) run was decoded once per K."""
     done = snakemake("-n", "--forceall", "-p", "--configfile", with_config(tree, K=[2, 3], transfer=[]), cwd=tree)
-    shell = [line for line in done.stdout.splitlines() if "diversed generate" in line]
+    shell = [line for line in done.stdout.splitlines() if "diversed generate" in line and "logs/decode/" in line]
     runs = [run for line in shell for run in line.split(" --run ")[1:]]
     target_only = [run for run in runs if "verifier=autoregressive" in run]
     assert len(shell) == len(target_only) == 2 * 2  # 2 tasks x 2 temperatures x 1 seed: one job each, no K
@@ -80,7 +80,7 @@ def test_a_decode_job_times_every_method_of_its_setting(tree):
     """On a cluster, a run and its target-only baseline must be timed on the same GPU: one job decodes every
     method at one (pair, task, T, seed), the target-only run first, and scores them."""
     done = snakemake("-n", "--forceall", "-p", "--configfile", "config/smoke.yaml", cwd=tree)
-    shell = [line for line in done.stdout.splitlines() if "diversed generate" in line and "head_task" not in line]
+    shell = [line for line in done.stdout.splitlines() if "diversed generate" in line and "logs/decode/" in line]
     assert len(shell) == 2 * 2
     for line in shell:
         methods = re.findall(r"label:method=(\w+)", line)
@@ -158,6 +158,8 @@ def test_smoke_config_end_to_end(smoke_run):
     assert list(pd.read_csv(wd / "results" / "tables" / "table1.csv")["method"]) == [
         "SD", "SD with fine-tuned draft", "DIVERSED"]
     assert len(list((wd / "figures").glob("*.png"))) == 6
+    lam = pd.read_csv(wd / "results" / "tables" / "lambda.csv")  # the heads trained at lambda 0 and 1, decoded
+    assert list(lam["lambda"]) == [0.0, 1.0] and lam["quality"].notna().all() and lam["target_logprob"].notna().all()
     report = (wd / "results" / "REPORT.md").read_text()
     assert "Table 1" in report and "## Claims" in report
 
@@ -188,7 +190,8 @@ def planned(dry_run_output: str) -> list[dict]:
     return out
 
 
-GPU_RULES = {"decode", "decode_transfer", "sweep", "train_head", "distill_draft"}
+GPU_RULES = {"decode", "decode_transfer", "sweep", "train_head", "distill_draft", "train_head_lambda",
+             "decode_lambda"}
 
 
 class Resources(dict):
@@ -200,8 +203,12 @@ class Resources(dict):
 def test_slurm_profile_requests_each_gpu_once(tree):
     """Regression: every GPU job asked for its GPU twice (rule resource gpu=1 and the profile's gres gpu:1), which
     the SLURM plugin submits as both --gres and --gpus, and itself calls mutually exclusive."""
-    done = snakemake("-n", "--forceall", "--profile", "workflow/profiles/slurm", "--configfile", "config/paper.yaml",
+    paper = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    paper["lambda_sweep"] = {"tasks": ["gsm8k"], "values": [0.0, 0.1]}  # every GPU rule in the DAG
+    (tree / "paper-lambda.yaml").write_text(yaml.safe_dump(paper))
+    done = snakemake("-n", "--forceall", "--profile", "workflow/profiles/slurm", "--configfile", "paper-lambda.yaml",
                      cwd=tree)
+    assert set(jobs(done.stdout)) >= GPU_RULES
     planned_jobs = [j for j in planned(done.stdout) if j["rule"] in GPU_RULES]
     assert len(planned_jobs) == sum(n for rule, n in jobs(done.stdout).items() if rule in GPU_RULES)
     for job in planned_jobs:

@@ -27,6 +27,9 @@ EXPERIMENT = config["experiment"]
 PAIRS = config["pairs"]
 TASKS = config["tasks"]
 SWEEP = config["sweep"]
+LAMBDA = config["lambda_sweep"]
+if unknown := sorted(set(LAMBDA["tasks"]) - set(config["tasks"])):
+    raise ValueError(f"lambda_sweep task(s) {', '.join(unknown)} are not among the config's tasks")
 BASELINES = ("autoregressive", "draft")  # one model decoding alone: no draft length K
 SPECULATIVE = [m for m in config["methods"] if m not in BASELINES]
 TRANSFER_HEADS = sorted({t["head"] for t in config["transfer"]})  # DIVERSED with another task's head: dynamic@head
@@ -50,6 +53,7 @@ wildcard_constraints:
     head=one_of(TRANSFER_HEADS or ["-"]),
     T=NUMBER,
     K=r"\d+",
+    lam=NUMBER,
     seed=r"\d+",
     w=NUMBER,
     mixing="linear|logit",
@@ -58,6 +62,7 @@ wildcard_constraints:
 RUN = "results/runs/{pair}/{task}/{method}/T{T}-K{K}-s{seed}"
 BASELINE_RUN = "results/runs/{pair}/{task}/{baseline}/T{T}-s{seed}"
 SWEEP_DIR = "results/sweeps/{pair}/{task}/T{T}-K{K}"
+LAMBDA_HEAD = "results/lambda/{pair}/{task}/lambda{lam}"
 
 
 def run_dir(pair, task, method, T, K, seed):
@@ -117,6 +122,30 @@ def transfer_outputs(name):
     """A file of every run of decode_transfer's (pair, task, head, T, seed): one per K."""
     return [f"{RUN.format(pair='{pair}', task='{task}', method='dynamic@{head}', T='{T}', K=K, seed='{seed}')}/{name}"
             for K in config["K"]]
+
+
+def lambda_runs():
+    """The lambda sweep's runs: a head per lambda, each decoding a task's eval prompts at every seed."""
+    if not LAMBDA["tasks"]:
+        return []
+    T, K = temperature(LAMBDA["temperature"]), config["K"][0]
+    return [f"{LAMBDA_HEAD.format(pair=pair, task=task, lam=float(lam))}/T{T}-K{K}-s{seed}"
+            for pair, task, lam, seed in itertools.product(PAIRS, LAMBDA["tasks"], LAMBDA["values"],
+                                                            config["seeds"])]
+
+
+def lambda_outputs(name):
+    """A file of every run of decode_lambda's (pair, task, seed): one per lambda."""
+    T, K = temperature(LAMBDA["temperature"]), config["K"][0]
+    return [f"{LAMBDA_HEAD.format(pair='{pair}', task='{task}', lam=float(lam))}/T{T}-K{K}-s{{seed}}/{name}"
+            for lam in LAMBDA["values"]]
+
+
+def lambda_runs_flags(wildcards, input, output):
+    """decode_lambda's --run list: DIVERSED with each lambda's head."""
+    return " ".join(f"--run {os.path.dirname(m)} verifier=dynamic K={config['K'][0]} head={head} "
+                    f"label:method=dynamic label:lambda={lam}"
+                    for m, head, lam in zip(output.manifests, input.heads, LAMBDA["values"], strict=True))
 
 
 def decode_inputs(wildcards):
@@ -186,7 +215,7 @@ def all_cores(wildcards):
     return workflow.cores
 
 
-TABLES = [f"results/tables/{name}.{ext}" for name in ("table1", "table2", "table3", "speed")
+TABLES = [f"results/tables/{name}.{ext}" for name in ("table1", "table2", "table3", "speed", "lambda")
           for ext in ("csv", "md", "tex")]
 # Named by `diversed plot` (T as %g there: figures/quality_vs_time_T1.png).
 FIGURES = [f"figures/{stem}.{ext}" for stem in

@@ -67,3 +67,41 @@ rule decode_transfer:
         "--max-new-tokens {params.max_new} --temperature {wildcards.T} --seed {wildcards.seed} "
         "--label pair={wildcards.pair} --label task={wildcards.task} --label experiment={params.experiment} "
         "{params.runs} --score > {log} 2>&1"
+
+
+rule decode_lambda:
+    """The lambda sweep at one (pair, task, seed): DIVERSED with the head of each lambda, on the eval prompts at the
+    sweep's temperature and the first K, scored."""
+    input:
+        unpack(models),
+        heads=[f"{LAMBDA_HEAD.format(pair='{pair}', task='{task}', lam=float(lam))}/head.safetensors"
+               for lam in LAMBDA["values"]],
+    output:
+        manifests=lambda_outputs("manifest.json"),
+        generations=lambda_outputs("generations.jsonl"),
+        scores=lambda_outputs("scores.json"),
+    params:
+        target=pair_value("target"),
+        draft=pair_value("draft"),
+        draft_layers=pair_value("draft_layers"),
+        dtype=pair_value("dtype"),
+        device=pair_value("device"),
+        data=data_files,
+        n=task_value("n_eval"),
+        max_new=task_value("max_new_tokens"),
+        temperature=temperature(LAMBDA["temperature"]),
+        experiment=EXPERIMENT,
+        runs=lambda_runs_flags,
+    threads: all_cores
+    resources:
+        gpu=gpus,
+    log:
+        "logs/decode_lambda/{pair}/{task}/s{seed}.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "diversed generate --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
+        "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} -n {params.n} "
+        "--max-new-tokens {params.max_new} --temperature {params.temperature} --seed {wildcards.seed} "
+        "--label pair={wildcards.pair} --label task={wildcards.task} --label experiment={params.experiment} "
+        "{params.runs} --score > {log} 2>&1"

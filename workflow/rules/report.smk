@@ -1,8 +1,9 @@
 rule aggregate:
-    """Tidy tables from every scored run and sweep: the paper's Tables 1-3 and a speed table."""
+    """Tidy tables from every scored run and sweep: the paper's Tables 1-3, a speed table and the lambda sweep."""
     input:
         scores=[f"{run}/scores.json" for run in runs()],
         sweeps=[f"{sweep}/sweep.csv" for sweep in sweeps()],
+        lambda_scores=[f"{run}/scores.json" for run in lambda_runs()],
     output:
         runs="results/tables/runs.csv",
         sweeps="results/tables/sweeps.csv",
@@ -10,6 +11,9 @@ rule aggregate:
         tables=TABLES,
     params:
         runs=lambda wildcards, input: [os.path.dirname(s) for s in input.scores],
+        lambda_runs=lambda wildcards, input: " ".join(["--lambda-runs"] + [os.path.dirname(s) for s in
+                                                                           input.lambda_scores])
+        if input.lambda_scores else "",
         transfer_temperature=temperature(config["transfer_temperature"]),
         out=lambda wildcards, output: os.path.dirname(output.runs),
     threads: 1
@@ -18,7 +22,7 @@ rule aggregate:
     conda:
         "../../environment.yml"
     shell:
-        "diversed aggregate --runs {params.runs} --sweeps {input.sweeps} "
+        "diversed aggregate --runs {params.runs} --sweeps {input.sweeps} {params.lambda_runs} "
         "--transfer-temperature {params.transfer_temperature} --out {params.out} > {log} 2>&1"
 
 

@@ -68,3 +68,16 @@ rule distill_draft:
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} "
         "--n-train {params.n_train} --max-new-tokens {params.max_new} --seed 0 --epochs {params.epochs} "
         "--lr {params.lr} --out {output.draft} > {log} 2>&1"
+
+
+use rule train_head as train_head_lambda with:
+    output:
+        head=f"{LAMBDA_HEAD}/head.safetensors",
+        log_csv=f"{LAMBDA_HEAD}/train_log.csv",
+    params:
+        **{k: v for k, v in rules.train_head.params.items() if k not in ("acceptance_weight", "temperature", "out")},
+        acceptance_weight=lambda wildcards: wildcards.lam,
+        temperature=LAMBDA["temperature"],
+        out=lambda wildcards, output: os.path.dirname(output.head),
+    log:
+        "logs/train_head_lambda/{pair}/{task}/lambda{lam}.log",
