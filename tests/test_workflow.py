@@ -260,3 +260,14 @@ def test_local_models_and_data_need_no_fetch(tree):
     assert all(("resources/sources.json" in j["input"]) == (j["wildcards"]["task"] == "gsm8k") for j in gpu_jobs)
     fetch = next(line for line in done.stdout.splitlines() if "diversed fetch-sources" in line)
     assert "--task gsm8k" in fetch and "--model" not in fetch
+
+
+def test_lambda_sweep_reuses_the_task_own_head_at_the_config_lambda(tree):
+    """A lambda sweep value equal to train_head's acceptance_weight (at the same temperature) is the head the
+    tables use, not a second training of it."""
+    config = with_config(tree, lambda_sweep={"tasks": ["arith"], "values": [0.1, 0.5]})  # smoke's lambda: 0.1
+    done = snakemake("-n", "--forceall", "-p", "--configfile", config, cwd=tree)
+    assert jobs(done.stdout)["train_head_lambda"] == 1
+    (line,) = [line for line in done.stdout.splitlines() if "diversed generate" in line and "decode_lambda" in line]
+    assert "head=results/heads/tiny/arith/head.safetensors label:method=dynamic label:lambda=0.1" in line
+    assert "head=results/lambda/tiny/arith/lambda0.5/head.safetensors" in line

@@ -134,6 +134,16 @@ def lambda_runs():
                                                             config["seeds"])]
 
 
+def lambda_head(lam):
+    """The head trained at lambda: the task's own head (train_head) where lambda and the temperature are the
+    config's, else one of train_head_lambda's."""
+    own = (float(lam), float(LAMBDA["temperature"])) == (float(config["train_head"]["acceptance_weight"]),
+                                                         float(config["train_head"]["temperature"]))
+    lambda_folder = LAMBDA_HEAD.format(pair="{pair}", task="{task}", lam=float(lam))
+    folder = "results/heads/{pair}/{task}" if own else lambda_folder
+    return os.path.join(folder, "head.safetensors")
+
+
 def lambda_outputs(name):
     """A file of every run of decode_lambda's (pair, task, seed): one per lambda."""
     T, K = temperature(LAMBDA["temperature"]), config["K"][0]

@@ -74,8 +74,7 @@ rule decode_lambda:
     sweep's temperature and the first K, scored."""
     input:
         unpack(models),
-        heads=[f"{LAMBDA_HEAD.format(pair='{pair}', task='{task}', lam=float(lam))}/head.safetensors"
-               for lam in LAMBDA["values"]],
+        heads=[lambda_head(lam) for lam in LAMBDA["values"]],
     output:
         manifests=lambda_outputs("manifest.json"),
         generations=lambda_outputs("generations.jsonl"),
