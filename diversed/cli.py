@@ -12,6 +12,7 @@ from pathlib import Path
 from diversed.models import DEFAULT_DRAFT_LAYERS
 from diversed.runs import RunConfig
 from diversed.train import DistillConfig, HeadTrainConfig
+from diversed.utils import field_type
 
 
 def add_config_args(p: argparse.ArgumentParser, cls: type, *, required: tuple[str, ...] = ()) -> None:
@@ -24,7 +25,7 @@ def add_config_args(p: argparse.ArgumentParser, cls: type, *, required: tuple[st
         if hints[f.name] is bool:
             p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default, help=help)
             continue
-        kind = next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))
+        kind = field_type(hints[f.name])
         required_ = f.name in required
         p.add_argument(flag, dest=f.name, type=kind, default=None if required_ else f.default, required=required_,
                        help=help if required_ or f.default is None else f"{help} (default %(default)s)")

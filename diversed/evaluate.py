@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from diversed.runs import RunConfig, load_run, prompt_hash
 from diversed.tasks import FIDELITY, Example, get_task
-from diversed.tracking import Tracker, decode_run_id
+from diversed.tracking import decode_tracker
 from diversed.utils import provenance, write_json, write_jsonl
 
 UTILS = "from diversed.evaluate import corpus_score, process_results  # noqa: F401\n"
@@ -271,10 +271,8 @@ def score_run(run_dir: str | Path) -> Path:
         result |= {"quality": scored["aggregate"][metric.name], **scored}
     out = run_dir / "scores.json"
     write_json(out, result)
-    labels = manifest.get("labels", {})
-    tracker = Tracker(name=f"decode-{labels.get('task', task_name)}-{manifest['config'].get('verifier')}-"
-                           f"{manifest['run_id']}", group=labels.get("experiment", "decode"), job_type="decode",
-                      id=decode_run_id(manifest["run_id"]))  # the decode run's own W&B entry
+    tracker = decode_tracker(manifest["run_id"], task_name, manifest["config"].get("verifier"),
+                             manifest.get("labels", {}))
     tracker.summary({"quality": result["quality"], "metric": metric.name,
                      **{f"fidelity/{k}": v for k, v in result["fidelity"].items()}})
     tracker.finish()

@@ -20,8 +20,8 @@ from tqdm.auto import tqdm
 from diversed.engine import Execution, Sampling, check_request, check_settings, speculative_generate
 from diversed.models import DEFAULT_DRAFT_LAYERS, DTYPES, encode_prompt, load_pair
 from diversed.stats import summarize
-from diversed.tracking import Tracker, decode_run_id
-from diversed.utils import atomic_dir, config_hash, option, provenance, read_jsonl, write_json, write_jsonl
+from diversed.tracking import decode_tracker
+from diversed.utils import atomic_dir, config_hash, field_type, option, provenance, read_jsonl, write_json, write_jsonl
 
 DETERMINISTIC_STATS = ("new_tokens", "steps", "stop", "draft_acceptance_rate", "mean_acceptance_length",
                        "mean_weight", "bias_tv", "target_logprob", "target_argmax_agreement")
@@ -143,9 +143,8 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
 
     decode(0, encoded[0], min(8, cfg.max_new_tokens))  # warm-up: allocations and kernel choice, not timed
     labels = dict(labels or {})
-    tracker = Tracker(name=f"decode-{labels.get('task', cfg.task)}-{cfg.verifier}-{rid}",
-                      group=labels.get("experiment", "decode"), job_type="decode",
-                      config=dataclasses.asdict(cfg) | {"run_id": rid, **labels}, id=decode_run_id(rid))
+    tracker = decode_tracker(rid, cfg.task, cfg.verifier, labels,
+                             config=dataclasses.asdict(cfg) | {"run_id": rid, **labels})
     rows, gens = [], []
     started = time.time()
     for i, (row, ids) in enumerate(tqdm(list(zip(prompts, encoded, strict=True)), desc=f"decode {rid}",
@@ -213,14 +212,14 @@ class RunSpec:
 
 def parse_value(hint, text: str):
     """A command-line value as the RunConfig field's type (None for `none` where the field allows it)."""
-    kinds = [t for t in typing.get_args(hint) or (hint,) if t is not type(None)]
-    if text.lower() == "none" and len(kinds) < len(typing.get_args(hint) or (hint,)):
+    kind = field_type(hint)
+    if text.lower() == "none" and type(None) in typing.get_args(hint):
         return None
-    if kinds[0] is bool:
+    if kind is bool:
         if text.lower() not in ("true", "false"):
             raise ValueError(f"{text!r} is not true or false")
         return text.lower() == "true"
-    return kinds[0](text)
+    return kind(text)
 
 
 def with_weight_file(changes: dict, path: str | Path) -> dict:
@@ -248,11 +247,11 @@ def execute_all(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, l
                     models=models) for cfg, spec in zip(configs, specs, strict=True)]
 
 
-def is_complete(run_dir: str | Path, rid: str, *, scored: bool = False) -> bool:
-    """Whether run_dir already holds the finished run rid (and its scores, if scored)."""
-    files = [Path(run_dir) / "manifest.json"] + ([Path(run_dir) / "scores.json"] if scored else [])
+def is_scored(run_dir: str | Path, rid: str) -> bool:
+    """Whether run_dir already holds the finished run rid and its scores."""
     try:
-        return all(json.loads(f.read_text())["run_id"] == rid for f in files)
+        return all(json.loads((Path(run_dir) / name).read_text())["run_id"] == rid
+                   for name in ("manifest.json", "scores.json"))
     except (OSError, ValueError, KeyError):
         return False
 

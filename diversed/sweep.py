@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from diversed.evaluate import read_scores, score_run
-from diversed.runs import RunConfig, execute, is_complete, load_run, run_id, task_prompts
+from diversed.runs import RunConfig, execute, is_scored, load_run, run_id, task_prompts
 from diversed.utils import provenance, write_json, write_text
 
 COLUMNS = ["pair", "task", "split", "prompts", "temperature", "K", "verifier", "weight", "mixing",
@@ -86,7 +86,7 @@ def sweep_point(base: RunConfig, weight: float, mixing: str, run_dir: str | Path
     else:
         cfg = dataclasses.replace(base, verifier="fixed", weight=float(weight), mixing=mixing)
     prompts = task_prompts(cfg)
-    if is_complete(run_dir, run_id(cfg, prompts), scored=True):
+    if is_scored(run_dir, run_id(cfg, prompts)):
         return Path(run_dir)
     run_dir = execute(cfg, prompts, run_dir=run_dir, progress=progress, labels=labels, models=models)
     score_run(run_dir)

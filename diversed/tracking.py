@@ -15,9 +15,6 @@ from typing import Any
 PROJECT = "diversed"
 
 
-def decode_run_id(run_id: str) -> str:
-    """The W&B run of a decoding run: its decode job creates it, scoring adds the quality to it."""
-    return f"decode-{run_id}"
 
 
 def wandb_mode() -> str:
@@ -89,3 +86,10 @@ class Tracker:
         except Exception as e:
             print(f"warning: W&B logging failed ({type(e).__name__}: {e}); continuing without it", file=sys.stderr)
             self.run = None
+
+
+def decode_tracker(run_id: str, task: str | None, verifier: str | None, labels: dict,
+                   config: dict[str, Any] | None = None) -> Tracker:
+    """The W&B run of a decoding run (id decode-{run_id}): its decode job creates it, scoring adds to it."""
+    return Tracker(name=f"decode-{labels.get('task', task)}-{verifier}-{run_id}",
+                   group=labels.get("experiment", "decode"), job_type="decode", config=config, id=f"decode-{run_id}")

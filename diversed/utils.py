@@ -11,6 +11,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,11 @@ def option(default: Any, help: str, flag: str | None = None) -> Any:
     """A config dataclass field with its help text: the command line's flag for it is generated from the field
     (cli.add_config_args), so its default lives in one place. flag: a short form such as "-K"."""
     return dataclasses.field(default=default, metadata={"help": help} | ({"flag": flag} if flag else {}))
+
+
+def field_type(hint) -> type:
+    """The type of a config field's annotation without its None (float | None -> float)."""
+    return next(t for t in typing.get_args(hint) or (hint,) if t is not type(None))
 
 
 @contextlib.contextmanager

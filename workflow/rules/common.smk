@@ -55,8 +55,6 @@ wildcard_constraints:
     K=r"\d+",
     lam=NUMBER,
     seed=r"\d+",
-    w=NUMBER,
-    mixing="linear|logit",
 
 
 RUN = "results/runs/{pair}/{task}/{method}/T{T}-K{K}-s{seed}"
@@ -124,14 +122,16 @@ def transfer_outputs(name):
             for K in config["K"]]
 
 
+def lambda_run(pair, task, lam, seed):
+    """A lambda-sweep run's folder: the head of lambda decoding the task at the sweep's temperature, the first K."""
+    head = LAMBDA_HEAD.format(pair=pair, task=task, lam=float(lam))
+    return f"{head}/T{temperature(LAMBDA['temperature'])}-K{config['K'][0]}-s{seed}"
+
+
 def lambda_runs():
     """The lambda sweep's runs: a head per lambda, each decoding a task's eval prompts at every seed."""
-    if not LAMBDA["tasks"]:
-        return []
-    T, K = temperature(LAMBDA["temperature"]), config["K"][0]
-    return [f"{LAMBDA_HEAD.format(pair=pair, task=task, lam=float(lam))}/T{T}-K{K}-s{seed}"
-            for pair, task, lam, seed in itertools.product(PAIRS, LAMBDA["tasks"], LAMBDA["values"],
-                                                            config["seeds"])]
+    return [lambda_run(pair, task, lam, seed) for pair, task, lam, seed in
+            itertools.product(PAIRS, LAMBDA["tasks"], LAMBDA["values"], config["seeds"])]
 
 
 def lambda_head(lam):
@@ -146,15 +146,12 @@ def lambda_head(lam):
 
 def lambda_outputs(name):
     """A file of every run of decode_lambda's (pair, task, seed): one per lambda."""
-    T, K = temperature(LAMBDA["temperature"]), config["K"][0]
-    return [f"{LAMBDA_HEAD.format(pair='{pair}', task='{task}', lam=float(lam))}/T{T}-K{K}-s{{seed}}/{name}"
-            for lam in LAMBDA["values"]]
+    return [f"{lambda_run('{pair}', '{task}', lam, '{seed}')}/{name}" for lam in LAMBDA["values"]]
 
 
 def lambda_runs_flags(wildcards, input, output):
     """decode_lambda's --run list: DIVERSED with each lambda's head."""
-    return " ".join(f"--run {os.path.dirname(m)} verifier=dynamic K={config['K'][0]} head={head} "
-                    f"label:method=dynamic label:lambda={lam}"
+    return " ".join(run_spec(os.path.dirname(m), "dynamic", config["K"][0], head=head) + f" label:lambda={lam}"
                     for m, head, lam in zip(output.manifests, input.heads, LAMBDA["values"], strict=True))
 
 

@@ -17,6 +17,7 @@ rule decode:
         data=data_files,
         n=task_value("n_eval"),
         max_new=task_value("max_new_tokens"),
+        temperature=lambda wildcards: wildcards.T,
         experiment=EXPERIMENT,
         runs=point_runs,
     threads: all_cores
@@ -29,13 +30,12 @@ rule decode:
     shell:
         "diversed generate --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} -n {params.n} "
-        "--max-new-tokens {params.max_new} --temperature {wildcards.T} --seed {wildcards.seed} "
+        "--max-new-tokens {params.max_new} --temperature {params.temperature} --seed {wildcards.seed} "
         "--label pair={wildcards.pair} --label task={wildcards.task} --label experiment={params.experiment} "
         "{params.runs} --score > {log} 2>&1"
 
 
-rule decode_transfer:
-    """DIVERSED on one task with the head trained on another (the transfer runs), at each K, scored."""
+use rule decode as decode_transfer with:
     input:
         unpack(models),
         head="results/heads/{pair}/{head}/head.safetensors",
@@ -44,34 +44,13 @@ rule decode_transfer:
         generations=transfer_outputs("generations.jsonl"),
         scores=transfer_outputs("scores.json"),
     params:
-        target=pair_value("target"),
-        draft=pair_value("draft"),
-        draft_layers=pair_value("draft_layers"),
-        dtype=pair_value("dtype"),
-        device=pair_value("device"),
-        data=data_files,
-        n=task_value("n_eval"),
-        max_new=task_value("max_new_tokens"),
-        experiment=EXPERIMENT,
+        **{k: v for k, v in rules.decode.params.items() if k != "runs"},
         runs=transfer_runs,
-    threads: all_cores
-    resources:
-        gpu=gpus,
     log:
         "logs/decode_transfer/{pair}/{task}/dynamic@{head}/T{T}-s{seed}.log",
-    conda:
-        "../../environment.yml"
-    shell:
-        "diversed generate --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
-        "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} -n {params.n} "
-        "--max-new-tokens {params.max_new} --temperature {wildcards.T} --seed {wildcards.seed} "
-        "--label pair={wildcards.pair} --label task={wildcards.task} --label experiment={params.experiment} "
-        "{params.runs} --score > {log} 2>&1"
 
 
-rule decode_lambda:
-    """The lambda sweep at one (pair, task, seed): DIVERSED with the head of each lambda, on the eval prompts at the
-    sweep's temperature and the first K, scored."""
+use rule decode as decode_lambda with:
     input:
         unpack(models),
         heads=[lambda_head(lam) for lam in LAMBDA["values"]],
@@ -80,27 +59,8 @@ rule decode_lambda:
         generations=lambda_outputs("generations.jsonl"),
         scores=lambda_outputs("scores.json"),
     params:
-        target=pair_value("target"),
-        draft=pair_value("draft"),
-        draft_layers=pair_value("draft_layers"),
-        dtype=pair_value("dtype"),
-        device=pair_value("device"),
-        data=data_files,
-        n=task_value("n_eval"),
-        max_new=task_value("max_new_tokens"),
+        **{k: v for k, v in rules.decode.params.items() if k not in ("temperature", "runs")},
         temperature=temperature(LAMBDA["temperature"]),
-        experiment=EXPERIMENT,
         runs=lambda_runs_flags,
-    threads: all_cores
-    resources:
-        gpu=gpus,
     log:
         "logs/decode_lambda/{pair}/{task}/s{seed}.log",
-    conda:
-        "../../environment.yml"
-    shell:
-        "diversed generate --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
-        "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} -n {params.n} "
-        "--max-new-tokens {params.max_new} --temperature {params.temperature} --seed {wildcards.seed} "
-        "--label pair={wildcards.pair} --label task={wildcards.task} --label experiment={params.experiment} "
-        "{params.runs} --score > {log} 2>&1"
