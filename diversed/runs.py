@@ -32,8 +32,8 @@ class RunConfig:
     """Everything that determines a run's output (its hash is the run_id)."""
 
     target: str = option("embedded", "target model: local path, hub id, or `embedded`")
-    draft: str = option("embedded", "draft model: local path, hub id, or `embedded`")
-    draft_layers: int = option(DEFAULT_DRAFT_LAYERS, "which embedded draft (first N target layers)")
+    draft: str = option("embedded", "draft model: local path, hub id, `embedded` or `embedded-weak`")
+    draft_layers: int = option(DEFAULT_DRAFT_LAYERS, "which embedded draft (its N decoder layers)")
     verifier: str = option("strict", "autoregressive | draft | strict | fixed | dynamic")
     weight: float | None = option(None, "w on the target for the fixed verifier, in [0, 1]")
     head: str | None = option(None, "trained weight head (.safetensors) for the dynamic verifier")

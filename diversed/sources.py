@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from diversed.models import EMBEDDED_DRAFTS
 from diversed.tasks import SPLITS, get_task, registry
 
 MODEL_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]  # config, weights, tokenizer, templates
@@ -29,7 +30,7 @@ class Sources:
 
 def hub_model(name: str, prepare: str = "none") -> bool:
     """A hub id: not the embedded pair, not built by prepare-models, not a local folder."""
-    return prepare == "none" and name != "embedded" and not os.path.exists(name)
+    return prepare == "none" and name not in EMBEDDED_DRAFTS and not os.path.exists(name)
 
 
 def hub_task(name: str, data_files: str | dict | None = None) -> bool:
@@ -192,7 +193,7 @@ def check(config: dict) -> tuple[list[tuple[str, str, str, str]], list[str]]:
     models = {pair[role]: pair.get("prepare", "none") for pair in config.get("pairs", {}).values()
               for role in ("target", "draft")}
     for name, prepare in models.items():
-        if prepare != "none" or name == "embedded":
+        if prepare != "none" or name in EMBEDDED_DRAFTS:
             rows.append(("model", name, "built", "by prepare-models"))
             continue
         found = attempt(lambda name=name: check_model(name), f"model {name}", name if hub_model(name) else None)

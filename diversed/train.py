@@ -40,8 +40,8 @@ class TrainConfig:
 
     task: str = option("arith", "task whose train prompts the job learns from")
     target: str = option("embedded", "target model: local path, hub id, or `embedded`")
-    draft: str = option("embedded", "draft model: local path, hub id, or `embedded`")
-    draft_layers: int = option(DEFAULT_DRAFT_LAYERS, "which embedded draft (first N target layers)")
+    draft: str = option("embedded", "draft model: local path, hub id, `embedded` or `embedded-weak`")
+    draft_layers: int = option(DEFAULT_DRAFT_LAYERS, "which embedded draft (its N decoder layers)")
     data_files: str | None = option(None, "local JSONL for the task (offline use of hub tasks)")
     n_train: int = option(400, "training prompts (seeded subsample of the train split)")
     epochs: int = option(2, "passes over the training prompts")
@@ -397,7 +397,12 @@ def target_text(target: nn.Module, prompts: list[list[int]], *, max_new_tokens: 
 def fit_draft(student: nn.Module, target: nn.Module, seqs: list[tuple[list[int], list[int]]], *, epochs: int,
               lr: float, grad_clip: float, seed: int, progress: bool = True, tracker=None) -> list[dict]:
     """Train student's trainable parameters to minimise KL(p_target || q_student) on the completions of seqs (one
-    sequence a step, in a seeded order per epoch); returns the log rows. bfloat16 weights train with AdamW16."""
+    sequence a step, in a seeded order per epoch); returns the log rows. bfloat16 weights train with AdamW16.
+    A student with a draft vocabulary R (models.draft_vocabulary) is compared over R, the only ids it proposes."""
+    from diversed.models import draft_vocabulary
+
+    rows = draft_vocabulary(student)
+    index = None if rows is None else torch.tensor(rows, device=student.device)  # [R]
     params = [p for p in student.parameters() if p.requires_grad]
     opt = AdamW16(params, lr=lr, seed=seed) if student.dtype == torch.bfloat16 else torch.optim.AdamW(params, lr=lr)
     log_rows, step = [], 0
@@ -412,6 +417,8 @@ def fit_draft(student: nn.Module, target: nn.Module, seqs: list[tuple[list[int],
             with torch.no_grad():
                 p_logits = target(x, use_cache=False, logits_to_keep=keep).logits[0, :-1]  # [n, V]
             q_logits = student(x, use_cache=False, logits_to_keep=keep).logits[0, :-1]  # [n, V]
+            if index is not None:
+                p_logits, q_logits = p_logits.index_select(-1, index), q_logits.index_select(-1, index)  # [n, R]
             loss = kl_loss(p_logits, q_logits)
             opt.zero_grad()
             loss.backward()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from diversed.models import embedded_paths
+from diversed.models import draft_vocabulary, embedded_paths
 
 pytestmark = [
     pytest.mark.slow,
@@ -21,7 +21,8 @@ def pair():
 
 
 def test_embedded_pair_shapes(pair):
-    assert pair.target.config.num_hidden_layers == 30 and pair.draft.config.num_hidden_layers == 1
+    assert pair.target.config.num_hidden_layers == 30 and pair.draft.config.num_hidden_layers == 2
+    assert len(draft_vocabulary(pair.draft)) == 4096
     assert pair.target.config.hidden_size == 576 and pair.vocab_size is None
     assert sum(p.numel() for p in pair.target.parameters()) == pytest.approx(134.5e6, rel=0.01)
 

@@ -8,7 +8,7 @@ from diversed.utils import record_result
 def test_record_result_rewrites_only_its_section(tmp_path):
     path = tmp_path / "RESULTS.md"
     record_result("Bench", "| a |\n|---|\n| 1 |", "diversed bench", path)
-    record_result("Draft depth", "depth table", "python benchmarks/draft_layers.py", path)
+    record_result("Draft depth", "depth table", "python benchmarks/drafts.py", path)
     record_result("Bench", "# Bench title\n\n| a |\n|---|\n| 2 |", "diversed bench -K 3", path)
     text = path.read_text()
     assert "\n#### Bench title\n" in text and "\n# Bench title" not in text

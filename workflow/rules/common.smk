@@ -6,6 +6,7 @@ import re
 from snakemake.utils import validate
 
 
+from diversed.draft import DraftRecipe
 from diversed.engine import VERIFIERS
 from diversed.sources import hub_model, hub_sources, hub_task
 from diversed.tasks import registry
@@ -196,6 +197,11 @@ def transfer_runs(wildcards, input, output):
     """decode_transfer's --run list: DIVERSED with the head of task `head`, at each K."""
     return " ".join(run_spec(os.path.dirname(m), "dynamic", K, head=input.head) + f" label:head_task={wildcards.head}"
                     for m, K in zip(output.manifests, config["K"], strict=True))
+
+
+def draft_recipe(wildcards):
+    pair = PAIRS[wildcards.pair]
+    return DraftRecipe(layers=pair["draft_layers"]).id if pair["prepare"] == "embedded" else "none"
 
 
 def pair_value(key):
