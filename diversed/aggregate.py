@@ -1,5 +1,5 @@
-"""Tidy tables from scored runs: one row per run, then mean ± 95% CI over seeds, in the layouts of the
-paper's tables (CSV for machines, Markdown and LaTeX for people)."""
+"""Tidy tables from scored runs: one row per run and one per (run, prompt), then mean ± 95% CI over the (seed,
+prompt) units, in the layouts of the paper's tables (CSV for machines, Markdown and LaTeX for people)."""
 
 from __future__ import annotations
 
@@ -100,6 +100,64 @@ def ci95(values) -> tuple[float, float]:
     return mean, float(stats.t.ppf(0.975, len(x) - 1)) * sd / math.sqrt(len(x))
 
 
+def _mean(xs) -> float:
+    return sum(map(float, xs)) / len(xs) if xs else math.nan
+
+
+def prompt_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (run, prompt), the unit of the tables' and the claims' confidence intervals: the run's keys and
+    that prompt's acceptance (accepted / drafted), quality, fidelity, bias TV, tokens/s (its new tokens over its
+    decode time, manifest `prompt_seconds`) and speedup (over the target-only run's tokens/s on the same seed and
+    prompt, timed on the same hardware)."""
+    from diversed.tasks import metric_spec
+
+    rows = []
+    for r in runs.itertuples():
+        manifest, gens = load_run(r.run_dir)
+        scores = json.loads((Path(r.run_dir) / "scores.json").read_text())
+        quality = {e["prompt_hash"]: e.get(scores["metric"]) for e in scores.get("per_example", [])}
+        fidelity = metric_spec(scores["metric"]).fidelity  # the quality is the target's log-likelihood per token
+        seconds = manifest.get("prompt_seconds") or [math.nan] * len(gens)
+        for g, sec in zip(gens, seconds, strict=True):
+            if fidelity:
+                quality[g["prompt_hash"]] = _mean(g.get("target_logprobs"))
+            rows.append({"run_id": r.run_id, "pair": r.pair, "task": r.task, "method": r.method,
+                         "head_task": r.head_task if isinstance(r.head_task, str) else "",
+                         "temperature": r.temperature, "K": r.K, "seed": r.seed, "hardware": r.hardware,
+                         "prompt": g["prompt_hash"], "accepted": sum(g.get("accepted", [])),
+                         "drafted": sum(g.get("drafted", [])), "quality": quality.get(g["prompt_hash"]),
+                         "target_logprob": _mean(g.get("target_logprobs")),
+                         "target_argmax_agreement": _mean(g.get("target_argmax")),
+                         "bias_tv": _mean(g.get("bias_tv_per_token")),
+                         "tokens_per_s": len(g["tokens"]) / sec if sec and sec > 0 else math.nan})
+    df = pd.DataFrame(rows, columns=["run_id", "pair", "task", "method", "head_task", "temperature", "K", "seed",
+                                     "hardware", "prompt", "accepted", "drafted", "quality", "target_logprob",
+                                     "target_argmax_agreement", "bias_tv", "tokens_per_s"])
+    df["quality"] = pd.to_numeric(df["quality"], errors="coerce")
+    df["draft_acceptance_rate"] = df["accepted"] / df["drafted"].where(df["drafted"] > 0)
+    keys = [*SPEEDUP_KEYS, "prompt", "hardware"]
+    base = df.loc[df["method"] == "autoregressive", [*keys, "tokens_per_s"]].rename(columns={"tokens_per_s": "base"})
+    df["speedup"] = (df["tokens_per_s"] / df[keys].merge(base, on=keys, how="left")["base"]).to_numpy()
+    return df
+
+
+def unit_ci(group: pd.DataFrame, units: pd.DataFrame | None, column: str) -> tuple[float, float]:
+    """Mean and 95% half-width of column over the (seed, prompt) units of group's runs; over the runs themselves
+    (seeds) where the units lack it (a corpus metric such as BLEU, runs without per-prompt timings)."""
+    corpus = column == "quality" and len(group) and _corpus_metric(group["metric"].iloc[0])
+    if units is not None and column in units and not corpus:
+        u = units.loc[units["run_id"].isin(group["run_id"]), column].dropna()
+        if len(u):
+            return ci95(u.tolist())
+    return ci95(group[column])
+
+
+def _corpus_metric(metric: str) -> bool:
+    from diversed.tasks import metric_spec
+
+    return metric_spec(metric).corpus
+
+
 def fmt(mean: float, half: float, scale: float = 1.0, digits: int = 1) -> str:
     if mean is None or math.isnan(mean):
         return "–"
@@ -114,17 +172,17 @@ def _quality_scale(metric: str) -> tuple[float, int]:
     return (100.0, 1) if metric_spec(metric).unit == "fraction" else (1.0, 2)
 
 
-def cell(group: pd.DataFrame) -> str:
-    """'acceptance % / quality' over seeds, each mean ± 95% CI."""
+def cell(group: pd.DataFrame, units: pd.DataFrame | None = None) -> str:
+    """'acceptance % / quality', each mean ± 95% CI over the (seed, prompt) units (unit_ci)."""
     if group.empty:
         return "–"
-    a = ci95(group["draft_acceptance_rate"])
+    a = unit_ci(group, units, "draft_acceptance_rate")
     scale, digits = _quality_scale(group["metric"].iloc[0])
-    q = ci95(group["quality"])
+    q = unit_ci(group, units, "quality")
     return f"{fmt(*a, scale=100)} / {fmt(*q, scale=scale, digits=digits)}"
 
 
-def table1(df: pd.DataFrame, temperature: float) -> pd.DataFrame:
+def table1(df: pd.DataFrame, temperature: float, units: pd.DataFrame | None = None) -> pd.DataFrame:
     """Paper Tables 1 / 2: rows pair x (SD, SD with fine-tuned draft, DIVERSED); columns tasks."""
     d = df[(df["temperature"] == temperature) & (df["method"].isin(TABLE1_METHODS)) & df["head_task"].isna()]
     tasks = sorted(d["task"].unique())
@@ -135,7 +193,7 @@ def table1(df: pd.DataFrame, temperature: float) -> pd.DataFrame:
             if g.empty:
                 continue
             row = {"pair": pair, "method": METHOD_NAMES.get(method, method)}
-            row |= {t: cell(g[g["task"] == t]) for t in tasks}
+            row |= {t: cell(g[g["task"] == t], units) for t in tasks}
             rows.append(row)
             first = g.iloc[0]
             if temperature == 1.0 and (first["target"], first["draft"]) == PAPER_PAIR:
@@ -155,7 +213,7 @@ def transfer_temperature(df: pd.DataFrame) -> float:
     return float(cross[0]) if len(cross) else float(df["temperature"].max())
 
 
-def table3(df: pd.DataFrame, temperature: float) -> pd.DataFrame:
+def table3(df: pd.DataFrame, temperature: float, units: pd.DataFrame | None = None) -> pd.DataFrame:
     """Paper Table 3: head trained on task X (rows) evaluated on task Y (columns), DIVERSED, at one temperature
     (the diagonal is the task's own head, taken from the same temperature as the cross-task runs)."""
     d = df[(df["method"] == "dynamic") & (df["temperature"] == temperature)].copy()
@@ -167,14 +225,14 @@ def table3(df: pd.DataFrame, temperature: float) -> pd.DataFrame:
             g = d[(d["pair"] == pair) & (d["head_task"] == x)]
             if g.empty:
                 continue
-            rows.append({"pair": pair, "head trained on": x} | {y: cell(g[g["task"] == y]) for y in tasks})
+            rows.append({"pair": pair, "head trained on": x} | {y: cell(g[g["task"] == y], units) for y in tasks})
     return pd.DataFrame(rows, columns=["pair", "head trained on", *tasks])
 
 
-def speed_table(df: pd.DataFrame) -> pd.DataFrame:
+def speed_table(df: pd.DataFrame, units: pd.DataFrame | None = None) -> pd.DataFrame:
     """Tokens/s, speedup over target-only, alpha, tau, bias, quality and its reference-free fidelity (target log p
-    per token, target argmax agreement), per pair/task/T/method/K and hardware (mean ± 95% CI): seeds timed on
-    different hardware are separate rows."""
+    per token, target argmax agreement), per pair/task/T/method/K and hardware, mean ± 95% CI over the (seed,
+    prompt) units (unit_ci; tau over seeds): seeds timed on different hardware are separate rows."""
     rows = []
     keys = ["pair", "task", "temperature", "method", "K", "head_task", "hardware"]
     for key, g in df.fillna({"head_task": ""}).groupby(keys, sort=True, dropna=False):
@@ -183,10 +241,11 @@ def speed_table(df: pd.DataFrame) -> pd.DataFrame:
         for col, scale, digits in (("tokens_per_s", 1, 1), ("speedup", 1, 2), ("draft_acceptance_rate", 100, 1),
                                    ("mean_acceptance_length", 1, 2), ("bias_tv", 1, 3), ("quality", 1, 3),
                                    ("target_logprob", 1, 3), ("target_argmax_agreement", 1, 3)):
-            m, h = ci95(g[col])
+            m, h = unit_ci(g, units, col)
             row[col], row[f"{col}_ci95"] = m, h
             row[f"{col}_text"] = fmt(m, h, scale, digits)
         row["seeds"] = len(g)
+        row["prompts"] = int(g["prompts"].sum())
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -246,12 +305,13 @@ def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str 
     write_text(out / "sweeps.csv", sweeps.to_csv(index=False))
     write_text(out / "weights.csv", learned_weights(df).to_csv(index=False))
     paths = [out / "runs.csv", out / "sweeps.csv", out / "weights.csv"]
-    paths += write_table(table1(df, 1.0), out / "table1", "Table 1 (T = 1.0): acceptance rate % / quality")
-    paths += write_table(table1(df, 0.1), out / "table2", "Table 2 (T = 0.1): acceptance rate % / quality")
+    units = prompt_table(df)
+    paths += write_table(table1(df, 1.0, units), out / "table1", "Table 1 (T = 1.0): acceptance rate % / quality")
+    paths += write_table(table1(df, 0.1, units), out / "table2", "Table 2 (T = 0.1): acceptance rate % / quality")
     t3 = transfer_temperature(df) if table3_temperature is None else table3_temperature
-    paths += write_table(table3(df, t3), out / "table3", f"Table 3 (T = {t3:g}): cross-task transfer of the "
+    paths += write_table(table3(df, t3, units), out / "table3", f"Table 3 (T = {t3:g}): cross-task transfer of the "
                                                          "DIVERSED head (acceptance % / quality)")
-    paths += write_table(speed_table(df), out / "speed", "Speed: tokens/s, speedup over target-only, "
+    paths += write_table(speed_table(df, units), out / "speed", "Speed: tokens/s, speedup over target-only, "
                                                          "acceptance %, tau, bias TV, quality, fidelity")
     lam = pd.DataFrame()
     if lambda_dirs:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from diversed.aggregate import ci95
+from diversed.aggregate import ci95, prompt_table
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
 IDENTITY_TOLERANCE = 0.05  # |observed - predicted acceptance| within which the acceptance identity holds
@@ -28,27 +28,6 @@ class Claim:
     claim: str
     evidence: str
     verdict: str
-
-
-def prompt_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (run, prompt): the run's keys and the prompt's acceptance, quality and fidelity."""
-    rows = []
-    for r in runs.itertuples():
-        scores = json.loads((Path(r.run_dir) / "scores.json").read_text())
-        quality = {e["prompt_hash"]: e.get(scores["metric"]) for e in scores.get("per_example", [])}
-        for line in (Path(r.run_dir) / "generations.jsonl").read_text().splitlines():
-            g = json.loads(line)
-            lp = g.get("target_logprobs") or []
-            rows.append({"pair": r.pair, "task": r.task, "method": r.method,
-                         "head_task": r.head_task if isinstance(r.head_task, str) else "",
-                         "temperature": r.temperature, "K": r.K, "seed": r.seed, "prompt": g["prompt_hash"],
-                         "accepted": sum(g.get("accepted", [])), "drafted": sum(g.get("drafted", [])),
-                         "quality": quality.get(g["prompt_hash"]),
-                         "target_logprob": sum(lp) / len(lp) if lp else math.nan})
-    df = pd.DataFrame(rows)
-    if len(df):
-        df["acceptance"] = df["accepted"] / df["drafted"].where(df["drafted"] > 0)
-    return df
 
 
 def paired(df: pd.DataFrame, a: dict, b: dict, column: str) -> tuple[float, float, int]:
@@ -104,7 +83,7 @@ def relaxed_raises_acceptance(df: pd.DataFrame, T: float) -> Claim:
     for pair, task, K in settings(df, T):
         key = {"pair": pair, "task": task, "temperature": T, "K": K, "head_task": ""}
         for method in ("dynamic", "fixed"):
-            m, h, n = paired(df, key | {"method": method}, key | {"method": "strict"}, "acceptance")
+            m, h, n = paired(df, key | {"method": method}, key | {"method": "strict"}, "draft_acceptance_rate")
             if n:
                 verdicts.append(side(m, h))
                 parts.append(f"{pair}/{task} {method}: {num(m, h)} (n={n})")
@@ -163,7 +142,7 @@ def beyond_front(df: pd.DataFrame, T: float) -> Claim:
     parts, verdicts = [], []
     for pair, task, K in settings(df, T):
         key = {"pair": pair, "task": task, "temperature": T, "K": K, "head_task": ""}
-        a = paired(df, key | {"method": "dynamic"}, key | {"method": "fixed"}, "acceptance")
+        a = paired(df, key | {"method": "dynamic"}, key | {"method": "fixed"}, "draft_acceptance_rate")
         q = paired(df, key | {"method": "dynamic"}, key | {"method": "fixed"}, "quality")
         if not a[2]:
             continue
@@ -176,23 +155,29 @@ def beyond_front(df: pd.DataFrame, T: float) -> Claim:
 
 
 def faster_than_sd(df: pd.DataFrame, runs: pd.DataFrame, T: float, tolerance: dict[str, float]) -> Claim:
-    """DIVERSED's tokens/s above SD's (paired over seeds), at quality within the task's tolerance of the target."""
+    """DIVERSED's tokens/s above SD's (paired over (seed, prompt); over seeds for runs without per-prompt timings),
+    at quality within the task's tolerance of the target."""
     parts, verdicts = [], []
     for pair, task, K in settings(df, T):
-        sel = runs[(runs["pair"] == pair) & (runs["task"] == task) & (runs["temperature"] == T)
-                   & runs["head_task"].isna()]
-        speed = sel.pivot_table(index="seed", columns="method", values="tokens_per_s")
-        if not {"dynamic", "strict"} <= set(speed.columns):
-            continue
-        s = ci95((speed["dynamic"] - speed["strict"]).dropna().tolist())
         key = {"pair": pair, "task": task, "temperature": T}
+        *s, n = paired(df, key | {"method": "dynamic", "K": K, "head_task": ""},
+                       key | {"method": "strict", "K": K, "head_task": ""}, "tokens_per_s")
+        unit = "(seed, prompt) pairs"
+        if not n:
+            sel = runs[(runs["pair"] == pair) & (runs["task"] == task) & (runs["temperature"] == T)
+                       & runs["head_task"].isna()]
+            speed = sel.pivot_table(index="seed", columns="method", values="tokens_per_s")
+            if not {"dynamic", "strict"} <= set(speed.columns):
+                continue
+            diff = (speed["dynamic"] - speed["strict"]).dropna()
+            s, n, unit = ci95(diff.tolist()), len(diff), "seeds"
         q = paired(df, key | {"method": "dynamic", "K": K, "head_task": ""},
                    {"pair": pair, "task": task, "temperature": T, "method": "autoregressive"}, "quality")
         tol = tolerance.get(task, 0.0)
         sq = side(q[0], q[1], above=-tol)
         verdicts.append(HOLDS if side(*s) == HOLDS and sq == HOLDS else FAILS if FAILS in (side(*s), sq)
                         else INCONCLUSIVE)
-        parts.append(f"{pair}/{task}: tokens/s vs SD {num(*s, digits=1)} (n={len(speed)} seeds); quality vs "
+        parts.append(f"{pair}/{task}: tokens/s vs SD {num(*s, digits=1)} (n={n} {unit}); quality vs "
                      f"target only {num(*q[:2])} (tolerance {tol:g})")
     return Claim(f"DIVERSED is faster than SD at quality within the task's tolerance of the target (T = {T:g})",
                  "; ".join(parts) or "no paired runs", all_of(verdicts))
@@ -223,7 +208,7 @@ def transfer_worse(df: pd.DataFrame) -> Claim:
     for (pair, task, head, T, K), _ in cross.groupby(["pair", "task", "head_task", "temperature", "K"]):
         key = {"pair": pair, "task": task, "temperature": T, "K": K, "method": "dynamic"}
         q = paired(df, key | {"head_task": ""}, key | {"head_task": head}, "quality")
-        a = paired(df, key | {"head_task": ""}, key | {"head_task": head}, "acceptance")
+        a = paired(df, key | {"head_task": ""}, key | {"head_task": head}, "draft_acceptance_rate")
         verdicts.append(side(q[0], q[1]))
         parts.append(f"{pair}/{task} own - {head} head: quality {num(*q[:2])}, acceptance {num(*a[:2])}")
     return Claim("A head transferred from another task does worse than the task's own (quality)",

@@ -162,6 +162,7 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
     summary = summarize(gens)
     manifest = {"run_id": rid, "config": dataclasses.asdict(cfg), "labels": labels, "seed": cfg.seed,
                 "execution": dataclasses.asdict(execution), "summary": summary, "started": started,
+                "prompt_seconds": [g.time_total for g in gens],  # per prompt, in the order of generations.jsonl
                 "finished": time.time(), **provenance()}
     tracker.log({k: v for k, v in summary.items() if isinstance(v, (int, float))})
     tracker.table("generations", ["id", "prompt", "completion"],

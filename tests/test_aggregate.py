@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -40,8 +42,11 @@ def test_cross_task_runs_at_two_temperatures_need_an_explicit_one():
         transfer_temperature(pd.concat([df, extra]))
 
 
-def write_run(folder, method, K, tokens_per_s, seed=0, prompts=2, time_total=1.0, hardware=None, device="cpu"):
-    """A scored run on disk with what aggregation reads (the target-only run keeps the CLI's default K)."""
+def write_run(folder, method, K, tokens_per_s, seed=0, prompts=2, time_total=1.0, hardware=None, device="cpu",
+              per_prompt=None):
+    """A scored run on disk with what aggregation reads (the target-only run keeps the CLI's default K).
+
+    per_prompt: [(new tokens, seconds, accepted, drafted, correct)] per prompt, else no prompt rows."""
     from diversed.utils import write_json
 
     verifier = "strict" if method == "finetuned" else method
@@ -51,13 +56,41 @@ def write_run(folder, method, K, tokens_per_s, seed=0, prompts=2, time_total=1.0
                "acceptance_by_position": [0.5], "mean_weight": None, "bias_tv": 0.0, "tokens_per_s": tokens_per_s,
                "time_total": time_total}
     folder.mkdir(parents=True)
+    per_prompt = per_prompt or []
     write_json(folder / "manifest.json", {"run_id": folder.name, "config": config, "summary": summary,
                                           "labels": {"pair": "p", "task": "arith", "method": method},
+                                          "prompt_seconds": [sec for _, sec, *_ in per_prompt],
                                           **({"hardware": hardware} if hardware else {})})
-    (folder / "generations.jsonl").write_text("")
+    gens = [{"prompt_hash": f"h{i}", "tokens": [5] * n, "accepted": [a], "drafted": [d], "target_logprobs": [-1.0],
+             "target_argmax": [True], "bias_tv_per_token": [0.0]} for i, (n, _, a, d, _) in enumerate(per_prompt)]
+    (folder / "generations.jsonl").write_text("".join(json.dumps(g) + "\n" for g in gens))
     write_json(folder / "scores.json", {"metric": "accuracy", "quality": 0.5,
+                                        "per_example": [{"prompt_hash": f"h{i}", "accuracy": c}
+                                                        for i, (*_, c) in enumerate(per_prompt)],
                                         "fidelity": {"target_logprob": -1.0, "target_argmax_agreement": 0.9}})
     return folder
+
+
+def test_confidence_intervals_are_over_seed_prompt_units(tmp_path):
+    """Regression: with 2 seeds, a t-interval over seeds (t = 12.7 at 1 degree of freedom) gave cells like
+    10.0 ± 127.1; the unit is now the (seed, prompt) pair, with speed and speedup per prompt."""
+    from diversed.aggregate import ci95, collect, prompt_table, speed_table, table1
+
+    target = {0: [(10, 1.0, 0, 0, 1.0), (10, 2.0, 0, 0, 0.0)], 1: [(10, 1.0, 0, 0, 1.0), (10, 0.5, 0, 0, 1.0)]}
+    sd = {0: [(10, 0.5, 2, 4, 1.0), (10, 1.0, 3, 4, 0.0)], 1: [(10, 0.25, 4, 4, 1.0), (10, 0.5, 1, 4, 0.0)]}
+    runs = [write_run(tmp_path / f"{m}{seed}", m, 5, tokens_per_s=1.0, seed=seed, per_prompt=rows[seed])
+            for m, rows in (("autoregressive", target), ("strict", sd)) for seed in (0, 1)]
+    df = collect(runs)
+    units = prompt_table(df)
+    speed = speed_table(df, units).set_index("method")
+    assert speed.loc["strict", "tokens_per_s"] == pytest.approx((20 + 10 + 40 + 20) / 4)
+    assert speed.loc["strict", "tokens_per_s_ci95"] == pytest.approx(ci95([20, 10, 40, 20])[1])
+    assert speed.loc["strict", "speedup"] == pytest.approx((2 + 2 + 4 + 1) / 4)  # per prompt, same seed and prompt
+    assert speed.loc["strict", "prompts"] == 4 and speed.loc["strict", "seeds"] == 2
+    a_half, q_half = ci95([.5, .75, 1, .25])[1], ci95([1.0, 0.0, 1.0, 0.0])[1]
+    cell = table1(df, 1.0, units).set_index("method").loc["SD", "arith"]
+    assert cell == f"62.5 ± {100 * a_half:.1f} / 50.0 ± {100 * q_half:.1f}"
+    assert table1(df, 1.0).set_index("method").loc["SD", "arith"] == "50.0 / 50.0"  # runs only: over seeds
 
 
 def test_speedup_is_over_the_one_target_only_run_of_the_same_pair_task_temperature_seed(tmp_path):

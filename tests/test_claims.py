@@ -14,7 +14,8 @@ def prompt_rows(acceptance: dict[str, float], prompts: int = 12, seeds: int = 2,
     """A prompt table of one pair and task at T = 1, K = 5: each method's per-prompt acceptance around its level."""
     rng = random.Random(0)
     rows = [{"pair": "p", "task": "arith", "method": method, "head_task": "", "temperature": 1.0, "K": 5,
-             "seed": seed, "prompt": str(i), "acceptance": level + rng.uniform(-noise, noise), "quality": 0.5}
+             "seed": seed, "prompt": str(i), "draft_acceptance_rate": level + rng.uniform(-noise, noise),
+             "quality": 0.5}
             for method, level in acceptance.items() for seed in range(seeds) for i in range(prompts)]
     return pd.DataFrame(rows)
 
