@@ -129,10 +129,11 @@ def prompt_table(runs: pd.DataFrame) -> pd.DataFrame:
                          "target_logprob": _mean(g.get("target_logprobs")),
                          "target_argmax_agreement": _mean(g.get("target_argmax")),
                          "bias_tv": _mean(g.get("bias_tv_per_token")),
+                         "mean_weight": _mean([w for step in g.get("weights") or [] for w in step]),
                          "tokens_per_s": len(g["tokens"]) / sec if sec and sec > 0 else math.nan})
     df = pd.DataFrame(rows, columns=["run_id", "pair", "task", "method", "head_task", "temperature", "K", "seed",
                                      "hardware", "prompt", "accepted", "drafted", "quality", "target_logprob",
-                                     "target_argmax_agreement", "bias_tv", "tokens_per_s"])
+                                     "target_argmax_agreement", "bias_tv", "mean_weight", "tokens_per_s"])
     df["quality"] = pd.to_numeric(df["quality"], errors="coerce")
     df["draft_acceptance_rate"] = df["accepted"] / df["drafted"].where(df["drafted"] > 0)
     keys = [*SPEEDUP_KEYS, "prompt", "hardware"]
@@ -250,15 +251,15 @@ def speed_table(df: pd.DataFrame, units: pd.DataFrame | None = None) -> pd.DataF
     return pd.DataFrame(rows)
 
 
-def lambda_table(df: pd.DataFrame) -> pd.DataFrame:
+def lambda_table(df: pd.DataFrame, units: pd.DataFrame | None = None) -> pd.DataFrame:
     """The lambda sweep: acceptance, quality and fidelity of the heads trained at each lambda, per pair and task
-    (mean ± 95% CI over seeds)."""
+    (mean ± 95% CI over the (seed, prompt) units, unit_ci)."""
     rows = []
     for (pair, task, lam), g in df.groupby(["pair", "task", "lambda"], sort=True):
         row = {"pair": pair, "task": task, "lambda": lam, "metric": g["metric"].iloc[0]}
         for col, scale, digits in (("draft_acceptance_rate", 100, 1), ("mean_weight", 1, 3), ("quality", 1, 3),
                                    ("target_logprob", 1, 3), ("target_argmax_agreement", 1, 3)):
-            m, h = ci95(g[col])
+            m, h = unit_ci(g, units, col)
             row[col], row[f"{col}_ci95"], row[f"{col}_text"] = m, h, fmt(m, h, scale, digits)
         row["seeds"] = len(g)
         rows.append(row)
@@ -318,7 +319,7 @@ def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str 
         lam = collect(lambda_dirs)
         lam["lambda"] = [json.loads((Path(d) / "manifest.json").read_text())["labels"]["lambda"]
                          for d in lam["run_dir"]]
-        lam = lambda_table(lam.astype({"lambda": float}))
+        lam = lambda_table(lam.astype({"lambda": float}), prompt_table(lam))
     paths += write_table(lam, out / "lambda", "Lambda sweep: the DIVERSED head trained at each lambda (weight of "
                                               "the acceptance term): acceptance %, mean w, quality, fidelity")
     return paths
@@ -359,7 +360,8 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Pa
     parts = ["# diversed reproduction report", "",
              f"{len(runs)} scored decoding runs; pairs: {', '.join(sorted(runs['pair'].unique()))}; "
              f"tasks: {', '.join(sorted(runs['task'].unique()))}; seeds: "
-             f"{', '.join(str(s) for s in sorted(runs['seed'].unique()))}. Cells are mean ± 95% CI over seeds.", "",
+             f"{', '.join(str(s) for s in sorted(runs['seed'].unique()))}. Cells are mean ± 95% CI over the "
+             "(seed, prompt) pairs.", "",
              "**Splits**: prompts per task and split. The head and the fine-tuned draft train on train, the fixed w "
              "is chosen on dev, every table reports eval; the three are disjoint.", "",
              split_sizes(runs, sweeps).to_markdown(index=False), ""]
