@@ -90,6 +90,26 @@ def constant_k(draft: nn.Module, K: int) -> Iterator[None]:
         gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = saved
 
 
+@contextlib.contextmanager
+def vocabulary_mask(draft: nn.Module | None) -> Iterator[None]:
+    """transformers runs a draft's whole output head: give -inf to the ids outside its draft vocabulary
+    (models.draft_vocabulary), so that its q is the one the engine computes from those rows alone."""
+    from diversed.models import draft_vocabulary
+
+    rows = draft_vocabulary(draft) if draft is not None else None
+    if rows is None:
+        yield
+        return
+    head = draft.get_output_embeddings()
+    outside = torch.ones(head.out_features, dtype=torch.bool, device=head.weight.device)
+    outside[rows] = False
+    handle = head.register_forward_hook(lambda _m, _x, logits: logits.masked_fill(outside, float("-inf")))
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
 def hf_generate(target: nn.Module, ids: list[int], *, max_new_tokens: int, draft: nn.Module | None = None, K: int = 5,
                 weight: float | None = None, temperature: float = 0.0) -> list[int]:
     """transformers' own decoding: target-only, assisted (constant K), or its static ensemble (weight)."""
@@ -101,7 +121,7 @@ def hf_generate(target: nn.Module, ids: list[int], *, max_new_tokens: int, draft
         kwargs["assistant_model"] = draft
         if weight is not None:
             kwargs["assistant_ensemble_weight"] = weight
-    with constant_k(draft, K) if draft is not None else contextlib.nullcontext():
+    with constant_k(draft, K) if draft is not None else contextlib.nullcontext(), vocabulary_mask(draft):
         out = target.generate(x, **kwargs)
     return out[0, len(ids):].tolist()
 

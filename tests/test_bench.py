@@ -39,6 +39,18 @@ def test_bench_runs_every_method_and_agrees_with_transformers():
     assert "| ours_strict |" in md and "efficiency at measured v" in md
 
 
+def test_transformers_assisted_generation_uses_the_draft_vocabulary_too():
+    """The engine computes a restricted draft's q from its vocabulary's rows; transformers runs the whole head, and
+    without the mask its greedy drafts (and so the static ensemble's tokens) would differ."""
+    target = tiny("llama")
+    draft = truncated_draft(target, 1)
+    draft.config.draft_vocabulary = list(range(0, 96, 3))
+    result = run_bench(target, draft, [[1, 5, 7, 9], [1, 30, 31]], K=3, max_new_tokens=12, weights=(0.5,), repeats=1,
+                       progress=False)
+    assert all(result["identical_greedy_tokens"].values()), result["identical_greedy_tokens"]
+    assert not draft.get_output_embeddings()._forward_hooks  # removed after each call
+
+
 def test_bench_refuses_a_bad_capture_before_timing_anything():
 
     target = tiny("llama")
