@@ -201,7 +201,9 @@ def table1(df: pd.DataFrame, temperature: float, units: pd.DataFrame | None = No
                 ref = {"pair": pair, "method": METHOD_NAMES.get(method, method) + " (paper)"}
                 for t in tasks:
                     a, q = PAPER.get((method, t), (None, None))
-                    ref[t] = "–" if a is None else f"{a:.2f} / {'–' if q is None else q}"
+                    scale, digits = _quality_scale(g.loc[g["task"] == t, "metric"].iloc[0]) if (g["task"] == t).any() \
+                        else (1.0, 2)
+                    ref[t] = "–" if a is None else f"{a:.2f} / {'–' if q is None else fmt(q, 0.0, scale, digits)}"
                 rows.append(ref)
     return pd.DataFrame(rows, columns=["pair", "method", *tasks])
 

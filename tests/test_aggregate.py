@@ -147,3 +147,14 @@ def test_a_cpu_run_is_labelled_by_its_cpu_even_on_a_gpu_machine(tmp_path):
     df = collect(runs)
     assert df["hardware"].tolist() == ["AMD EPYC 9654, 192 cores", H100["gpu"]] and df["speedup"].isna().tolist() \
         == [False, True]
+
+
+def test_the_paper_rows_show_quality_on_the_scale_of_the_measured_cells():
+    """Regression: the paper's GSM8K accuracy printed as 0.67 under cells that show accuracy in percent."""
+    from diversed.aggregate import PAPER_PAIR
+
+    rows = [{"pair": "llama", "task": "gsm8k", "method": "dynamic", "head_task": None, "temperature": 1.0, "seed": 0,
+             "draft_acceptance_rate": 0.7, "quality": 0.6, "metric": "accuracy", "target": PAPER_PAIR[0],
+             "draft": PAPER_PAIR[1]}]
+    t1 = table1(pd.DataFrame(rows), 1.0).set_index("method")
+    assert t1.loc["DIVERSED", "gsm8k"] == "70.0 / 60.0" and t1.loc["DIVERSED (paper)", "gsm8k"] == "72.61 / 67.0"
