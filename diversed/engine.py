@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from diversed import fastpath
-from diversed.models import context_length, draft_vocabulary
+from diversed.models import context_length, draft_vocabulary, shared_width
 from diversed.models import vocab_size as vocab_width
 from diversed.stats import Generation, Step
 from diversed.verifiers import MIXINGS, logits_to_logprobs, synthetic_on_device, verify_on_device
@@ -385,7 +385,7 @@ def draft_only_generate(target: nn.Module, draft: nn.Module, ids: list[int], *, 
     eos = eos_token_id if eos_token_id is not None else sorted(eos_set(target))
     out = autoregressive_generate(draft, ids, max_new_tokens=max_new_tokens, sampling=sampling, generator=generator,
                                   eos_token_id=eos, fidelity=False, execution=execution,
-                                  shared=min(vocab_width(target), vocab_width(draft)))
+                                  shared=shared_width(target, draft))
     logits, _ = Stepper(target, vocab_size)(ids + out.tokens[:-1])  # [len(ids) + n - 1, V]
     tokens = torch.tensor(out.tokens, device=logits.device)  # [n]
     logprob, is_max = _to_host(*_fidelity(logits[len(ids) - 1:], tokens))
@@ -494,7 +494,7 @@ def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, 
     if verifier == "draft":
         return draft_only_generate(target, draft, ids, vocab_size=vocab_size, **common)
     eos = eos_set(target, eos_token_id)
-    shared = min(vocab_width(target), vocab_width(draft))
+    shared = shared_width(target, draft)
     max_len = len(ids) + max_new_tokens + 1
     # the target verifies K + 1 tokens (fewer at the end: padded); the draft takes 1, or 2 after a full acceptance
     T = Stepper(target, vocab_size, shared, max_len, execution, buckets=(K + 1,))

@@ -75,6 +75,11 @@ def vocab_size(model: nn.Module) -> int:
     return model.get_output_embeddings().out_features
 
 
+def shared_width(target: nn.Module, draft: nn.Module) -> int:
+    """Ids below this are real tokens of both heads (heads that differ by padding: see check_vocab)."""
+    return min(vocab_size(target), vocab_size(draft))
+
+
 def draft_vocabulary(model: nn.Module) -> list[int] | None:
     """The ids a draft may propose (config.draft_vocabulary, set by diversed.draft), None for all of them."""
     return getattr(text_config(model), "draft_vocabulary", None)

@@ -26,8 +26,7 @@ from tqdm.auto import tqdm
 
 from diversed.engine import Execution, Stepper, eos_set
 from diversed.head import WeightHead
-from diversed.models import DEFAULT_DRAFT_LAYERS, hidden_size
-from diversed.models import vocab_size as vocab_width
+from diversed.models import DEFAULT_DRAFT_LAYERS, hidden_size, shared_width
 from diversed.utils import atomic_path, config_hash, option, provenance, write_json, write_text
 from diversed.verifiers import MIXINGS, ensemble, logits_to_logprobs
 
@@ -123,7 +122,7 @@ def rollout(target: nn.Module, draft: nn.Module, head: WeightHead, ids: list[int
     """Decode from nu_t = ensemble(p_t, q_t, head(h_t)) one token at a time, with KV caches.
 
     vocab_size: the pair's common logit width (Pair.vocab_size) when the two heads differ by padding."""
-    shared = min(vocab_width(target), vocab_width(draft))
+    shared = shared_width(target, draft)
     max_len = len(ids) + max_new_tokens
     execution = execution or Execution()
     T = Stepper(target, vocab_size, shared, max_len, execution=execution)
