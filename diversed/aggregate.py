@@ -123,7 +123,8 @@ def prompt_table(runs: pd.DataFrame) -> pd.DataFrame:
                 quality[g["prompt_hash"]] = _mean(g.get("target_logprobs"))
             rows.append({"run_id": r.run_id, "pair": r.pair, "task": r.task, "method": r.method,
                          "head_task": r.head_task if isinstance(r.head_task, str) else "",
-                         "temperature": r.temperature, "K": r.K, "seed": r.seed, "hardware": r.hardware,
+                         "temperature": r.temperature, "K": r.K, "seed": r.seed, "weight": r.weight,
+                         "hardware": r.hardware,
                          "prompt": g["prompt_hash"], "accepted": sum(g.get("accepted", [])),
                          "drafted": sum(g.get("drafted", [])), "quality": quality.get(g["prompt_hash"]),
                          "target_logprob": _mean(g.get("target_logprobs")),
@@ -132,7 +133,7 @@ def prompt_table(runs: pd.DataFrame) -> pd.DataFrame:
                          "mean_weight": _mean([w for step in g.get("weights") or [] for w in step]),
                          "tokens_per_s": len(g["tokens"]) / sec if sec and sec > 0 else math.nan})
     df = pd.DataFrame(rows, columns=["run_id", "pair", "task", "method", "head_task", "temperature", "K", "seed",
-                                     "hardware", "prompt", "accepted", "drafted", "quality", "target_logprob",
+                                     "weight", "hardware", "prompt", "accepted", "drafted", "quality", "target_logprob",
                                      "target_argmax_agreement", "bias_tv", "mean_weight", "tokens_per_s"])
     df["quality"] = pd.to_numeric(df["quality"], errors="coerce")
     df["draft_acceptance_rate"] = df["accepted"] / df["drafted"].where(df["drafted"] > 0)

@@ -14,6 +14,7 @@ def prompt_rows(acceptance: dict[str, float], prompts: int = 12, seeds: int = 2,
     """A prompt table of one pair and task at T = 1, K = 5: each method's per-prompt acceptance around its level."""
     rng = random.Random(0)
     rows = [{"pair": "p", "task": "arith", "method": method, "head_task": "", "temperature": 1.0, "K": 5,
+             "weight": {"strict": 1.0, "fixed": 0.5}.get(method),
              "seed": seed, "prompt": str(i), "draft_acceptance_rate": level + rng.uniform(-noise, noise),
              "quality": 0.5}
             for method, level in acceptance.items() for seed in range(seeds) for i in range(prompts)]
@@ -29,6 +30,15 @@ def test_relaxed_acceptance_verdict_follows_the_paired_interval(levels, verdict)
     claim = relaxed_raises_acceptance(prompt_rows(levels), 1.0)
     assert claim.verdict == verdict
     assert "p/arith dynamic:" in claim.evidence and "(n=24)" in claim.evidence
+
+
+def test_a_fixed_run_at_w_1_is_strict_and_not_evidence_about_relaxed_verification():
+    """Regression: where the sweep kept w = 1, the fixed runs are strict's, their difference is 0 ± 0, and the
+    claim came out inconclusive although DIVERSED clearly raised acceptance."""
+    rows = prompt_rows({"strict": 0.2, "dynamic": 0.6, "fixed": 0.2})
+    rows.loc[rows["method"] == "fixed", "weight"] = 1.0
+    claim = relaxed_raises_acceptance(rows, 1.0)
+    assert claim.verdict == HOLDS and "fixed: the sweep chose w = 1 (strict)" in claim.evidence
 
 
 def test_static_front_needs_acceptance_falling_with_w():
