@@ -84,7 +84,7 @@ def relaxed_raises_acceptance(df: pd.DataFrame, T: float) -> Claim:
         key = {"pair": pair, "task": task, "temperature": T, "K": K, "head_task": ""}
         for method in ("dynamic", "fixed"):
             chosen = df.loc[(df["pair"] == pair) & (df["task"] == task) & (df["method"] == method), "weight"]
-            if method == "fixed" and len(chosen) and (chosen == 1.0).all():  # the sweep kept w = 1: strict itself
+            if method == "fixed" and len(chosen) and (chosen.isna() | (chosen == 1.0)).all():  # the sweep kept strict
                 parts.append(f"{pair}/{task} fixed: the sweep chose w = 1 (strict), not a relaxed verifier")
                 continue
             m, h, n = paired(df, key | {"method": method}, key | {"method": "strict"}, "draft_acceptance_rate")

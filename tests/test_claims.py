@@ -36,9 +36,10 @@ def test_a_fixed_run_at_w_1_is_strict_and_not_evidence_about_relaxed_verificatio
     """Regression: where the sweep kept w = 1, the fixed runs are strict's, their difference is 0 ± 0, and the
     claim came out inconclusive although DIVERSED clearly raised acceptance."""
     rows = prompt_rows({"strict": 0.2, "dynamic": 0.6, "fixed": 0.2})
-    rows.loc[rows["method"] == "fixed", "weight"] = 1.0
-    claim = relaxed_raises_acceptance(rows, 1.0)
-    assert claim.verdict == HOLDS and "fixed: the sweep chose w = 1 (strict)" in claim.evidence
+    for kept in (1.0, None):  # w = 1, or the verifier strict itself (no weight), as the workflow runs it
+        rows.loc[rows["method"] == "fixed", "weight"] = kept
+        claim = relaxed_raises_acceptance(rows, 1.0)
+        assert claim.verdict == HOLDS and "fixed: the sweep chose w = 1 (strict)" in claim.evidence
 
 
 def test_static_front_needs_acceptance_falling_with_w():
