@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -134,6 +135,21 @@ def check_request(target, draft, prompt_len: int, *, verifier: str, K: int, max_
                              f"{role}'s context length {ctx}")
 
 
+_ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # lm_head -> (key, index [R], W rows [R, h])
+
+
+def _vocabulary_rows(lm_head: nn.Module, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The draft vocabulary's ids and a copy of their weight rows, made once per head and weight version (not once
+    per sequence)."""
+    W = lm_head.weight
+    key = (W._version, W.data_ptr(), W.dtype, W.device, rows)
+    cached = _ROWS.get(lm_head)
+    if cached is None or cached[0] != key:
+        index = torch.tensor(rows, device=W.device)  # [R]
+        cached = _ROWS[lm_head] = (key, index, W.detach().index_select(0, index))
+    return cached[1], cached[2]
+
+
 def output_head(lm_head: nn.Module, rows: list[int] | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
     """h [T, h] -> logits [T, V] through the output projection, with a faster kernel on CPU.
 
@@ -155,8 +171,7 @@ def output_head(lm_head: nn.Module, rows: list[int] | None = None) -> Callable[[
     if rows is not None:
         if getattr(lm_head, "bias", None) is not None:
             raise ValueError("a draft vocabulary needs an output head without bias")
-        index = torch.tensor(rows, device=W.device)  # [R]
-        W = W.detach().index_select(0, index)  # [R, h], a copy of the draft vocabulary's rows
+        index, W = _vocabulary_rows(lm_head, rows)  # [R], [R, h]
     else:
         W = W.detach()  # [V, h], shares the parameter's storage
 
