@@ -15,8 +15,8 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from diversed.engine import Execution, Sampling, speculative_generate
-from diversed.models import truncated_draft
+from diversed.decoding.engine import Execution, Sampling, speculative_generate
+from diversed.decoding.models import truncated_draft
 from diversed.utils import command_line, provenance, record_result, write_json, write_text
 
 

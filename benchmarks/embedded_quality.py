@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from diversed.aggregate import run_record
-from diversed.evaluate import score_run
-from diversed.runs import RunConfig, execute, task_prompts
+from diversed.runs.evaluate import score_run
+from diversed.runs.run import Run, RunConfig, execute, task_prompts
 from diversed.utils import command_line, record_result, write_text
 
 TASKS = {"arith": {"n": 30, "max_new_tokens": 48}, "humaneval": {"n": 12, "max_new_tokens": 192},
@@ -41,7 +40,7 @@ def main() -> None:
             cfg = RunConfig(task=task, K=a.K, temperature=a.temperature, seed=0, **TASKS[task], **kw)
             run = execute(cfg, task_prompts(cfg), out / "runs", labels={"task": task, "method": method})
             score_run(run)
-            rows.append(run_record(run))
+            rows.append(Run(run).record())
             r = rows[-1]
             print(json.dumps({k: r[k] for k in COLUMNS}), flush=True)
     df = pd.DataFrame(rows)[COLUMNS]

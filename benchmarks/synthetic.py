@@ -18,8 +18,8 @@ import time
 import torch
 
 from diversed.bench import hf_generate, ideal_speedup, step_ms, time_prompts
-from diversed.engine import Execution, Sampling, autoregressive_generate, speculative_generate, synchronize
-from diversed.stats import summarize
+from diversed.decoding.engine import Execution, Sampling, autoregressive_generate, speculative_generate, synchronize
+from diversed.decoding.stats import summarize
 from diversed.utils import command_line, provenance, record_result, write_json, write_text
 
 # The paper's architectures (public configs), built with random weights: (draft, target).

@@ -18,9 +18,17 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from diversed.engine import Execution, Sampling, Stepper, autoregressive_generate, speculative_generate, synchronize
-from diversed.fastpath import check_capture
-from diversed.stats import summarize
+from diversed.decoding.engine import (
+    Execution,
+    Sampling,
+    Stepper,
+    autoregressive_generate,
+    speculative_generate,
+    synchronize,
+)
+from diversed.decoding.fastpath import check_capture
+from diversed.decoding.models import draft_vocabulary
+from diversed.decoding.stats import summarize
 from diversed.utils import provenance, write_json, write_text
 
 PROMPTS = [
@@ -94,8 +102,6 @@ def constant_k(draft: nn.Module, K: int) -> Iterator[None]:
 def vocabulary_mask(draft: nn.Module | None) -> Iterator[None]:
     """transformers runs a draft's whole output head: give -inf to the ids outside its draft vocabulary
     (models.draft_vocabulary), so that its q is the one the engine computes from those rows alone."""
-    from diversed.models import draft_vocabulary
-
     rows = draft_vocabulary(draft) if draft is not None else None
     if rows is None:
         yield

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import typing
 from pathlib import Path
 
-from diversed.models import DEFAULT_DRAFT_LAYERS
-from diversed.runs import RunConfig
-from diversed.train import DistillConfig, HeadTrainConfig
+from diversed.decoding.models import DEFAULT_DRAFT_LAYERS
+from diversed.runs.run import RunConfig
+from diversed.training.train import DistillConfig, HeadTrainConfig
 from diversed.utils import field_type
 
 
@@ -47,7 +46,8 @@ def _pair_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_prepare_models(a: argparse.Namespace) -> None:
-    from diversed.models import EMBEDDED_DRAFTS, prepare_embedded, prepare_tiny, resources_dir
+    from diversed.decoding.models import EMBEDDED_DRAFTS, prepare_tiny, resources_dir
+    from diversed.training.embedded import prepare_embedded
     from diversed.utils import provenance, write_json
 
     built = []
@@ -65,7 +65,7 @@ def cmd_prepare_models(a: argparse.Namespace) -> None:
 
 
 def cmd_generate(a: argparse.Namespace) -> None:
-    from diversed.runs import RunSpec, execute, execute_all, load_prompts, task_prompts, with_weight_file
+    from diversed.runs.run import Run, RunSpec, execute, execute_all, load_prompts, task_prompts, with_weight_file
 
     if a.weight_file:
         vars(a).update(with_weight_file({"verifier": a.verifier}, a.weight_file))
@@ -90,21 +90,21 @@ def cmd_generate(a: argparse.Namespace) -> None:
     else:
         run_dirs = [execute(cfg, prompts, a.out, run_dir=a.run_dir, labels=labels)]
     for run_dir in run_dirs:
-        s = json.loads((run_dir / "manifest.json").read_text())["summary"]
+        s = Run(run_dir).manifest["summary"]
         print(f"run {run_dir}: {s['prompts']} prompts, {s['new_tokens']} tokens, {s['tokens_per_s']:.1f} tokens/s, "
               f"alpha {s['draft_acceptance_rate']:.3f}, tau {s['mean_acceptance_length']:.2f}, "
               f"bias TV {s['bias_tv']:.4f}")
     if a.score:
         print_scores(run_dirs)
     if a.prompt:
-        for row in (json.loads(line) for line in (run_dirs[0] / "generations.jsonl").read_text().splitlines()):
+        for row in Run(run_dirs[0]).generations:
             print(f"--- {row['id']}\n{row['completion']}")
 
 
 def cmd_bench(a: argparse.Namespace) -> None:
     from diversed import bench
-    from diversed.models import encode_prompt, load_pair
-    from diversed.runs import load_prompts
+    from diversed.decoding.models import encode_prompt, load_pair
+    from diversed.runs.run import load_prompts
     from diversed.utils import command_line, record_result
 
     texts = [r["prompt"] for r in load_prompts(a.prompts)] if a.prompts else bench.PROMPTS
@@ -124,7 +124,7 @@ def cmd_bench(a: argparse.Namespace) -> None:
 
 
 def cmd_train_head(a: argparse.Namespace) -> None:
-    from diversed.train import HeadTrainConfig, load_log, train_head
+    from diversed.training.train import HeadTrainConfig, load_log, train_head
 
     cfg = config_from_args(HeadTrainConfig, a)
     cfg.validate()
@@ -135,7 +135,7 @@ def cmd_train_head(a: argparse.Namespace) -> None:
 
 
 def cmd_train_draft(a: argparse.Namespace) -> None:
-    from diversed.train import DistillConfig, distill_draft
+    from diversed.training.train import DistillConfig, distill_draft
 
     cfg = config_from_args(DistillConfig, a)
     cfg.validate()
@@ -144,7 +144,7 @@ def cmd_train_draft(a: argparse.Namespace) -> None:
 
 def _sweep_base(a: argparse.Namespace):
     """The sweep's run config before a point sets its verifier, w and mixing; checked before any model loads."""
-    from diversed.runs import RunConfig
+    from diversed.runs.run import RunConfig
 
     base = RunConfig(target=a.target, draft=a.draft, draft_layers=a.draft_layers, K=a.K, temperature=a.temperature,
                      max_new_tokens=a.max_new_tokens, seed=a.seed, dtype=a.dtype, device=a.device, task=a.task,
@@ -164,7 +164,7 @@ def _print_choice(out: str | Path, choice: dict) -> None:
 
 
 def cmd_sweep(a: argparse.Namespace) -> None:
-    from diversed.sweep import MIXINGS, WEIGHTS, sweep_weight
+    from diversed.runs.sweep import MIXINGS, WEIGHTS, sweep_weight
 
     labels = dict(kv.split("=", 1) for kv in a.label)
     choice = sweep_weight(_sweep_base(a), a.out, weights=a.weights or WEIGHTS, mixings=a.mixings or MIXINGS,
@@ -173,32 +173,33 @@ def cmd_sweep(a: argparse.Namespace) -> None:
 
 
 def cmd_aggregate(a: argparse.Namespace) -> None:
-    from diversed.aggregate import write_all
+    from diversed.analysis.tables import write_all
 
     for path in write_all(a.runs, a.out, a.sweeps, a.transfer_temperature, a.lambda_runs):
         print(path)
 
 
 def cmd_plot(a: argparse.Namespace) -> None:
-    from diversed.plots import write_all
+    from diversed.report.figures import write_all
 
     for path in write_all(a.tables, a.out, a.temperatures, a.sweep_temperature):
         print(path)
 
 
 def cmd_report(a: argparse.Namespace) -> None:
-    from diversed.aggregate import write_report
+    from diversed.report.compose import write_report
 
     print(write_report(a.tables, a.figures, a.out))
 
 
 def print_scores(run_dirs) -> None:
     """Score each run through lm-eval (replay) and print its headline and fidelity."""
-    from diversed.evaluate import read_scores, score_run
+    from diversed.runs.evaluate import score_run
+    from diversed.runs.run import Run
 
     for run_dir in run_dirs:
         path = score_run(run_dir)
-        s = read_scores(run_dir)
+        s = Run(run_dir).scores
         fid = s["fidelity"]
         print(f"{path}: {s['metric']} = {s['quality']:.4g}; target log p/token {fid['target_logprob']:.3f}, "
               f"target argmax agreement {fid['target_argmax_agreement']:.3f}")
@@ -209,7 +210,7 @@ def cmd_score(a: argparse.Namespace) -> None:
 
 
 def cmd_export_task(a: argparse.Namespace) -> None:
-    from diversed.evaluate import write_task_files
+    from diversed.runs.evaluate import write_task_files
     from diversed.tasks import get_task
 
     examples = [ex.row() for ex in get_task(a.task, a.data_files).examples(a.split, a.n, seed=0)]
@@ -220,7 +221,7 @@ def cmd_export_task(a: argparse.Namespace) -> None:
 
 
 def cmd_fetch_sources(a: argparse.Namespace) -> None:
-    from diversed.sources import Sources, fetch, hub_sources, load_config
+    from diversed.decoding.sources import Sources, fetch, hub_sources, load_config
     from diversed.utils import write_json
 
     if not (a.config or a.model or a.task):
@@ -241,7 +242,7 @@ def cmd_fetch_sources(a: argparse.Namespace) -> None:
 def cmd_check_sources(a: argparse.Namespace) -> None:
     from tabulate import tabulate
 
-    from diversed.sources import check, load_config
+    from diversed.decoding.sources import check, load_config
 
     rows, failed = check(load_config(a.config))
     print(tabulate(rows, headers=["kind", "source", "status", "detail"], tablefmt="github"))
@@ -254,7 +255,7 @@ def cmd_lm_eval(rest: list[str]) -> None:
     """lm-eval's own command line, with the `diversed` model registered."""
     from lm_eval.__main__ import cli_evaluate
 
-    import diversed.evaluate  # noqa: F401  (registers the model)
+    import diversed.runs.evaluate  # noqa: F401  (registers the model)
 
     sys.argv = ["lm_eval", *rest]
     cli_evaluate()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from diversed.verifiers import logits_to_probs, verify
+from diversed.decoding.verifiers import logits_to_probs, verify
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,7 +89,7 @@ def target():
 
 @pytest.fixture(scope="session")
 def draft(target):
-    from diversed.models import truncated_draft
+    from diversed.decoding.models import truncated_draft
 
     return truncated_draft(target, 1)
 
@@ -102,7 +102,7 @@ def other_draft():
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
     """A tiny random target + 1-layer draft saved with a character tokenizer (what the CLI loads)."""
-    from diversed.models import prepare_tiny
+    from diversed.decoding.models import prepare_tiny
 
     root = tmp_path_factory.mktemp("models")
     prepare_tiny(root)
@@ -196,7 +196,7 @@ def tiny_paper_model(kind: str, seed: int = 0, *, hidden: int = 64, layers: int 
 def thinking_tokenizer():
     """The character tokenizer with a Qwen3-style chat template: the reply opens with an empty think block only
     when the caller passes enable_thinking=False, else the model thinks first."""
-    from diversed.models import char_tokenizer
+    from diversed.decoding.models import char_tokenizer
 
     tok = char_tokenizer()
     tok.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from diversed.runs import RunConfig
+from diversed.runs.run import RunConfig
 
 
 def corrupt(path, text="{not json"):
@@ -44,7 +44,7 @@ def test_run_config_errors(case, change, message):
 
 
 def test_unknown_model_id_offline(monkeypatch):
-    from diversed.models import load_model
+    from diversed.decoding.models import load_model
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ValueError, match="cannot load target model 'acme/no-such-model'.*offline: 1"):
@@ -52,30 +52,29 @@ def test_unknown_model_id_offline(monkeypatch):
 
 
 def test_corrupted_results_files(tiny_dir, tmp_path):
-    from diversed.aggregate import run_record
-    from diversed.runs import execute, load_run
+    from diversed.runs.run import Run, execute
     from diversed.utils import read_jsonl
 
     cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), max_new_tokens=4)
     run = execute(cfg, [{"id": "0", "prompt": "hi"}], tmp_path, progress=False)
     with pytest.raises(FileNotFoundError, match="not scored yet"):
-        run_record(run)
+        Run(run).record()
     corrupt(run / "scores.json")
     with pytest.raises(ValueError, match="scores.json is corrupt"):
-        run_record(run)
+        Run(run).record()
     corrupt(run / "generations.jsonl", '{"ok": 1}\n{broken\n')
     with pytest.raises(ValueError, match="generations.jsonl:2: not valid JSON"):
         read_jsonl(run / "generations.jsonl")
     corrupt(run / "manifest.json")
     with pytest.raises(ValueError, match="manifest.json is corrupt"):
-        load_run(run)
+        _ = Run(run).manifest
     (run / "manifest.json").unlink()
     with pytest.raises(FileNotFoundError, match="not a complete run"):
-        load_run(run)
+        _ = Run(run).manifest
 
 
 def test_corrupted_head_and_checkpoint(tmp_path):
-    from diversed.head import load_head
+    from diversed.decoding.head import load_head
 
     with pytest.raises(ValueError, match="not a readable safetensors file"):
         load_head(corrupt(tmp_path / "head.safetensors"))
@@ -85,7 +84,7 @@ def test_corrupted_head_and_checkpoint(tmp_path):
 def test_nan_or_inf_logits_are_reported_with_the_step(target, draft, bad):
     import copy
 
-    from diversed.engine import speculative_generate
+    from diversed.decoding.engine import speculative_generate
 
     broken = copy.deepcopy(target)
     with torch.no_grad():
@@ -95,7 +94,7 @@ def test_nan_or_inf_logits_are_reported_with_the_step(target, draft, bad):
 
 
 def test_over_long_and_empty_prompts(tiny_dir, tmp_path):
-    from diversed.runs import execute
+    from diversed.runs.run import execute
 
     cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), max_new_tokens=8)
     with pytest.raises(ValueError, match="exceeds the target's context length 4096"):

@@ -7,7 +7,7 @@ import torch
 from conftest import tiny
 
 from diversed.bench import expected_tokens_per_step, ideal_speedup, markdown, run_bench
-from diversed.models import truncated_draft
+from diversed.decoding.models import truncated_draft
 
 
 def test_analytic_bound():

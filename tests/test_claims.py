@@ -1,54 +1,140 @@
-"""The report's claims: paired evidence and verdicts computed from runs, each verdict able to come out either way."""
+"""The report's claims: verdicts computed from prompt tables, each able to come out either way, sound on
+simulated data (no claim holds more often than its nominal level when there is no effect)."""
 
 from __future__ import annotations
 
-import random
+import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from diversed.claims import FAILS, HOLDS, INCONCLUSIVE, acceptance_identity, relaxed_raises_acceptance, static_front
+from diversed.analysis.claims import (
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    acceptance_identity,
+    beyond_front,
+    faster_than_sd,
+    relaxed_raises_acceptance,
+    static_front,
+    transfer_worse,
+    weight_varies,
+)
+
+TOLERANCE = 0.02  # the accuracy metric's
 
 
-def prompt_rows(acceptance: dict[str, float], prompts: int = 12, seeds: int = 2, noise: float = 0.05) -> pd.DataFrame:
-    """A prompt table of one pair and task at T = 1, K = 5: each method's per-prompt acceptance around its level."""
-    rng = random.Random(0)
-    rows = [{"pair": "p", "task": "arith", "method": method, "head_task": "", "temperature": 1.0, "K": 5,
-             "weight": {"strict": 1.0, "fixed": 0.5}.get(method),
-             "seed": seed, "prompt": str(i), "draft_acceptance_rate": level + rng.uniform(-noise, noise),
-             "quality": 0.5}
-            for method, level in acceptance.items() for seed in range(seeds) for i in range(prompts)]
-    return pd.DataFrame(rows)
+def units(levels: dict, prompts: int = 12, seeds: int = 2, *, rng=None, tasks=("arith",), noise: float = 0.05,
+          difficulty: bool = True, T: float = 1.0, head_task: str = "") -> pd.DataFrame:
+    """A prompt table of one pair at T, K = 5: levels[method] = (acceptance, accuracy, tokens/s) around which each
+    prompt's values vary; prompts differ in difficulty, every seed decodes every prompt."""
+    rng = rng or np.random.default_rng(0)
+    n = prompts * seeds  # rows per (task, method), seed-major
+    blocks = [(task, method, level) for task in tasks for method, level in levels.items()]
+    rows = n * len(blocks)
+    seed = np.tile(np.repeat(np.arange(seeds), prompts), len(blocks))
+    prompt = np.tile(np.arange(prompts), seeds * len(blocks))
+    ease = {task: rng.uniform(-0.3, 0.3, prompts) if difficulty else np.zeros(prompts) for task in tasks}
+    alpha, accuracy, speed = (np.repeat([level[i] for *_, level in blocks], n) for i in range(3))
+    accuracy = accuracy + np.concatenate([ease[task][prompt[:n]] for task, *_ in blocks])
+    task = np.repeat([b[0] for b in blocks], n)
+    method = np.repeat([b[1] for b in blocks], n)
+    tokens = np.full(rows, 40)
+    return pd.DataFrame({
+        "run_id": pd.Series(task, dtype=object) + "-" + method + "-" + seed.astype(str),
+        "pair": "p", "task": task, "method": method, "head_task": head_task, "lambda": math.nan, "temperature": T,
+        "K": np.where(np.isin(method, ["autoregressive", "draft"]), np.nan, 5.0),
+        "weight": pd.Series(method).map({"strict": 1.0, "fixed": 0.5}).to_numpy(), "mixing": "linear",
+        "metric": "accuracy", "seed": seed, "prompt": prompt,
+        "accepted": np.round(np.clip(alpha + rng.uniform(-noise, noise, rows), 0, 1) * 40), "drafted": 40.0,
+        "new_tokens": tokens, "seconds": tokens / (speed * rng.uniform(0.9, 1.1, rows)),
+        "quality": (rng.random(rows) < np.clip(accuracy, 0, 1)).astype(float),
+    })
 
 
 @pytest.mark.parametrize(("levels", "verdict"), [
-    ({"strict": 0.2, "dynamic": 0.6, "fixed": 0.5}, HOLDS),
-    ({"strict": 0.6, "dynamic": 0.2, "fixed": 0.5}, FAILS),
-    ({"strict": 0.4, "dynamic": 0.4, "fixed": 0.4}, INCONCLUSIVE),
+    ({"strict": (0.2, 0.5, 1), "dynamic": (0.6, 0.5, 1), "fixed": (0.5, 0.5, 1)}, HOLDS),
+    ({"strict": (0.6, 0.5, 1), "dynamic": (0.2, 0.5, 1), "fixed": (0.5, 0.5, 1)}, FAILS),
+    ({"strict": (0.4, 0.5, 1), "dynamic": (0.4, 0.5, 1), "fixed": (0.4, 0.5, 1)}, INCONCLUSIVE),
 ])
 def test_relaxed_acceptance_verdict_follows_the_paired_interval(levels, verdict):
-    claim = relaxed_raises_acceptance(prompt_rows(levels), 1.0)
+    claim = relaxed_raises_acceptance(units(levels), 1.0)
     assert claim.verdict == verdict
-    assert "p/arith dynamic:" in claim.evidence and "(n=24)" in claim.evidence
+    assert "p/arith K=5 dynamic - strict: acceptance" in claim.evidence and "(n = 12 prompts)" in claim.evidence
+    assert claim.summary.startswith(verdict)
+
+
+def test_the_precondition_compares_target_and_draft_alone():
+    from diversed.analysis.claims import target_beats_draft
+
+    rows = units({"autoregressive": (0, 0.8, 1), "draft": (0, 0.05, 5)}, prompts=30)
+    claim = target_beats_draft(rows, 1.0)
+    assert claim.verdict == HOLDS and "quality target only - draft only +0.7" in claim.evidence
+    rows = units({"autoregressive": (0, 0.5, 1), "draft": (0, 0.5, 5)}, prompts=30)
+    assert target_beats_draft(rows, 1.0).verdict != HOLDS
+    assert target_beats_draft(rows[rows["method"] != "draft"], 1.0).summary == \
+        "inconclusive: no draft-only runs (method `draft`)"
 
 
 def test_a_fixed_run_at_w_1_is_strict_and_not_evidence_about_relaxed_verification():
     """Regression: where the sweep kept w = 1, the fixed runs are strict's, their difference is 0 ± 0, and the
     claim came out inconclusive although DIVERSED clearly raised acceptance."""
-    rows = prompt_rows({"strict": 0.2, "dynamic": 0.6, "fixed": 0.2})
-    for kept in (1.0, None):  # w = 1, or the verifier strict itself (no weight), as the workflow runs it
+    rows = units({"strict": (0.2, 0.5, 1), "dynamic": (0.6, 0.5, 1), "fixed": (0.2, 0.5, 1)})
+    for kept in (1.0, math.nan):  # w = 1, or the verifier strict itself (no weight), as the workflow runs it
         rows.loc[rows["method"] == "fixed", "weight"] = kept
         claim = relaxed_raises_acceptance(rows, 1.0)
-        assert claim.verdict == HOLDS and "fixed: the sweep chose w = 1 (strict)" in claim.evidence
+        assert claim.verdict == HOLDS and len(claim.settings) == 1 and "holds on 1 of 1 setting" in claim.summary
+
+
+def test_not_significantly_worse_is_not_within_tolerance():
+    """Regression (absence of evidence): DIVERSED accepts more than the fixed w and its accuracy is no different
+    on 12 noisy prompts; 'beyond the front' held because the quality interval spanned 0. Non-inferiority within
+    0.02 needs thousands of prompts: inconclusive, and the report says so."""
+    rows = units({"autoregressive": (0, 0.5, 1), "strict": (0.2, 0.5, 1), "dynamic": (0.8, 0.5, 2),
+                  "fixed": (0.5, 0.5, 1.5)})
+    claim = beyond_front(rows, 1.0)
+    assert claim.verdict == INCONCLUSIVE
+    assert claim.summary.startswith("inconclusive (holds on 0 of 1 setting; underpowered: n = 12, needs ≈ ")
+    assert claim.settings[0].test.why.startswith("underpowered")
+    faster = faster_than_sd(rows, 1.0)
+    assert faster.verdict == INCONCLUSIVE and "underpowered" in faster.summary
+
+
+def test_beyond_front_and_faster_than_sd_hold_at_equal_quality():
+    rows = units({"autoregressive": (0, 0.5, 1), "strict": (0.2, 0.5, 1), "dynamic": (0.8, 0.5, 2),
+                  "fixed": (0.5, 0.5, 1.5)}, difficulty=False)
+    rows["quality"] = rows["prompt"] % 2  # the same answers under every method: a zero-width quality interval
+    assert beyond_front(rows, 1.0).verdict == HOLDS
+    claim = faster_than_sd(rows, 1.0)
+    assert claim.verdict == HOLDS and "tokens/s DIVERSED / SD 1.99 ± 0.08" in claim.evidence
+    worse = rows.copy()
+    worse.loc[worse["method"] == "dynamic", "quality"] = 0.0  # far below the target
+    assert faster_than_sd(worse, 1.0).verdict == FAILS
+
+
+def test_claims_are_tested_per_temperature_and_report_m_of_M_settings():
+    levels = {"strict": (0.2, 0.5, 1), "dynamic": (0.6, 0.5, 1)}
+    rows = pd.concat([units(levels, tasks=("arith", "open"), T=1.0),
+                      units({"strict": (0.2, 0.5, 1), "dynamic": (0.2, 0.5, 1)}, tasks=("arith",), T=0.1)])
+    hot, cold = relaxed_raises_acceptance(rows, 1.0), relaxed_raises_acceptance(rows, 0.1)
+    assert hot.summary == "holds (holds on 2 of 2 settings)" and len(cold.settings) == 1
+    assert cold.verdict == INCONCLUSIVE
 
 
 def test_static_front_needs_acceptance_falling_with_w():
-    grid = [(1.0, "strict", 0.2), (0.0, "fixed", 0.9), (0.3, "fixed", 0.7), (0.6, "fixed", 0.5)]
-    sweeps = pd.DataFrame([{"pair": "p", "task": "arith", "K": 5, "temperature": 1.0, "verifier": v, "weight": w,
-                            "mixing": "linear", "draft_acceptance_rate": a, "run_id": str(w)} for w, v, a in grid])
-    assert static_front(sweeps, 1.0).verdict == HOLDS
-    sweeps["draft_acceptance_rate"] = 0.2 + 0.5 * sweeps["weight"]  # rising with w
-    assert static_front(sweeps, 1.0).verdict == FAILS
+    levels = {"strict": (0.2, 0.5, 1), "w0": (0.9, 0.5, 1), "w0.3": (0.7, 0.5, 1), "w0.6": (0.5, 0.5, 1)}
+    pts = units(levels, seeds=1)
+    weight = {"strict": 1.0, "w0": 0.0, "w0.3": 0.3, "w0.6": 0.6}
+    pts["weight"] = pts["method"].map(weight)
+    pts["verifier"] = np.where(pts["method"] == "strict", "strict", "fixed")
+    sweeps = (pts.groupby(["method", "pair", "task", "temperature", "K", "verifier", "weight", "mixing"],
+                          as_index=False)[["accepted", "drafted"]].sum()
+              .assign(draft_acceptance_rate=lambda d: d["accepted"] / d["drafted"]))
+    assert static_front(pts, sweeps, 1.0).verdict == HOLDS
+    rising = pts.assign(accepted=np.round(pts["drafted"] * (0.2 + 0.5 * pts["weight"])))
+    sweeps_rising = sweeps.assign(draft_acceptance_rate=0.2 + 0.5 * sweeps["weight"])
+    assert static_front(rising, sweeps_rising, 1.0).verdict == FAILS
 
 
 def test_acceptance_identity_on_real_runs(tiny_dir, tmp_path):
@@ -56,43 +142,71 @@ def test_acceptance_identity_on_real_runs(tiny_dir, tmp_path):
     positions read with a wrong w (the identity broken) fail."""
     import json
 
-    from diversed.runs import RunConfig, execute
+    from diversed.analysis.tables import collect, prompt_table
+    from diversed.runs.evaluate import score_run
+    from diversed.runs.run import RunConfig, execute
 
     prompts = [{"id": str(i), "prompt": f"Tell me about {i} things."} for i in range(16)]
     cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), verifier="fixed",
                     weight=0.5, K=4, temperature=1.0, max_new_tokens=40)
-    run = execute(cfg, prompts, tmp_path, progress=False)
-    runs = pd.DataFrame([{"pair": "tiny", "method": "fixed", "temperature": 1.0, "mixing": "linear",
-                          "run_dir": str(run)}])
-    claim = acceptance_identity(runs, 1.0)
+    run = execute(cfg, prompts, tmp_path, progress=False, labels={"pair": "tiny"})
+    score_run(run)
+    claim = acceptance_identity(prompt_table(collect([run])), 1.0)
     assert claim.verdict == HOLDS, claim.evidence
+    assert "(n = 16 prompts)" in claim.evidence
     rows = [json.loads(line) for line in (run / "generations.jsonl").read_text().splitlines()]
     for row in rows:
         row["weights"] = [[0.9] * len(step) for step in row["weights"]]  # claims w = 0.9: predicts far less
     (run / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    broken = acceptance_identity(runs, 1.0)
+    broken = acceptance_identity(prompt_table(collect([run])), 1.0)
     assert broken.verdict == FAILS, broken.evidence
 
 
-@pytest.mark.parametrize(("levels", "verdict"), [({"arith": 0.3, "open": 0.8}, HOLDS),
-                                                 ({"arith": 0.5, "open": 0.5}, INCONCLUSIVE)])
-def test_learned_w_varies_between_tasks_and_within_a_prompt(levels, verdict):
-    from diversed.claims import weight_varies
+def weights(levels: dict[str, float], within: float, rng) -> pd.DataFrame:
+    rows = units({"dynamic": (0.5, 0.5, 1)}, prompts=10, tasks=tuple(levels), rng=rng)
+    w = rows["task"].map(levels) + rng.uniform(-0.1, 0.1, len(rows))
+    return rows.assign(weight_sum=w * rows["drafted"], weight_sd=within + rng.uniform(-0.005, 0.005, len(rows)))
 
-    rng = random.Random(0)
-    weights = pd.DataFrame([{"pair": "p", "task": task, "head_task": None, "temperature": 1.0, "seed": 0,
-                             "prompt": str(i), "position": j + 1, "w": level + rng.uniform(-0.1, 0.1)}
-                            for task, level in levels.items() for i in range(10) for j in range(5)])
-    assert weight_varies(weights, 1.0).verdict == verdict
+
+@pytest.mark.parametrize(("levels", "within", "verdict"), [({"arith": 0.3, "open": 0.8}, 0.05, HOLDS),
+                                                           ({"arith": 0.5, "open": 0.5}, 0.05, INCONCLUSIVE),
+                                                           ({"arith": 0.3, "open": 0.8}, 0.002, FAILS)])
+def test_learned_w_varies_between_tasks_and_within_a_prompt(levels, within, verdict):
+    assert weight_varies(weights(levels, within, np.random.default_rng(0)), 1.0).verdict == verdict
 
 
 def test_transferred_head_is_compared_with_the_task_own_head():
-    from diversed.claims import transfer_worse
+    mine = units({"dynamic": (0.6, 0.8, 1)}, prompts=30, difficulty=False)
+    other = mine.assign(head_task="open", run_id=mine["run_id"] + "-open")
+    other["quality"] = (mine["quality"] * (mine["prompt"] % 3 != 0)).to_numpy()  # a third of the answers lost
+    claim = transfer_worse(pd.concat([mine, other]))
+    assert claim.verdict == HOLDS and "p/arith own - open head (T = 1, K=5): quality +0." in claim.evidence
+    assert transfer_worse(pd.concat([other.assign(head_task=""), mine.assign(head_task="open")])).verdict == FAILS
 
-    df = prompt_rows({"dynamic": 0.6})
-    own, other = df.copy(), df.assign(head_task="open")
-    own["quality"], other["quality"] = 0.6, 0.3 + 0.01 * other["seed"]
-    claim = transfer_worse(pd.concat([own, other]))
-    assert claim.verdict == HOLDS and "p/arith own - open head: quality +0.29" in claim.evidence
-    own["quality"] = 0.1
-    assert transfer_worse(pd.concat([own, other])).verdict == FAILS
+
+SIMULATIONS = 1000
+NOMINAL = 0.025
+SLACK = 3 * math.sqrt(NOMINAL * (1 - NOMINAL) / SIMULATIONS)
+
+
+def null_claims():
+    """(name, claim on a simulated table with no effect): every claim's null, at the boundary where it has one."""
+    same = {"autoregressive": (0.0, 0.5, 1), "strict": (0.4, 0.5, 1), "fixed": (0.4, 0.5, 1), "dynamic": (0.4, 0.5, 1)}
+    at_margin = {"autoregressive": (0.0, 0.5, 1), "strict": (0.4, 0.5, 1), "dynamic": (0.9, 0.5 - TOLERANCE, 3)}
+    return [
+        ("relaxed", lambda rng: relaxed_raises_acceptance(units(same, 30, rng=rng, tasks=("a", "b")), 1.0)),
+        ("beyond, some of 4 tasks", lambda rng: beyond_front(units(same, 30, rng=rng, tasks=("a", "b", "c", "d")),
+                                                             1.0)),
+        ("faster, quality at the margin", lambda rng: faster_than_sd(units(at_margin, 30, rng=rng), 1.0)),
+        ("faster, equal speed", lambda rng: faster_than_sd(units(same, 30, rng=rng), 1.0)),
+        ("transfer", lambda rng: transfer_worse(pd.concat([
+            units({"dynamic": (0.4, 0.5, 1)}, 30, rng=rng, head_task=h) for h in ("", "open")]))),
+        ("w varies", lambda rng: weight_varies(weights({"a": 0.5, "b": 0.5}, 0.01, rng), 1.0)),
+    ]
+
+
+@pytest.mark.parametrize(("name", "claim"), null_claims(), ids=[n for n, _ in null_claims()])
+def test_no_claim_holds_more_often_than_its_level_without_an_effect(name, claim):
+    rng = np.random.default_rng(7)
+    holds = sum(claim(rng).verdict == HOLDS for _ in range(SIMULATIONS))
+    assert holds / SIMULATIONS <= NOMINAL + SLACK, name

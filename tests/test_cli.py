@@ -45,9 +45,9 @@ def test_generate_is_deterministic_and_reruns_overwrite(tiny_dir, tmp_path):
 def test_runs_of_one_setting_in_one_process_equal_separate_runs(tiny_dir, tmp_path, capsys):
     """`generate --run ...` (a workflow decode job): each run byte-identical to the same run on its own, the target
     loaded once, every run decoded before any is scored."""
-    import diversed.evaluate
-    import diversed.models
-    import diversed.runs
+    import diversed.decoding.models
+    import diversed.runs.evaluate
+    import diversed.runs.run
     from diversed.utils import write_json
 
     choice = tmp_path / "choice.json"
@@ -60,11 +60,12 @@ def test_runs_of_one_setting_in_one_process_equal_separate_runs(tiny_dir, tmp_pa
             "fixed": ["verifier=fixed", "K=2", f"weight_file={choice}", "label:method=fixed"],
             "kept-strict": ["verifier=fixed", "K=2", f"weight_file={strict_choice}"]}
     loads, order = [], []
-    load_model, execute, score_run = diversed.models.load_model, diversed.runs.execute, diversed.evaluate.score_run
+    models = diversed.decoding.models
+    load_model, execute, score_run = models.load_model, diversed.runs.run.execute, diversed.runs.evaluate.score_run
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(diversed.models, "load_model", lambda name, **kw: loads.append(name) or load_model(name, **kw))
-        mp.setattr(diversed.runs, "execute", lambda *a, **kw: order.append("decode") or execute(*a, **kw))
-        mp.setattr(diversed.evaluate, "score_run", lambda d: order.append("score") or score_run(d))
+        mp.setattr(models, "load_model", lambda name, **kw: loads.append(name) or load_model(name, **kw))
+        mp.setattr(diversed.runs.run, "execute", lambda *a, **kw: order.append("decode") or execute(*a, **kw))
+        mp.setattr(diversed.runs.evaluate, "score_run", lambda d: order.append("score") or score_run(d))
         generate(tiny_dir, tmp_path, *shared, "--score",
                  *[x for name, changes in runs.items() for x in ("--run", str(tmp_path / name), *changes)])
     assert sorted(loads) == sorted([str(tiny_dir / "tiny-target"), str(tiny_dir / "tiny-draft-l1")])
@@ -124,7 +125,7 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(tiny_dir, tmp_path, capsy
 def test_mismatched_vocabularies_are_refused(tiny_dir, tmp_path, capsys):
     from conftest import tiny_llama
 
-    from diversed.models import char_tokenizer
+    from diversed.decoding.models import char_tokenizer
 
     other = tmp_path / "other"
     tiny_llama(5, vocab=100, dtype=__import__("torch").float32).save_pretrained(other)
@@ -164,8 +165,8 @@ def test_unavailable_device_is_one_line_error(tiny_dir, tmp_path, capsys, device
 def test_flags_default_to_the_config_dataclass(command):
     """The dataclass is the one place a default lives: parsing only the required flags gives its defaults."""
     from diversed.cli import build_parser, config_from_args
-    from diversed.runs import RunConfig
-    from diversed.train import DistillConfig, HeadTrainConfig
+    from diversed.runs.run import RunConfig
+    from diversed.training.train import DistillConfig, HeadTrainConfig
 
     cls = {"head": HeadTrainConfig, "draft": DistillConfig, "generate": RunConfig}[command[1] if command[0] == "train"
                                                                                   else "generate"]

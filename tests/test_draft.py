@@ -1,4 +1,4 @@
-"""The embedded draft's recipe (diversed.draft) and draft vocabularies (a subset of the output head's rows)."""
+"""The embedded draft's recipe (diversed.training.draft) and draft vocabularies (a subset of the output head's rows)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import pytest
 import torch
 from conftest import tiny_llama
 
-from diversed import models
-from diversed.draft import DraftRecipe, Sample, distil, draft_vocabulary
-from diversed.engine import Execution, Sampling, autoregressive_generate, output_head, speculative_generate
+from diversed.decoding import models
+from diversed.decoding.engine import Execution, Sampling, autoregressive_generate, output_head, speculative_generate
+from diversed.training import embedded
+from diversed.training.draft import DraftRecipe, Sample, distil, draft_vocabulary
 
 ROWS = [0, 2, 3, 5, 8, 13, 21, 34, 55, 89]
 
@@ -84,7 +85,7 @@ def test_embedded_draft_names(tmp_path, monkeypatch):
 
 
 def test_fine_tuning_a_restricted_draft_compares_it_over_its_vocabulary():
-    from diversed.train import fit_draft, kl_loss
+    from diversed.training.train import fit_draft, kl_loss
 
     target = tiny_llama(0, dtype=torch.float32)
     student = restricted(models.truncated_draft(target, 1)).train().requires_grad_(True)
@@ -101,8 +102,8 @@ def test_a_changed_recipe_rebuilds_the_embedded_draft(tmp_path):
     import json
 
     recipe = DraftRecipe(layers=2)
-    assert not models._built(tmp_path, recipe)
+    assert not embedded._built(tmp_path, recipe)
     (tmp_path / "config.json").write_text(json.dumps({"draft_recipe": {"id": recipe.id}}))
-    assert models._built(tmp_path, recipe) and models._built(tmp_path, None)
-    assert not models._built(tmp_path, DraftRecipe(layers=2, epochs=9))
+    assert embedded._built(tmp_path, recipe) and embedded._built(tmp_path, None)
+    assert not embedded._built(tmp_path, DraftRecipe(layers=2, epochs=9))
     assert DraftRecipe(layers=2).id == recipe.id != DraftRecipe(layers=3).id

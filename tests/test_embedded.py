@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from diversed.models import draft_vocabulary, embedded_paths
+from diversed.decoding.models import draft_vocabulary, embedded_paths
 
 pytestmark = [
     pytest.mark.slow,
@@ -15,7 +15,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def pair():
-    from diversed.models import load_pair
+    from diversed.decoding.models import load_pair
 
     return load_pair("embedded", "embedded")
 
@@ -29,8 +29,8 @@ def test_embedded_pair_shapes(pair):
 
 def test_strict_greedy_is_target_greedy_on_embedded_pair(pair):
     from diversed.bench import hf_generate, no_eos
-    from diversed.engine import Sampling, autoregressive_generate, speculative_generate
-    from diversed.models import encode_prompt
+    from diversed.decoding.engine import Sampling, autoregressive_generate, speculative_generate
+    from diversed.decoding.models import encode_prompt
 
     for text in ["What is 12 + 7?", "Write a haiku about the sea."]:
         ids = encode_prompt(pair.tokenizer, text)

@@ -9,10 +9,10 @@ import torch
 from conftest import negated, reference_speculative, tiny_llama
 
 from diversed.bench import hf_generate
-from diversed.engine import Sampling, autoregressive_generate, speculative_generate
-from diversed.head import WeightHead
-from diversed.stats import summarize
-from diversed.verifiers import ensemble
+from diversed.decoding.engine import Sampling, autoregressive_generate, speculative_generate
+from diversed.decoding.head import WeightHead
+from diversed.decoding.stats import summarize
+from diversed.decoding.verifiers import ensemble
 
 PROMPTS = [[1, 5, 7, 9], [1, 30, 31], [1, 80, 3, 3, 3, 40, 12]]
 
@@ -125,7 +125,7 @@ def test_dynamic_weight_uses_the_hidden_states_that_predict_each_draft(target, d
 
 def test_a_verifier_is_one_weight_rule(target, other_draft, monkeypatch):
     """A verifier is one WEIGHT_RULES entry: a rule giving w = 0.4 decodes as the fixed verifier at w = 0.4."""
-    from diversed import engine
+    from diversed.decoding import engine
 
     monkeypatch.setitem(engine.WEIGHT_RULES, "two_fifths", lambda k, device, **_: torch.full((k,), 0.4, device=device))
     monkeypatch.setattr(engine, "VERIFIERS", (*engine.VERIFIERS, "two_fifths"))
@@ -196,7 +196,7 @@ BAD = [
 
 @pytest.mark.parametrize(("kwargs", "message"), BAD)
 def test_bad_input_is_refused_before_compute(target, draft, kwargs, message, monkeypatch):
-    from diversed import engine
+    from diversed.decoding import engine
 
     def boom(*_a, **_k):
         raise AssertionError("compute started")
@@ -211,7 +211,7 @@ def test_bad_input_is_refused_before_compute(target, draft, kwargs, message, mon
 @pytest.mark.parametrize(("kwargs", "message"), BAD[:-1])
 def test_run_config_refuses_the_same_settings_with_the_same_message(kwargs, message):
     """One validation path: RunConfig.validate runs the engine's checks (the context length needs the models)."""
-    from diversed.runs import RunConfig
+    from diversed.runs.run import RunConfig
 
     with pytest.raises(ValueError, match=message):
         RunConfig(**kwargs).validate()
@@ -308,7 +308,7 @@ def test_logit_mixing_at_low_temperature(target, other_draft):
 
 def test_manifest_records_the_execution_and_the_run_id_ignores_it(tiny_dir, tmp_path, monkeypatch):
     """Execution settings come from the environment once per run, land in manifest.json, never in the run id."""
-    from diversed.runs import RunConfig, execute, load_run
+    from diversed.runs.run import Run, RunConfig, execute
 
     cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), max_new_tokens=4,
                     temperature=0)
@@ -317,7 +317,7 @@ def test_manifest_records_the_execution_and_the_run_id_ignores_it(tiny_dir, tmp_
         monkeypatch.setenv("DIVERSED_FASTPATH", fast)
         monkeypatch.setenv("DIVERSED_CAPTURE", "none")
         run = execute(cfg, [{"id": "0", "prompt": "hi"}], tmp_path / fast, progress=False)
-        runs[fast] = (run.name, load_run(run)[0]["execution"])
+        runs[fast] = (run.name, Run(run).manifest["execution"])
     assert runs["1"][0] == runs["0"][0]
     assert runs["1"][1] == {"capture": "none", "fastpath": True, "threads": torch.get_num_threads()}
     assert runs["0"][1] == {"capture": "none", "fastpath": False, "threads": torch.get_num_threads()}

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from diversed.evaluate import DiversedLM, ReplayLM, evaluate, read_scores, score_run
-from diversed.runs import RunConfig, execute, load_run, prompt_hash, task_prompts
+from diversed.runs.evaluate import DiversedLM, ReplayLM, evaluate, score_run
+from diversed.runs.run import Run, RunConfig, execute, prompt_hash, task_prompts
 from diversed.utils import write_json, write_jsonl
 
 ROWS = [{"question": f"Tom has {a} apples and gets {b} more. How many apples does Tom have?", "answer": str(a + b)}
@@ -31,10 +31,10 @@ def greedy_run(tiny_dir, task_file, tmp_path_factory):
 
 def test_replay_scoring_writes_scores(greedy_run):
     path = score_run(greedy_run)
-    s = read_scores(greedy_run)
+    s = Run(greedy_run).scores
     assert path.name == "scores.json" and s["task"] == "arith" and s["metric"] == "accuracy"
     assert 0.0 <= s["quality"] <= 1.0 and len(s["per_example"]) == 5
-    _, rows = load_run(greedy_run)
+    rows = Run(greedy_run).generations
     assert {r["prompt_hash"] for r in rows} == {e["prompt_hash"] for e in s["per_example"]}
     assert s["fidelity"]["target_logprob"] < 0 and 0 <= s["fidelity"]["target_argmax_agreement"] <= 1
 
@@ -44,7 +44,7 @@ def test_replay_scores_match_direct_scoring(greedy_run):
     from diversed.tasks import Example, get_task
 
     s = json.loads(score_run(greedy_run).read_text())
-    _, rows = load_run(greedy_run)
+    rows = Run(greedy_run).generations
     task = get_task("arith")
     direct = [task.score(r["completion"], Example(r["id"], r["prompt"], r["reference"]))["accuracy"] for r in rows]
     assert s["quality"] == pytest.approx(sum(direct) / len(direct))
@@ -56,7 +56,7 @@ def test_replay_scores_match_direct_scoring(greedy_run):
 
 def test_live_lm_eval_model_decodes_like_the_run(tiny_dir, greedy_run):
     """The `diversed` lm-eval model decodes with our engine: greedy output equals the stored run."""
-    _, rows = load_run(greedy_run)
+    rows = Run(greedy_run).generations
     lm = DiversedLM.create_from_arg_string(
         f"target={tiny_dir / 'tiny-target'},draft={tiny_dir / 'tiny-draft-l1'},verifier=fixed,weight=0.5,K=3,"
         "temperature=0,max_new_tokens=16")
@@ -66,7 +66,7 @@ def test_live_lm_eval_model_decodes_like_the_run(tiny_dir, greedy_run):
 
 
 def test_replay_of_unknown_prompt_is_a_clear_error(greedy_run):
-    _, rows = load_run(greedy_run)
+    rows = Run(greedy_run).generations
     other = [dict(rows[0], prompt="a prompt that was never decoded")]
     with pytest.raises(KeyError, match="no stored generation"):
         evaluate(ReplayLM(rows), "arith", other, max_gen_toks=16)
@@ -149,7 +149,7 @@ def test_wmt16_headline_is_corpus_bleu(tmp_path):
     run = tmp_path / "run"
     write_jsonl(run / "generations.jsonl", rows)
     write_json(run / "manifest.json", {"run_id": "wmt", "config": {"task": "wmt16-de-en", "max_new_tokens": 32}})
-    s = read_scores(score_run(run).parent)
+    s = Run(score_run(run).parent).scores
     hyps = [h.split("\n")[0] for h in WMT_HYPS]
     corpus = sacrebleu.corpus_bleu(hyps, [WMT_REFS]).score
     sentence = [sacrebleu.sentence_bleu(h, [r]).score for h, r in zip(hyps, WMT_REFS, strict=True)]

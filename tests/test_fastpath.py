@@ -6,9 +6,9 @@ import pytest
 import torch
 from conftest import reference_speculative, tiny
 
-from diversed import fastpath
-from diversed.engine import Execution, Sampling, Stepper, speculative_generate
-from diversed.models import truncated_draft
+from diversed.decoding import fastpath
+from diversed.decoding.engine import Execution, Sampling, Stepper, speculative_generate
+from diversed.decoding.models import truncated_draft
 
 COMPILE = Execution(capture="compile")
 
@@ -87,7 +87,7 @@ def test_fast_path_off_cpu_float32_uses_the_weights_as_they_are():
 def test_one_host_sync_per_speculative_step(monkeypatch, capture):
     """Everything in a step stays on the device but one transfer (what a GPU needs not to stall): count every
     way a tensor reaches the host while decoding, eager and with the padded captured steps."""
-    from diversed import engine
+    from diversed.decoding import engine
 
     monkeypatch.setattr(fastpath, "_compiled", lambda fn: fn)
 
@@ -101,7 +101,7 @@ def test_one_host_sync_per_speculative_step(monkeypatch, capture):
             return _original(self, *a, **k)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
-    from diversed.head import WeightHead
+    from diversed.decoding.head import WeightHead
 
     head = WeightHead(64, 64).bind(target, draft)
     cases = (("strict", {}), ("fixed", {"weight": 0.5}), ("fixed", {"weight": 0.5, "mixing": "logit"}),
@@ -163,7 +163,7 @@ def test_in_place_change_to_a_later_layer_reaches_the_next_decode(capture, eager
     """The fused CPU copies follow an in-place change to any decoder layer, not only the first: after a decode,
     the next decode's logits and tokens are transformers' forward with the new weights."""
     from diversed.bench import hf_generate
-    from diversed.engine import autoregressive_generate
+    from diversed.decoding.engine import autoregressive_generate
 
     model = tiny("llama")  # float32 on CPU: fused, transposed copies of the projections
     execution = Execution(capture=capture)

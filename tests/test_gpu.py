@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from diversed import fastpath
-from diversed.engine import Execution, Sampling, Stepper, speculative_generate
-from diversed.models import truncated_draft
+from diversed.decoding import fastpath
+from diversed.decoding.engine import Execution, Sampling, Stepper, speculative_generate
+from diversed.decoding.models import truncated_draft
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

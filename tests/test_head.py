@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from diversed.head import WeightHead, load_head
+from diversed.decoding.head import WeightHead, load_head
 
 
 def test_initial_weight_is_one_half_and_parameter_count():

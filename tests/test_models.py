@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import tiny_llama
 
-from diversed import models
+from diversed.decoding import models
 
 
 def test_truncated_draft_shares_weights_and_first_layers(target):

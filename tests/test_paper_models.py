@@ -9,9 +9,9 @@ import torch
 from conftest import PAPER_KINDS, reference_speculative, thinking_tokenizer, tiny_paper_model
 
 from diversed.bench import hf_generate
-from diversed.engine import Sampling, speculative_generate
-from diversed.head import WeightHead, load_head
-from diversed.models import (
+from diversed.decoding.engine import Sampling, speculative_generate
+from diversed.decoding.head import WeightHead, load_head
+from diversed.decoding.models import (
     char_tokenizer,
     context_length,
     encode_prompt,
@@ -119,7 +119,7 @@ def test_load_model_loads_the_class_the_checkpoint_declares(tmp_path, gemma):
 
 
 def test_gemma3_pair_trains_a_head_and_distils_from_checkpoints(gemma_dir, tmp_path):
-    from diversed.train import DistillConfig, HeadTrainConfig, distill_draft, load_log, train_head
+    from diversed.training.train import DistillConfig, HeadTrainConfig, distill_draft, load_log, train_head
 
     target, draft = str(gemma_dir / "target"), str(gemma_dir / "draft")
     pair = load_pair(target, draft)

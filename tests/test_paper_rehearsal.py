@@ -22,7 +22,7 @@ ROWS = {"train": range(0, 3), "dev": range(10, 13), "eval": range(20, 23)}
 
 def build_pair(root, name: str, kind: str) -> dict:
     """A target and a smaller draft of the class, saved with the character tokenizer (Qwen3's thinking template)."""
-    from diversed.models import char_tokenizer
+    from diversed.decoding.models import char_tokenizer
 
     tok = thinking_tokenizer() if kind == "qwen3" else char_tokenizer()
     paths = {}
@@ -76,9 +76,11 @@ def test_every_table_figure_and_the_report(rehearsal):
     expected = sorted(f"{stem}.{ext}" for stem in stems for ext in ("png", "pdf"))
     assert sorted(p.name for p in (wd / "figures").iterdir()) == expected
     report = (wd / "results" / "REPORT.md").read_text()
-    assert all(f"Table {i}" in report for i in (1, 2, 3)) and "Warning" not in report
-    claims = report.split("## Claims")[1].split("**Table 1")[0]
-    assert claims.count("| **") == 7 and all(pair in claims for pair in PAIRS)  # seven claims, every pair
+    assert all(f"Table {i}" in report for i in (1, 2, 3)) and "the fixed w was chosen on the" not in report
+    claims = report.split("## Claims")[1].split("## DIVERSED heads")[0]
+    assert [line for line in claims.splitlines() if line.startswith("### ")] == [
+        "### T = 0.1", "### T = 1", "### Transfer (at the transfer runs' temperature)"]
+    assert claims.count("| **") == 2 * 7 + 1 and all(pair in claims for pair in PAIRS)  # 7 claims per T, transfer
 
 
 def test_every_pair_task_method_and_temperature_ran_and_was_scored(rehearsal):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
-from diversed.plots import (
+from diversed.report.figures import (
     acceptance_by_position_bars,
     acceptance_vs_weight_lines,
     quality_vs_time_points,
@@ -21,13 +22,23 @@ PAIRS = {"llama": {"seconds": 1.0, "quality": 0.8, "alpha": 0.9}, "gemma": {"sec
 
 def runs() -> pd.DataFrame:
     """Scored runs of two pairs on one task at T = 1.0, two seeds: target only, SD and DIVERSED at K = 5."""
-    return pd.DataFrame([{"pair": pair, "task": "gsm8k", "method": method, "head_task": None, "temperature": 1.0,
+    return pd.DataFrame([{"pair": pair, "task": "gsm8k", "method": method, "head_task": None, "lambda": None,
+                          "temperature": 1.0, "run_id": f"{pair}-{method}-{seed}",
                           "K": None if method == "autoregressive" else 5, "seed": seed, "metric": "accuracy",
                           "seconds_per_sample": v["seconds"] * (2 if method == "autoregressive" else 1),
                           "quality": v["quality"], "draft_acceptance_rate": v["alpha"],
                           "acceptance_by_position": json.dumps([v["alpha"], v["alpha"] - 0.1])}
                          for pair, v in PAIRS.items() for method in ("autoregressive", "strict", "dynamic")
                          for seed in (0, 1)])
+
+
+def units() -> pd.DataFrame:
+    """The runs' prompt rows: two prompts each, the run's seconds per sample and its quality on both."""
+    return pd.DataFrame([{"run_id": r.run_id, "pair": r.pair, "task": r.task, "method": r.method, "head_task": "",
+                          "lambda": float("nan"), "temperature": r.temperature, "K": r.K, "seed": r.seed,
+                          "metric": r.metric, "prompt": f"p{i}", "seconds": r.seconds_per_sample,
+                          "quality": r.quality + (0.1 if i else -0.1)}
+                         for r in runs().itertuples() for i in (0, 1)])
 
 
 def sweeps() -> pd.DataFrame:
@@ -48,12 +59,21 @@ def weights() -> pd.DataFrame:
 def test_quality_vs_time_keeps_pairs_apart():
     """Regression: each method was one point over all pairs (Llama at (1 s, 0.8) and Gemma at (5 s, 0.4) became
     (3 s, 0.6))."""
-    points = quality_vs_time_points(runs(), sweeps(), 1.0).set_index(["pair", "method"])
+    points = quality_vs_time_points(units(), runs(), sweeps(), 1.0).set_index(["pair", "method"])
     for pair, v in PAIRS.items():
-        assert tuple(points.loc[(pair, "dynamic"), ["seconds_per_sample", "quality"]]) == (v["seconds"], v["quality"])
+        dyn = points.loc[(pair, "dynamic")]
+        assert (dyn["seconds_per_sample"], dyn["quality"]) == pytest.approx((v["seconds"], v["quality"]))
+        assert dyn["quality_low"] < v["quality"] < dyn["quality_high"]  # its 95% interval over the prompts
         assert points.loc[(pair, "autoregressive"), "seconds_per_sample"] == 2 * v["seconds"]
         assert len(points.loc[(pair, "sweep")]) == 4 and set(points.loc[(pair, "sweep"), "seconds_per_sample"]) == {
             v["seconds"]}
+
+
+def test_quality_vs_time_keeps_the_dev_sweep_on_its_own_panel():
+    """Regression: the dev split's sweep points were drawn among the eval split's methods, on one panel."""
+    points = quality_vs_time_points(units(), runs(), sweeps(), 1.0)
+    assert set(points.loc[points["method"] == "sweep", "task"]) == {"gsm8k: dev sweep"}
+    assert set(points.loc[points["method"] != "sweep", "task"]) == {"gsm8k: eval"}
 
 
 def test_acceptance_by_position_keeps_pairs_apart():
@@ -92,7 +112,7 @@ def test_every_figure_is_written_from_the_tables(tmp_path):
 
     tables = tmp_path / "tables"
     tables.mkdir()
-    for name, frame in (("runs", runs()), ("sweeps", sweeps()), ("weights", weights())):
+    for name, frame in (("runs", runs()), ("prompts", units()), ("sweeps", sweeps()), ("weights", weights())):
         frame.to_csv(tables / f"{name}.csv", index=False)
     paths = write_all(tables, tmp_path / "figures", [0.1, 1.0])
     assert sorted(p.name for p in paths if p.suffix == ".png") == [

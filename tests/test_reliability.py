@@ -76,8 +76,8 @@ def test_killed_decoding_run_leaves_nothing_complete_and_rerun_finishes(tiny_dir
 
 
 def test_killed_training_resumes_to_the_same_head(tiny_dir, tmp_path):
-    from diversed.head import load_head
-    from diversed.models import load_pair
+    from diversed.decoding.head import load_head
+    from diversed.decoding.models import load_pair
 
     args = ["diversed", "train", "head", "--target", str(tiny_dir / "tiny-target"), "--draft",
             str(tiny_dir / "tiny-draft-l1"), "--task", "arith", "--n-train", "8", "--batch-size", "2", "--epochs", "2",

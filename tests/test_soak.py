@@ -10,8 +10,8 @@ import pytest
 import torch
 from conftest import tiny_llama
 
-from diversed.engine import Sampling, speculative_generate
-from diversed.models import truncated_draft
+from diversed.decoding.engine import Sampling, speculative_generate
+from diversed.decoding.models import truncated_draft
 
 pytestmark = pytest.mark.soak
 

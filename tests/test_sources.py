@@ -14,7 +14,7 @@ from conftest import ROOT, tiny_paper_model
 from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError
 
 from diversed.cli import main
-from diversed.sources import Sources, check, fetch, hub_sources, load_config
+from diversed.decoding.sources import Sources, check, fetch, hub_sources, load_config
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 HUB_ROWS = {"openai/gsm8k": {"question": "1 + 1?", "answer": "1 + 1 = 2 #### 2"},

@@ -9,33 +9,58 @@ import shutil
 import pandas as pd
 import pytest
 
-from diversed.runs import RunConfig
-from diversed.sweep import COLUMNS, choose, choose_runs, grid, point_name, sweep_point, sweep_weight
+from diversed.runs.run import RunConfig
+from diversed.runs.sweep import COLUMNS, choose, choose_runs, grid, point_name, sweep_point, sweep_weight
 
 
-def row(verifier, w, alpha, quality, mixing="linear"):
-    return {"verifier": verifier, "weight": w, "mixing": mixing, "draft_acceptance_rate": alpha, "quality": quality,
-            "metric": "accuracy"}
+def point(verifier, w, alpha, correct, mixing="linear"):
+    """A sweep point's row and prompt rows: correct[i] is prompt i's accuracy (None: unscored)."""
+    rid = f"{verifier}-{w}-{mixing}"
+    known = [c for c in correct if c is not None]
+    row = {"verifier": verifier, "weight": w, "mixing": mixing, "draft_acceptance_rate": alpha, "metric": "accuracy",
+           "quality": sum(known) / len(known) if known else None, "run_id": rid}
+    units = pd.DataFrame({"seed": 0, "prompt": range(len(correct)),
+                          "quality": [float("nan") if c is None else float(c) for c in correct]})
+    return row, units
 
 
-def test_choose_picks_largest_acceptance_within_tolerance():
-    rows = [row("strict", 1.0, 0.1, 0.50), row("fixed", 0.7, 0.3, 0.50), row("fixed", 0.5, 0.5, 0.49),
-            row("fixed", 0.2, 0.8, 0.30), row("fixed", 0.5, 0.6, 0.485, "logit")]
-    c = choose(rows, 0.02)
+def pick(points, tolerance):
+    return choose([r for r, _ in points], {r["run_id"]: u for r, u in points}, tolerance)
+
+
+STRICT = [1, 0] * 10  # strict's answers on 20 dev prompts
+
+
+def test_choose_picks_the_largest_acceptance_shown_noninferior():
+    same, worse = STRICT, [1, 0, 0, 0] * 5
+    points = [point("strict", 1.0, 0.1, STRICT), point("fixed", 0.7, 0.3, same),
+              point("fixed", 0.5, 0.6, same, "logit"), point("fixed", 0.2, 0.8, worse)]
+    c = pick(points, 0.02)
     assert (c["weight"], c["mixing"], c["draft_acceptance_rate"]) == (0.5, "logit", 0.6)
-    assert choose(rows, 0.0)["weight"] == 0.7
+    verdicts = {(p["weight"], p["mixing"]): p["verdict"] for p in c["points"]}
+    assert verdicts == {(0.7, "linear"): "holds", (0.5, "logit"): "holds", (0.2, "linear"): "fails"}
     # nothing relaxed keeps quality: fall back to strict
-    assert choose([row("strict", 1.0, 0.1, 0.5), row("fixed", 0.3, 0.9, 0.1)], 0.01)["weight"] == 1.0
+    assert pick([points[0], points[3]], 0.01)["weight"] == 1.0
+
+
+def test_a_point_estimate_within_tolerance_is_not_enough():
+    """Regression (winner's curse): a point whose mean accuracy equals strict's but whose answers differ on every
+    prompt was chosen by its point estimate; its difference from strict is not shown within 0.02."""
+    flipped = [1 - c for c in STRICT]
+    c = pick([point("strict", 1.0, 0.1, STRICT), point("fixed", 0.3, 0.9, flipped)], 0.02)
+    assert c["weight"] == 1.0 and c["points"][0]["verdict"] == "inconclusive"
+    assert c["points"][0]["why"].startswith("underpowered: n = 20")
 
 
 def test_choose_skips_points_of_unknown_quality():
     """Regression: a None quality (an unscored point) raised TypeError."""
-    rows = [row("strict", 1.0, 0.1, 0.5), row("fixed", 0.2, 0.9, None), row("fixed", 0.5, 0.4, 0.5)]
-    assert choose(rows, 0.02)["weight"] == 0.5
-    unknown_strict = [row("strict", 1.0, 0.1, None), row("fixed", 0.5, 0.4, 0.5)]
-    assert choose(unknown_strict, 0.02)["weight"] == 1.0  # nothing can be shown to keep quality
+    points = [point("strict", 1.0, 0.1, STRICT), point("fixed", 0.2, 0.9, [None] * 20),
+              point("fixed", 0.5, 0.4, STRICT)]
+    assert pick(points, 0.02)["weight"] == 0.5
+    unknown_strict = [point("strict", 1.0, 0.1, [None] * 20), point("fixed", 0.5, 0.4, STRICT)]
+    assert pick(unknown_strict, 0.02)["weight"] == 1.0  # nothing can be shown to keep quality
     with pytest.raises(ValueError, match="strict point"):
-        choose(rows[1:], 0.02)
+        pick(points[1:], 0.02)
 
 
 def test_sweep_weight_on_tiny_pair(tiny_dir, tmp_path):
@@ -87,7 +112,7 @@ def test_sweep_needs_a_task_and_valid_weights(tmp_path):
 
 def test_sweep_command_decodes_the_dev_split(monkeypatch):
     """The fixed w is chosen on dev prompts: the sweep command's split unless told otherwise."""
-    import diversed.sweep
+    import diversed.runs.sweep
     from diversed.cli import main
 
     bases = []
@@ -96,7 +121,7 @@ def test_sweep_command_decodes_the_dev_split(monkeypatch):
         bases.append(base)
         raise ValueError("stop")
 
-    monkeypatch.setattr(diversed.sweep, "sweep_weight", stop)
+    monkeypatch.setattr(diversed.runs.sweep, "sweep_weight", stop)
     with pytest.raises(SystemExit):
         main(["sweep-weight", "--out", "unused", "--task", "arith", "-n", "2"])
     assert [b.split for b in bases] == ["dev"]
@@ -105,7 +130,7 @@ def test_sweep_command_decodes_the_dev_split(monkeypatch):
 def test_report_states_the_split_sizes(tmp_path):
     """REPORT.md gives the prompts of each task's train (the head's prompts), dev (the sweeps) and eval (the runs)
     splits, read from the manifests."""
-    from diversed.aggregate import write_report
+    from diversed.report.compose import write_report
     from diversed.utils import write_json
 
     head = tmp_path / "heads" / "arith"
@@ -115,10 +140,14 @@ def test_report_states_the_split_sizes(tmp_path):
         run = tmp_path / "runs" / str(i)
         config = {"task": task, "split": "eval", "draft": "embedded", "head": str(head / "head.safetensors")}
         write_json(run / "manifest.json", {"config": config, "summary": {"prompts": prompts}})
-        runs.append({"pair": "p", "task": task, "seed": 0, "run_dir": str(run)})
+        runs.append({"pair": "p", "task": task, "method": "strict", "temperature": 1.0, "lambda": None, "seed": 0,
+                     "run_dir": str(run)})
     tables = tmp_path / "tables"
     tables.mkdir()
     pd.DataFrame(runs).to_csv(tables / "runs.csv", index=False)
+    columns = ["pair", "task", "method", "head_task", "lambda", "temperature", "K", "metric", "seed", "prompt"]
+    pd.DataFrame(columns=columns).to_csv(tables / "prompts.csv", index=False)
+    pd.DataFrame(columns=columns).to_csv(tables / "sweep_prompts.csv", index=False)
     sweeps = [{"task": "arith", "split": "dev", "prompts": 6}, {"task": "open", "split": "dev", "prompts": 4}]
     pd.DataFrame(sweeps, columns=COLUMNS).to_csv(tables / "sweeps.csv", index=False)
     for name in ("table1", "table2", "table3", "speed"):

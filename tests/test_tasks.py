@@ -11,7 +11,8 @@ from diversed.tasks.common import answer_number, code_block, last_number
 
 
 def test_registry_names():
-    assert set(registry()) == {"gsm8k", "arith", "cnndm", "xsum", "mbpp", "humaneval", "wmt16-de-en", "open"}
+    assert set(registry()) == {"gsm8k", "arith", "capitals", "cnndm", "xsum", "mbpp", "humaneval", "wmt16-de-en",
+                               "open"}
     with pytest.raises(ValueError, match="unknown task 'mmlu'"):
         get_task("mmlu")
 
@@ -46,6 +47,19 @@ def test_arith_is_seeded_and_splits_disjoint():
     ex = a[0]
     assert task.score(f"The answer is {ex.reference}", ex)["accuracy"] == 1.0
     assert task.score("banana", ex)["accuracy"] == 0.0
+
+
+def test_capitals_splits_are_disjoint_and_any_spelling_counts():
+    task = get_task("capitals")
+    splits = {s: {e.prompt for e in task.examples(s)} for s in ("train", "dev", "eval")}
+    assert [len(p) for p in splits.values()] == [51, 26, 51]
+    assert not (splits["train"] & splits["eval"]) and not (splits["dev"] & splits["eval"])
+    kyiv = Example("1", "What is the capital of Ukraine?", ["Kyiv", "Kiev"])
+    assert task.score("The capital of Ukraine is Kiev.", kyiv) == {"accuracy": 1.0}
+    brasilia = Example("2", "What is the capital of Brazil?", ["Brasília"])
+    assert task.score("It is Brasilia, built in 1960.", brasilia) == {"accuracy": 1.0}
+    assert task.score("Rio de Janeiro", brasilia) == {"accuracy": 0.0}
+    assert task.score("Parisian food", Example("3", "What is the capital of France?", ["Paris"])) == {"accuracy": 0.0}
 
 
 def test_rouge_scoring():

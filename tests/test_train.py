@@ -8,9 +8,18 @@ import json
 import pytest
 import torch
 
-from diversed.head import WeightHead, load_head
-from diversed.train import HeadTrainConfig, Interrupted, Rollout, load_log, make_optimizer, reinforce_loss, train_head
-from diversed.verifiers import ensemble
+from diversed.decoding.head import WeightHead, load_head
+from diversed.decoding.verifiers import ensemble
+from diversed.training.train import (
+    HeadTrainConfig,
+    Interrupted,
+    Rollout,
+    collapse,
+    load_log,
+    make_optimizer,
+    reinforce_loss,
+    train_head,
+)
 
 V, H, T = 6, 4, 8
 
@@ -73,7 +82,7 @@ def test_acceptance_term_raises_expected_acceptance_with_zero_reward():
 
 @pytest.fixture(scope="module")
 def tiny_pair(tiny_dir):
-    from diversed.models import load_pair
+    from diversed.decoding.models import load_pair
 
     return load_pair(str(tiny_dir / "tiny-target"), str(tiny_dir / "tiny-draft-l1"))
 
@@ -83,14 +92,27 @@ def config(**kw) -> HeadTrainConfig:
                            reward="fidelity", **kw)
 
 
+@pytest.mark.parametrize(("ws", "stds", "why"), [
+    ([0.5, 0.3, 0.04, 0.01], [0.5] * 4, "mean w below 0.05 over the last 2 steps"),
+    ([0.5, 0.9, 0.96, 0.99], [0.5] * 4, "mean w above 0.95 over the last 2 steps"),
+    ([0.5, 0.4, 0.3, 0.2], [0.0, 0.0, 0.0, 0.5], "batch rewards without variance on 3 of 4 steps"),
+    ([0.5, 0.02, 0.3, 0.2], [0.0, 0.5, 0.0, 0.5], ""),
+])
+def test_a_collapsed_head_is_flagged(ws, stds, why):
+    """A head pinned at the draft (w -> 0) or at strict (w -> 1), or trained on rewards that never differ within a
+    batch, is flagged; a head that moves and is rewarded unequally is not."""
+    assert collapse([{"mean_w": w, "reward_std": s} for w, s in zip(ws, stds, strict=True)]) == why
+
+
 def test_train_head_end_to_end_and_resume(tiny_pair, tmp_path):
     cfg = config()
     full = train_head(cfg, tmp_path / "full", pair=tiny_pair, progress=False)
     log = load_log(tmp_path / "full" / "train_log.csv")
     assert [r["step"] for r in log] == [1, 2, 3, 4, 5, 6]
-    assert {"reward", "expected_acceptance", "mean_w", "loss"} <= log[0].keys()
+    assert {"reward", "reward_std", "expected_acceptance", "mean_w", "loss"} <= log[0].keys()
     manifest = json.loads((tmp_path / "full" / "manifest.json").read_text())
     assert manifest["steps"] == 6 and "git_commit" in manifest
+    assert manifest["collapsed"] == (collapse(log) or None) and "reward_varied" in manifest["final"]
 
     def kill_after_3(step):
         if step == 3:
@@ -109,7 +131,7 @@ def test_train_head_end_to_end_and_resume(tiny_pair, tmp_path):
 
 
 def test_trained_head_runs_in_the_engine(tiny_pair, tmp_path):
-    from diversed.engine import Sampling, speculative_generate
+    from diversed.decoding.engine import Sampling, speculative_generate
 
     path = train_head(config(), tmp_path, pair=tiny_pair, progress=False)
     head = load_head(path, tiny_pair.target, tiny_pair.draft)
@@ -141,9 +163,9 @@ def test_bad_training_config(field, value, message):
 
 
 def test_distilled_draft_moves_toward_target_and_is_a_usable_draft(tiny_dir, tmp_path):
-    from diversed.engine import Sampling, speculative_generate
-    from diversed.models import load_pair
-    from diversed.train import DistillConfig, distill_draft, kl_loss
+    from diversed.decoding.engine import Sampling, speculative_generate
+    from diversed.decoding.models import load_pair
+    from diversed.training.train import DistillConfig, distill_draft, kl_loss
 
     target, draft = str(tiny_dir / "tiny-target"), str(tiny_dir / "tiny-draft-l1")
     cfg = DistillConfig(task="arith", target=target, draft=draft, n_train=4, max_new_tokens=16, epochs=3, lr=3e-3)
@@ -191,8 +213,8 @@ def padded_draft_dir(tiny_dir, tmp_path_factory):
 
 
 def test_head_training_and_distillation_on_a_padded_pair(tiny_dir, padded_draft_dir, tmp_path):
-    from diversed.models import load_pair, vocab_size
-    from diversed.train import DistillConfig, distill_draft
+    from diversed.decoding.models import load_pair, vocab_size
+    from diversed.training.train import DistillConfig, distill_draft
 
     target = str(tiny_dir / "tiny-target")
     pair = load_pair(target, str(padded_draft_dir))
@@ -232,7 +254,7 @@ def gemma_dirs(tmp_path_factory):
     """A tiny Gemma 3 pair of the paper's class (Gemma3ForConditionalGeneration), saved with the char tokenizer."""
     from conftest import tiny_paper_model
 
-    from diversed.models import char_tokenizer
+    from diversed.decoding.models import char_tokenizer
 
     root = tmp_path_factory.mktemp("gemma")
     for name, seed, layers in (("target", 0, 2), ("draft", 1, 1)):
@@ -247,13 +269,13 @@ def test_distillation_loads_the_pair_once_and_trains_the_draft_in_bfloat16(gemma
     from safetensors.torch import load_file
     from transformers import PreTrainedModel
 
-    import diversed.models
-    from diversed.train import DistillConfig, distill_draft
+    import diversed.decoding.models
+    from diversed.training.train import DistillConfig, distill_draft
 
     loads, checkpointed = [], []
-    load_model = diversed.models.load_model
-    monkeypatch.setattr(diversed.models, "load_model", lambda name, **kw: loads.append(kw["role"]) or load_model(
-        name, **kw))
+    load_model = diversed.decoding.models.load_model
+    monkeypatch.setattr(diversed.decoding.models, "load_model",
+                        lambda name, **kw: loads.append(kw["role"]) or load_model(name, **kw))
     enable = PreTrainedModel.activation_checkpointing_enable
     monkeypatch.setattr(PreTrainedModel, "activation_checkpointing_enable",
                         lambda self, *a, **kw: checkpointed.append(type(self).__name__) or enable(self, *a, **kw))
@@ -274,7 +296,7 @@ def test_distillation_loads_the_pair_once_and_trains_the_draft_in_bfloat16(gemma
 def test_adamw16_is_adamw_with_unbiased_bfloat16_steps():
     """AdamW16 takes AdamW's steps; in bfloat16 a step below the resolution moves a weight on average (rounding
     to nearest would leave 1.0 at 1.0: its neighbours are 1 - 2^-8 and 1 + 2^-7)."""
-    from diversed.train import AdamW16
+    from diversed.training.train import AdamW16
 
     gen = torch.Generator().manual_seed(0)
     w = (0.05 * torch.randn(64, 32, generator=gen)).to(torch.bfloat16).float()  # bfloat16 resolution <= 2^-10

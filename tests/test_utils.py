@@ -59,9 +59,10 @@ def test_scores_join_their_decode_run_and_the_report_logs_tables_and_figures(tin
 
     import pandas as pd
 
-    from diversed.aggregate import write_all, write_report
-    from diversed.evaluate import score_run
-    from diversed.runs import RunConfig, execute, task_prompts
+    from diversed.analysis.tables import write_all
+    from diversed.report.compose import write_report
+    from diversed.runs.evaluate import score_run
+    from diversed.runs.run import RunConfig, execute, task_prompts
 
     fake = FakeWandb()
     monkeypatch.setitem(sys.modules, "wandb", fake)

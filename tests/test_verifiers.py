@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from diversed.verifiers import ensemble, logits_to_probs, total_variation, verify
+from diversed.decoding.verifiers import ensemble, logits_to_probs, total_variation, verify
 
 V = 8
 DRAWS = 20_000
@@ -177,7 +177,7 @@ def test_shape_errors_and_unknown_mixing():
 
 
 def test_synthetic_acceptance_rate_and_position_structure():
-    from diversed.verifiers import synthetic_verify
+    from diversed.decoding.verifiers import synthetic_verify
 
     p = random_dists(3, 6)
     g = torch.Generator().manual_seed(0)
@@ -193,7 +193,7 @@ def test_synthetic_acceptance_rate_and_position_structure():
 def test_logit_mixing_at_low_temperature_does_not_underflow():
     """At T = 0.1 the two models' probabilities underflow to 0 on each other's favourite tokens; with the
     log-probabilities the geometric mixture is still exact (float64 reference), and verification samples."""
-    from diversed.verifiers import logits_to_logprobs
+    from diversed.decoding.verifiers import logits_to_logprobs
 
     g = torch.Generator().manual_seed(0)
     lt, ld = 30 * torch.randn(2, V, generator=g), 30 * torch.randn(2, V, generator=g)

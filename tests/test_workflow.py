@@ -51,8 +51,9 @@ def test_paper_config_builds_its_full_dag_offline(tree):
 
 def test_default_config_dry_run(tree):
     counts = dag(tree)
-    assert counts["prepare_models"] == 1 and counts["decode"] == 2 * 1 * 2 and counts["decode_transfer"] == 2 * 2
-    assert counts["sweep"] == 4  # (arith, open) at K = 5, and the figure sweeps of arith at K = 3 and 7
+    # (capitals, open) x (T = 0.1, 1) x 2 seeds; the transfer runs at T = 1 only
+    assert counts["prepare_models"] == 1 and counts["decode"] == 2 * 2 * 2 and counts["decode_transfer"] == 2 * 2
+    assert counts["sweep"] == 6  # (capitals, open) x (T = 0.1, 1) at K = 5, the figure's capitals at K = 3 and 7
 
 
 def test_dry_run_ignores_what_the_working_tree_already_made(tmp_path):
@@ -62,7 +63,7 @@ def test_dry_run_ignores_what_the_working_tree_already_made(tmp_path):
     (wd / "resources" / "models").mkdir(parents=True)
     (wd / "resources" / "models" / "smollm2.json").write_text("{}")  # what a completed default run leaves
     counts = dag(wd)
-    assert counts["prepare_models"] == 1 and counts["decode"] == 4
+    assert counts["prepare_models"] == 1 and counts["decode"] == 8
 
 
 def test_target_only_runs_once_per_pair_task_temperature_seed(tree):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from typing import ClassVar
 
-from diversed.tasks import Example, Task
+from diversed.tasks.base import Example, Task
 from diversed.tasks.common import ACCURACY, answer_number
 
 NAMES = ["Tom", "Anna", "Sam", "Lily", "Ben", "Mia", "Leo", "Emma", "Max", "Zoe"]

@@ -7,7 +7,7 @@ import json
 import os
 from typing import ClassVar
 
-from diversed.tasks import DataUnavailable, Example, Metric, Task
+from diversed.tasks.base import DataUnavailable, Example, Metric, Task
 from diversed.tasks.common import code_block
 from diversed.tasks.execution import run_untrusted
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from diversed.tasks import Metric
+from diversed.tasks.base import Metric
 
 ACCURACY = Metric("accuracy", "fraction", tolerance=0.02)  # final answer, exact match
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from diversed.tasks import Example, Task
+from diversed.tasks.base import Example, Task
 from diversed.tasks.common import ACCURACY, answer_number, normalize_number
 
 INSTRUCTION = "Solve the problem step by step. End with a line of the form \"The answer is N\".\n\n"

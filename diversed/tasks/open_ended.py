@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from diversed.tasks import FIDELITY, Example, Task
+from diversed.tasks.base import FIDELITY, Example, Task
 
 PROMPTS = [  # the first half trains, the second half is reported
     "Explain in two sentences why the sky is blue.",
@@ -62,4 +62,4 @@ class OpenEnded(Task):
         return Example(id, row["prompt"], None)
 
     def score(self, completion: str, example: Example) -> dict[str, float]:
-        return {}  # fidelity comes from the decoding run itself (diversed.evaluate)
+        return {}  # fidelity comes from the decoding run itself (diversed.runs.evaluate)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diversed.tasks import Example, Metric, Task
+from diversed.tasks.base import Example, Metric, Task
 from diversed.tasks.common import rouge
 
 

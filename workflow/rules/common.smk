@@ -6,11 +6,11 @@ import re
 from snakemake.utils import validate
 
 
-from diversed.draft import DraftRecipe
-from diversed.engine import VERIFIERS
-from diversed.sources import hub_model, hub_sources, hub_task
+from diversed.training.draft import DraftRecipe
+from diversed.decoding.engine import VERIFIERS
+from diversed.decoding.sources import hub_model, hub_sources, hub_task
 from diversed.tasks import registry
-from diversed.train import DistillConfig, HeadTrainConfig
+from diversed.training.train import DistillConfig, HeadTrainConfig
 
 
 validate(config, schema="../schemas/config.schema.yaml", set_default=True)

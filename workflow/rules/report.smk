@@ -1,12 +1,15 @@
 rule aggregate:
-    """Tidy tables from every scored run and sweep: the paper's Tables 1-3, a speed table and the lambda sweep."""
+    """Tidy tables from every scored run and sweep (one row per run, one per (run, prompt)): the paper's Tables
+    1-3, a speed table and the lambda sweep, every interval over prompts."""
     input:
         scores=[f"{run}/scores.json" for run in runs()],
         sweeps=[f"{sweep}/sweep.csv" for sweep in sweeps()],
         lambda_scores=[f"{run}/scores.json" for run in lambda_runs()],
     output:
         runs="results/tables/runs.csv",
+        prompts="results/tables/prompts.csv",
         sweeps="results/tables/sweeps.csv",
+        sweep_prompts="results/tables/sweep_prompts.csv",
         weights="results/tables/weights.csv",
         tables=TABLES,
     params:
@@ -30,6 +33,7 @@ rule plot:
     """Every figure, from the tables only."""
     input:
         runs=rules.aggregate.output.runs,
+        prompts=rules.aggregate.output.prompts,
         sweeps=rules.aggregate.output.sweeps,
         weights=rules.aggregate.output.weights,
     output:
@@ -50,9 +54,11 @@ rule plot:
 
 
 rule report:
-    """results/REPORT.md: the tables, the figures and the provenance of this reproduction."""
+    """results/REPORT.md: the claims per temperature, the heads, the tables, the figures and the provenance."""
     input:
         runs=rules.aggregate.output.runs,
+        prompts=rules.aggregate.output.prompts,
+        sweep_prompts=rules.aggregate.output.sweep_prompts,
         tables=rules.aggregate.output.tables,
         figures=rules.plot.output.figures,
     output:

@@ -5,7 +5,7 @@ Each model keeps a KV cache that holds every token of the sequence but the newes
 draft_block (the draft proposes k tokens), score_block (one target forward over [newest, d_1..d_k]),
 WEIGHT_RULES (w at each drafted position), verify_step (verifiers.verify_on_device, then the step's one
 host transfer), Generation.record, roll_back (both caches cropped to the accepted prefix: accepted tokens
-are never re-encoded). Statistics live in diversed.stats.
+are never re-encoded). Statistics live in diversed.decoding.stats.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from diversed import fastpath
-from diversed.models import context_length, draft_vocabulary, shared_width
-from diversed.models import vocab_size as vocab_width
-from diversed.stats import Generation, Step
-from diversed.verifiers import MIXINGS, logits_to_logprobs, synthetic_on_device, verify_on_device
+from diversed.decoding import fastpath
+from diversed.decoding.models import context_length, draft_vocabulary, shared_width
+from diversed.decoding.models import vocab_size as vocab_width
+from diversed.decoding.stats import Generation, Step
+from diversed.decoding.verifiers import MIXINGS, logits_to_logprobs, synthetic_on_device, verify_on_device
 
 WEIGHT_RULES: dict[str, Callable[..., torch.Tensor]] = {  # verifier -> w [k]: the one place a verifier is added
     "strict": lambda k, device, **_: torch.ones(k, device=device),  # w = 1: lossless
@@ -123,8 +123,8 @@ def check_request(target, draft, prompt_len: int, *, verifier: str, K: int, max_
     if verifier in WEIGHT_RULES:
         v_t, v_d = vocab_width(target), vocab_width(draft)
         if v_t != v_d and (vocab_size is None or vocab_size < max(v_t, v_d)):
-            raise ValueError(f"vocabulary mismatch: target has {v_t} logits, draft has {v_d} "
-                             "(load the pair with diversed.models.load_pair to pad provably identical tokenizers)")
+            raise ValueError(f"vocabulary mismatch: target has {v_t} logits, draft has {v_d} (load the pair with "
+                             "diversed.decoding.models.load_pair to pad provably identical tokenizers)")
     if verifier == "dynamic":
         head.check_pair(target, draft)
     for role, model in models:

@@ -1,14 +1,18 @@
 """A decoding run: a resolved config x a prompt set -> {out}/{run_id}/generations.jsonl + manifest.json.
 
-The run directory is built in a temp folder and renamed into place when complete, with the manifest
-as its last file, so a crash never leaves a run that looks finished.
+`execute` builds the run directory in a temp folder and renames it into place when complete, with the manifest
+as its last file, so a crash never leaves a run that looks finished; `Run` reads one (every other module reads
+run folders through it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
+import math
+import statistics
 import time
 import typing
 from dataclasses import dataclass
@@ -17,11 +21,23 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from diversed.engine import Execution, Sampling, check_request, check_settings, speculative_generate
-from diversed.models import DEFAULT_DRAFT_LAYERS, DTYPES, encode_prompt, load_pair
-from diversed.stats import summarize
+from diversed.decoding.engine import Execution, Sampling, check_request, check_settings, speculative_generate
+from diversed.decoding.head import load_head
+from diversed.decoding.models import DEFAULT_DRAFT_LAYERS, DTYPES, encode_prompt, load_pair
+from diversed.decoding.stats import summarize
+from diversed.tasks import SPLITS, get_task, registry
 from diversed.tracking import decode_tracker
-from diversed.utils import atomic_dir, config_hash, field_type, option, provenance, read_jsonl, write_json, write_jsonl
+from diversed.utils import (
+    atomic_dir,
+    config_hash,
+    field_type,
+    hardware_label,
+    option,
+    provenance,
+    read_jsonl,
+    write_json,
+    write_jsonl,
+)
 
 DETERMINISTIC_STATS = ("new_tokens", "steps", "stop", "draft_acceptance_rate", "mean_acceptance_length",
                        "mean_weight", "bias_tv", "target_logprob", "target_argmax_agreement")
@@ -62,8 +78,6 @@ class RunConfig:
         if self.verifier == "dynamic" and not Path(self.head).is_file():
             raise FileNotFoundError(f"weight head not found: {self.head}")
         if self.task is not None:
-            from diversed.tasks import SPLITS, registry
-
             if self.task not in registry():
                 raise ValueError(f"unknown task {self.task!r}; allowed: {', '.join(sorted(registry()))}")
             if self.split not in SPLITS:
@@ -74,8 +88,6 @@ class RunConfig:
 
 def task_prompts(cfg: RunConfig) -> list[dict]:
     """Prompt rows (with references) of the configured task split."""
-    from diversed.tasks import get_task
-
     task = get_task(cfg.task, cfg.data_files)
     return [{**ex.row(), "task": cfg.task} for ex in task.examples(cfg.split, cfg.n, seed=0)]
 
@@ -124,8 +136,6 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
                      cache=models)
     head = None
     if cfg.verifier == "dynamic":
-        from diversed.head import load_head
-
         head = load_head(cfg.head, pair.target, pair.draft)
     sampling = Sampling(cfg.temperature, cfg.top_p)
     encoded = [encode_prompt(pair.tokenizer, row["prompt"], chat=cfg.chat) for row in prompts]
@@ -248,23 +258,135 @@ def execute_all(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, l
                     models=models) for cfg, spec in zip(configs, specs, strict=True)]
 
 
-def is_scored(run_dir: str | Path, rid: str) -> bool:
-    """Whether run_dir already holds the finished run rid and its scores."""
-    try:
-        return all(json.loads((Path(run_dir) / name).read_text())["run_id"] == rid
-                   for name in ("manifest.json", "scores.json"))
-    except (OSError, ValueError, KeyError):
-        return False
+BASELINES = ("autoregressive", "draft")  # one model decoding alone: no draft length K
 
 
-def load_run(run_dir: str | Path) -> tuple[dict, list[dict]]:
-    """(manifest, generations) of a complete run; a clear error for a missing or broken one."""
-    run_dir = Path(run_dir)
-    manifest_path = run_dir / "manifest.json"
-    if not manifest_path.is_file():
-        raise FileNotFoundError(f"{run_dir} is not a complete run (no manifest.json)")
+@dataclass(frozen=True)
+class Run:
+    """A run folder as `execute` writes it, and everything read from it.
+
+    manifest.json: config, labels, pooled summary, per-prompt seconds, provenance (written last: its presence
+    marks a complete run); generations.jsonl: one row per prompt; scores.json: the lm-eval scores, once scored
+    (diversed.runs.evaluate)."""
+
+    path: Path
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / "manifest.json"
+
+    @property
+    def scores_path(self) -> Path:
+        return self.path / "scores.json"
+
+    @functools.cached_property
+    def manifest(self) -> dict:
+        if not self.manifest_path.is_file():
+            raise FileNotFoundError(f"{self.path} is not a complete run (no manifest.json)")
+        return _read_json(self.manifest_path)
+
+    @functools.cached_property
+    def generations(self) -> list[dict]:
+        return read_jsonl(self.path / "generations.jsonl")
+
+    @functools.cached_property
+    def scores(self) -> dict:
+        if not self.scores_path.is_file():
+            raise FileNotFoundError(f"{self.path} is not scored yet (no scores.json): run `diversed score {self.path}`")
+        return _read_json(self.scores_path)
+
+    @property
+    def config(self) -> dict:
+        return self.manifest["config"]
+
+    @property
+    def labels(self) -> dict:
+        return self.manifest.get("labels", {})
+
+    @property
+    def method(self) -> str:
+        """What the tables call it: the workflow's label (e.g. finetuned, a strict run), else the verifier."""
+        return self.labels.get("method", self.config["verifier"])
+
+    def holds(self, rid: str) -> bool:
+        """Whether this folder holds the finished, scored run rid."""
+        try:
+            return all(_read_json(p)["run_id"] == rid for p in (self.manifest_path, self.scores_path))
+        except (OSError, ValueError, KeyError):
+            return False
+
+    def record(self) -> dict:
+        """One tidy row: the run's labels and config, its pooled summary, its scores."""
+        c, s, labels, scores = self.config, self.manifest["summary"], self.labels, self.scores
+        return {
+            "pair": labels.get("pair", f"{c['target']}|{c['draft']}"), "task": labels.get("task", c.get("task")),
+            "split": c.get("split", "eval"), "method": self.method, "head_task": labels.get("head_task"),
+            "lambda": float(labels["lambda"]) if "lambda" in labels else None,
+            "verifier": c["verifier"], "temperature": c["temperature"],
+            "K": None if c["verifier"] in BASELINES else c["K"], "seed": c["seed"], "target": c["target"],
+            "draft": c["draft"], "weight": 1.0 if c["verifier"] == "strict" else c.get("weight"), "mixing": c["mixing"],
+            "prompts": s["prompts"], "new_tokens": s["new_tokens"],
+            "draft_acceptance_rate": s["draft_acceptance_rate"], "mean_acceptance_length": s["mean_acceptance_length"],
+            "acceptance_by_position": json.dumps(s["acceptance_by_position"]), "mean_weight": s["mean_weight"],
+            "bias_tv": s["bias_tv"], "tokens_per_s": s["tokens_per_s"],
+            "seconds_per_sample": s["time_total"] / max(s["prompts"], 1),
+            "hardware": hardware_label(self.manifest.get("hardware"), c.get("device", "cpu")),
+            "metric": scores["metric"], "quality": scores["quality"],
+            "target_logprob": scores["fidelity"]["target_logprob"],
+            "target_argmax_agreement": scores["fidelity"]["target_argmax_agreement"],
+            "run_id": self.manifest["run_id"], "run_dir": str(self.path),
+        }
+
+    def prompt_rows(self) -> list[dict]:
+        """One row per prompt: the run_id, seed and prompt hash, and the per-prompt values the statistics pool
+        (diversed.analysis.statistics.METRICS): sums over the prompt's tokens and steps, its quality (a task
+        metric per example; nan for a corpus or fidelity metric), its decode seconds (manifest prompt_seconds)."""
+        metric = self.scores["metric"]
+        quality = {e["prompt_hash"]: e.get(metric) for e in self.scores.get("per_example", [])}
+        seconds = self.manifest.get("prompt_seconds") or [math.nan] * len(self.generations)
+        rows = []
+        for g, sec in zip(self.generations, seconds, strict=True):
+            weights = [w for step in g.get("weights") or [] for w in step]
+            rows.append({
+                "run_id": self.manifest["run_id"], "seed": self.config["seed"], "prompt": g["prompt_hash"],
+                "accepted": sum(g.get("accepted", [])), "drafted": sum(g.get("drafted", [])),
+                "new_tokens": len(g["tokens"]), "steps": g.get("steps", len(g.get("drafted", [])) or len(g["tokens"])),
+                "seconds": sec, "weight_sum": sum(weights),
+                "bias_tv_sum": sum(g.get("bias_tv_per_token") or []),
+                "target_logprob_sum": sum(g.get("target_logprobs") or []),
+                "target_argmax_sum": sum(map(float, g.get("target_argmax") or [])),
+                "quality": _number(quality.get(g["prompt_hash"])),
+                "weight_sd": statistics.pstdev(weights) if weights else math.nan,
+                "identity_gap": identity_gap(g, self.config["mixing"]),
+            })
+        return rows
+
+
+def identity_gap(row: dict, mixing: str) -> float:
+    """Observed minus predicted acceptance over the positions a prompt tested (the accepted ones and the first
+    rejected), where linear mixing predicts P(accept) = 1 - w TV(p, q) = 1 - w / (1 - w) TV(nu, p) (its emitted
+    token's bias); nan for strict positions (w = 1), other mixings and prompts without a tested position."""
+    if mixing != "linear":
+        return math.nan
+    tv, observed, predicted, at = row.get("bias_tv_per_token") or [], [], [], 0
+    for k, n, ws in zip(row.get("drafted", []), row.get("accepted", []), row.get("weights", []), strict=True):
+        for j in range(min(n + 1, k)):
+            if at + j < len(tv) and ws[j] < 1:
+                observed.append(float(j < n))
+                predicted.append(1 - ws[j] / (1 - ws[j]) * tv[at + j])
+        at += n + 1
+    return statistics.fmean(observed) - statistics.fmean(predicted) if observed else math.nan
+
+
+def _number(value) -> float:
+    return float(value) if isinstance(value, (int, float)) and value is not None else math.nan
+
+
+def _read_json(path: Path) -> dict:
     try:
-        manifest = json.loads(manifest_path.read_text())
+        return json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise ValueError(f"{manifest_path} is corrupt: {e}") from e
-    return manifest, read_jsonl(run_dir / "generations.jsonl")
+        raise ValueError(f"{path} is corrupt: {e}") from e

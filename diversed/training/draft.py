@@ -22,7 +22,11 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from diversed.utils import option
+from diversed.decoding.engine import eos_set
+from diversed.decoding.models import encode_prompt, truncated_draft, vocab_size
+from diversed.tasks import get_task
+from diversed.training.train import kl_loss
+from diversed.utils import config_hash, option
 
 # general instructions (topics x requests), disjoint from every task's dev and eval prompts
 TOPICS = ["the ocean", "volcanoes", "friendship", "the moon", "music", "a city park", "electricity", "honey bees",
@@ -59,13 +63,9 @@ class DraftRecipe:
     @property
     def id(self) -> str:
         """What identifies the draft this recipe builds: a short hash of its fields."""
-        from diversed.utils import config_hash
-
         return config_hash(dataclasses.asdict(self))
 
     def prompts(self) -> list[str]:
-        from diversed.tasks import get_task
-
         tasks = [ex.prompt for name, n in (("arith", self.arith_prompts), ("open", self.open_prompts))
                  for ex in get_task(name).examples("train", n, seed=self.seed)]
         return GENERAL_PROMPTS[: self.general_prompts] + tasks
@@ -85,8 +85,6 @@ def sample_text(target: nn.Module, tokenizer, prompts: list[list[int]], *, max_n
                 temperature: float, batch_size: int, seed: int, progress: bool = True) -> list[Sample]:
     """The target's sampled completion of each prompt, with its logits, through transformers' batched generate
     (left padding); one seed for the whole, batches in a fixed order."""
-    from diversed.engine import eos_set
-
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     eos = eos_set(target) | {tokenizer.eos_token_id}
     torch.manual_seed(seed)
@@ -119,8 +117,6 @@ def fit(draft: nn.Module, samples: list[Sample], rows: list[int], *, epochs: int
     """Train draft's trainable parameters (AdamW, one sequence a step, a seeded order per epoch) to minimise
     KL(p_R || q) over the draft vocabulary R, where p_R is the target's distribution restricted to R and
     renormalised, and q the draft's over R (its output head's rows R). Returns the log rows."""
-    from diversed.train import kl_loss
-
     index = torch.tensor(rows)  # [R]
     W = draft.get_output_embeddings().weight.detach().index_select(0, index)  # [R, h], frozen
     params = [p for p in draft.parameters() if p.requires_grad]
@@ -145,9 +141,6 @@ def fit(draft: nn.Module, samples: list[Sample], rows: list[int], *, epochs: int
 
 def distil(target: nn.Module, tokenizer, recipe: DraftRecipe, *, progress: bool = True) -> nn.Module:
     """The embedded draft of `recipe` (float32, eval mode), its vocabulary in config.draft_vocabulary."""
-    from diversed.engine import eos_set
-    from diversed.models import encode_prompt, truncated_draft, vocab_size
-
     prompts = [encode_prompt(tokenizer, p) for p in recipe.prompts()]
     samples = sample_text(target, tokenizer, prompts, max_new_tokens=recipe.max_new_tokens,
                           temperature=recipe.temperature, batch_size=recipe.batch_size, seed=recipe.seed,

@@ -1,7 +1,8 @@
 """The static frontier: decode and score a task split at each point of a grid of w (both mixings; w = 1 is
-strict), then pick the task's fixed w: the largest acceptance whose quality stays within a tolerance of
-strict. This is the paper's `fixed` verifier and the Pareto front it traces. The command line and the
-workflow sweep the dev split, so that w is never chosen on the eval prompts it is reported on.
+strict), then pick the task's fixed w: the largest acceptance whose quality is shown non-inferior to strict's
+(margin: the task's tolerance) on the same prompts. This is the paper's `fixed` verifier and the Pareto front it
+traces. The command line and the workflow sweep the dev split, so that w is never chosen on the eval prompts it
+is reported on.
 
 `sweep_point` is one point, `choose_runs` the choice from the scored points, `sweep_weight` the whole sweep in
 one process (the pair loaded once, every point timed on the same hardware); a rerun keeps the points already
@@ -10,56 +11,56 @@ finished with the same config and prompts, so a killed sweep resumes point by po
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
-from diversed.evaluate import read_scores, score_run
-from diversed.runs import RunConfig, execute, is_scored, load_run, run_id, task_prompts
+import pandas as pd
+
+from diversed import statistics
+from diversed.runs.evaluate import score_run
+from diversed.runs.run import Run, RunConfig, execute, run_id, task_prompts
+from diversed.tasks import get_task, metric_spec
 from diversed.utils import provenance, write_json, write_text
 
 COLUMNS = ["pair", "task", "split", "prompts", "temperature", "K", "verifier", "weight", "mixing",
            "draft_acceptance_rate", "mean_acceptance_length", "tokens_per_s", "seconds_per_sample", "bias_tv",
-           "metric", "quality", "target_logprob", "run_id"]
+           "metric", "quality", "target_logprob", "run_id", "run_dir"]
 WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)  # the paper's grid of w; strict (w = 1) is always added
 MIXINGS = ("linear", "logit")
 
 
-def run_row(run_dir: Path) -> dict:
+def run_row(run: Run) -> dict:
     """One line of a frontier table from a scored run."""
-    manifest, _ = load_run(run_dir)
-    scores = read_scores(run_dir)
-    s, c = manifest["summary"], manifest["config"]
-    labels = manifest.get("labels", {})
-    return {"pair": labels.get("pair", f"{c['target']}|{c['draft']}"), "task": c["task"], "split": c["split"],
-            "prompts": s["prompts"], "temperature": c["temperature"], "K": c["K"], "verifier": c["verifier"],
-            "weight": 1.0 if c["verifier"] == "strict" else c["weight"],
-            "mixing": c["mixing"], "draft_acceptance_rate": s["draft_acceptance_rate"],
-            "mean_acceptance_length": s["mean_acceptance_length"], "tokens_per_s": s["tokens_per_s"],
-            "seconds_per_sample": s["time_total"] / max(s["prompts"], 1), "bias_tv": s["bias_tv"],
-            "metric": scores["metric"], "quality": scores["quality"],
-            "target_logprob": scores["fidelity"]["target_logprob"], "run_id": manifest["run_id"]}
+    return {k: v for k, v in run.record().items() if k in COLUMNS}
 
 
-def known(value) -> bool:
-    """A quality that was measured: not None (unscored) and not nan."""
-    return value is not None and not math.isnan(value)
+def choose(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: float) -> dict:
+    """The fixed verifier: the highest acceptance among the points whose quality is non-inferior to strict's on
+    the same prompts (the lower bound of point - strict above -tolerance, diversed.statistics.noninferior); strict
+    (w = 1) when none is, or none accepts more. units: each point's prompt rows, by run_id.
 
-
-def choose(rows: list[dict], tolerance: float) -> dict:
-    """The fixed verifier: max acceptance among rows with quality >= strict quality - tolerance (rows whose
-    quality is unknown never qualify; an unknown strict quality leaves strict)."""
+    Returns the choice and, per point, its quality difference from strict and the test's verdict."""
     strict = next((r for r in rows if r["verifier"] == "strict"), None)
     if strict is None:
         raise ValueError("a sweep needs its strict point (w = 1) to choose a fixed w; none among the rows given")
-    ok = [r for r in rows if r["verifier"] == "fixed" and known(r["quality"]) and known(strict["quality"])
-          and r["quality"] >= strict["quality"] - tolerance]
+    column = metric_spec(strict["metric"]).statistic
+    tested, ok = [], []
+    for r in rows:
+        if r["verifier"] != "fixed":
+            continue
+        diff = statistics.paired(units[r["run_id"]], units[strict["run_id"]], column)
+        test = statistics.noninferior(diff, tolerance)
+        tested.append({"weight": r["weight"], "mixing": r["mixing"], "acceptance": r["draft_acceptance_rate"],
+                       "quality_vs_strict": diff.text(digits=4, sign=True), "prompts": diff.n,
+                       "verdict": test.verdict(), "why": test.why})
+        if test.verdict() == statistics.HOLDS:
+            ok.append(r)
     best = max(ok, key=lambda r: (r["draft_acceptance_rate"], -r["weight"]), default=None)
     if best is None or best["draft_acceptance_rate"] <= strict["draft_acceptance_rate"]:
-        best = strict  # nothing relaxed keeps quality: the fixed verifier degenerates to strict (w = 1)
+        best = strict  # nothing relaxed is shown to keep quality: the fixed verifier degenerates to strict (w = 1)
     return {"weight": best["weight"], "mixing": best["mixing"], "draft_acceptance_rate": best["draft_acceptance_rate"],
             "quality": best["quality"], "strict_quality": strict["quality"],
             "strict_acceptance_rate": strict["draft_acceptance_rate"], "tolerance": tolerance,
-            "metric": strict["metric"]}
+            "metric": strict["metric"], "points": tested}
 
 
 def grid(weights=WEIGHTS, mixings=MIXINGS) -> list[tuple[float, str]]:
@@ -86,7 +87,7 @@ def sweep_point(base: RunConfig, weight: float, mixing: str, run_dir: str | Path
     else:
         cfg = dataclasses.replace(base, verifier="fixed", weight=float(weight), mixing=mixing)
     prompts = task_prompts(cfg)
-    if is_scored(run_dir, run_id(cfg, prompts)):
+    if Run(run_dir).holds(run_id(cfg, prompts)):
         return Path(run_dir)
     run_dir = execute(cfg, prompts, run_dir=run_dir, progress=progress, labels=labels, models=models)
     score_run(run_dir)
@@ -97,18 +98,18 @@ def choose_runs(run_dirs: list[str | Path], out: str | Path, tolerance: float | 
     """The sweep's table (out/sweep.csv, .md) and choice (out/choice.json) from its scored points.
 
     tolerance: the quality strict may lose, in the metric's units (default: the task metric's own)."""
-    from diversed.tasks import get_task
-
     out = Path(out)
-    rows = [run_row(Path(d)) for d in run_dirs]
+    runs = [Run(d) for d in run_dirs]
+    rows = [run_row(run) for run in runs]
     for key in ("task", "split"):
         if len({r[key] for r in rows}) != 1:
             raise ValueError(f"a sweep covers one {key}; the runs given cover {sorted({str(r[key]) for r in rows})}")
-    strict = [Path(d) for d, r in zip(run_dirs, rows, strict=True) if r["verifier"] == "strict"]
+    strict = [run for run, r in zip(runs, rows, strict=True) if r["verifier"] == "strict"]
     if not strict:
         raise ValueError("a sweep needs its strict point (w = 1) to choose a fixed w; none among the runs given")
-    config = load_run(strict[0])[0]["config"]
-    choice = choose(rows, get_task(config["task"]).metric.tolerance if tolerance is None else tolerance)
+    config = strict[0].config
+    units = {r["run_id"]: pd.DataFrame(run.prompt_rows()) for run, r in zip(runs, rows, strict=True)}
+    choice = choose(rows, units, get_task(config["task"]).metric.tolerance if tolerance is None else tolerance)
     write_table(out / "sweep", rows)
     write_json(out / "choice.json", {"task": config["task"], **choice, "config": config, **provenance()})
     return choice
@@ -124,8 +125,6 @@ def sweep_weight(base: RunConfig, out: str | Path, *, weights=WEIGHTS, mixings=M
 
 
 def write_table(stem: Path, rows: list[dict]) -> None:
-    import pandas as pd
-
     df = pd.DataFrame(rows, columns=COLUMNS)
     write_text(stem.with_suffix(".csv"), df.to_csv(index=False))
     write_text(stem.with_suffix(".md"), df.to_markdown(index=False, floatfmt=".4g") + "\n")

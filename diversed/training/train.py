@@ -16,6 +16,7 @@ import csv
 import dataclasses
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +25,20 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from diversed.engine import Execution, Stepper, eos_set
-from diversed.head import WeightHead
-from diversed.models import DEFAULT_DRAFT_LAYERS, hidden_size, shared_width
-from diversed.utils import atomic_path, config_hash, option, provenance, write_json, write_text
-from diversed.verifiers import MIXINGS, ensemble, logits_to_logprobs
+from diversed.decoding.engine import Execution, Sampling, Stepper, autoregressive_generate, eos_set
+from diversed.decoding.head import WeightHead
+from diversed.decoding.models import (
+    DEFAULT_DRAFT_LAYERS,
+    draft_vocabulary,
+    encode_prompt,
+    hidden_size,
+    load_pair,
+    shared_width,
+)
+from diversed.decoding.verifiers import MIXINGS, ensemble, logits_to_logprobs
+from diversed.tasks import get_task, registry
+from diversed.tracking import Tracker
+from diversed.utils import atomic_dir, atomic_path, config_hash, option, provenance, write_json, write_text
 
 REWARDS = ("task", "fidelity")
 
@@ -55,8 +65,6 @@ class TrainConfig:
     COUNTS = ("n_train", "epochs", "max_new_tokens")  # integers that must be >= 1
 
     def validate(self) -> None:
-        from diversed.tasks import registry
-
         if self.task not in registry():
             raise ValueError(f"unknown task {self.task!r}; allowed: {', '.join(sorted(registry()))}")
         for name in self.COUNTS:
@@ -194,10 +202,6 @@ class Interrupted(Exception):
 def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=None, progress: bool = True,
                on_step=None) -> Path:
     """Train one head for cfg.task; resumable from out/checkpoint.pt. Returns out/head.safetensors."""
-    from diversed.models import encode_prompt, load_pair
-    from diversed.tasks import get_task
-    from diversed.tracking import Tracker
-
     cfg.validate()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -261,7 +265,8 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
         opt.step()
         sched.step()
         baseline = cfg.baseline_momentum * baseline + (1 - cfg.baseline_momentum) * float(rewards.mean())
-        row = {"step": step + 1, "epoch": epoch, "reward": float(rewards.mean()), "baseline": baseline,
+        row = {"step": step + 1, "epoch": epoch, "reward": float(rewards.mean()),
+               "reward_std": float(rewards.std(unbiased=False)), "baseline": baseline,
                "lr": sched.get_last_lr()[0], "grad_norm": grad_norm, "seconds": time.perf_counter() - t0, **stats}
         log_rows.append(row)
         tracker.log(row, step=step + 1)
@@ -275,18 +280,45 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
             on_step(step + 1)
 
     write_log_csv(out / "train_log.csv", log_rows)
+    collapsed = collapse(log_rows)
+    if collapsed:
+        print(f"warning: the {cfg.task} head collapsed: {collapsed}", file=sys.stderr)
     head_path = out / "head.safetensors"
     head.save(head_path, task=cfg.task, config=dataclasses.asdict(cfg), config_id=cid, steps=total)
     summary = {k: log_rows[-1][k] for k in ("reward", "expected_acceptance", "mean_w")} if log_rows else {}
+    summary |= {"collapsed": collapsed or None,
+                "reward_varied": sum(r.get("reward_std", 0) > 0 for r in log_rows) / max(len(log_rows), 1)}
     tracker.summary(summary)
     if samples:
         tracker.table("samples", ["prompt", "completion"], samples)
     tracker.finish()
     write_json(out / "manifest.json", {"config": dataclasses.asdict(cfg), "config_id": cid, "steps": total,
+                                       "collapsed": collapsed or None,
                                        "prompts": len(examples),
                                        "seconds": sum(r["seconds"] for r in log_rows), "final": summary,
                                        "execution": dataclasses.asdict(execution), **provenance()})
     return head_path
+
+
+COLLAPSED_W = 0.05  # a head whose mean w stays below this (or above 1 - this) over its last half of steps
+STILL_SHARE = 0.5  # ... or whose batch rewards are all equal on more than this share of its steps
+
+
+def collapse(rows: list[dict]) -> str:
+    """Why a head's training collapsed ('' when it did not): its mean w pinned within COLLAPSED_W of 0 or 1 over
+    the last half of its steps (the head is then the draft alone or strict), or a reward without variance within
+    the batch on most steps (REINFORCE then learns from the acceptance term alone)."""
+    if not rows:
+        return ""
+    tail = [r["mean_w"] for r in rows[len(rows) // 2:]]
+    if all(w < COLLAPSED_W for w in tail):
+        return f"mean w below {COLLAPSED_W} over the last {len(tail)} steps"
+    if all(w > 1 - COLLAPSED_W for w in tail):
+        return f"mean w above {1 - COLLAPSED_W} over the last {len(tail)} steps"
+    still = sum(r.get("reward_std", 0) == 0 for r in rows)
+    if still > STILL_SHARE * len(rows):
+        return f"batch rewards without variance on {still} of {len(rows)} steps"
+    return ""
 
 
 def write_log_csv(path: Path, rows: list[dict]) -> None:
@@ -382,8 +414,6 @@ def target_text(target: nn.Module, prompts: list[list[int]], *, max_new_tokens: 
                 seed: int = 0, progress: bool = True, desc: str = "target text") -> list[tuple[list[int], list[int]]]:
     """(prompt ids, the target's completion) for each prompt: greedy at temperature 0, else sampled, prompt i from
     its own generator (seed, i), so that a completion does not depend on the others."""
-    from diversed.engine import Sampling, autoregressive_generate
-
     execution, seqs = Execution.from_env(), []
     for i, ids in enumerate(tqdm(prompts, desc=desc, unit="prompt", disable=not progress)):
         generator = torch.Generator(device=target.device).manual_seed(seed * 1_000_003 + i)
@@ -398,8 +428,6 @@ def fit_draft(student: nn.Module, target: nn.Module, seqs: list[tuple[list[int],
     """Train student's trainable parameters to minimise KL(p_target || q_student) on the completions of seqs (one
     sequence a step, in a seeded order per epoch); returns the log rows. bfloat16 weights train with AdamW16.
     A student with a draft vocabulary R (models.draft_vocabulary) is compared over R, the only ids it proposes."""
-    from diversed.models import draft_vocabulary
-
     rows = draft_vocabulary(student)
     index = None if rows is None else torch.tensor(rows, device=student.device)  # [R]
     params = [p for p in student.parameters() if p.requires_grad]
@@ -436,11 +464,6 @@ def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True)
     One copy of each model: the draft loaded with the pair is the student, in bfloat16 (AdamW16) when the pair
     is, else in float32 (AdamW; a float16 draft is converted in place: its gradients would underflow), with
     activation checkpointing where the model supports it. Memory per pair: diversed.cost."""
-    from diversed.models import encode_prompt, load_pair
-    from diversed.tasks import get_task
-    from diversed.tracking import Tracker
-    from diversed.utils import atomic_dir
-
     cfg.validate()
     out = Path(out)
     cid = config_hash(dataclasses.asdict(cfg))

@@ -1,4 +1,4 @@
-"""One function per figure; each reads tables written by diversed.aggregate and writes PNG + PDF.
+"""One function per figure; each reads tables written by diversed.analysis.tables and writes PNG + PDF.
 
 Every figure keeps the model pairs apart: a row of panels per pair, a column per task. What a figure plots is
 the frame its data function returns (one row per point, bar or line vertex, with its pair and task)."""
@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from diversed.aggregate import METHOD_NAMES
+from diversed.analysis.tables import METHOD_NAMES, quality, read_units
 from diversed.utils import atomic_path
 
 METHODS = ("autoregressive", "draft", "strict", "finetuned", "fixed", "dynamic")  # the order of every legend
@@ -95,23 +95,35 @@ def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     return pts.loc[keep]
 
 
-def quality_vs_time_points(runs: pd.DataFrame, sweeps: pd.DataFrame, temperature: float) -> pd.DataFrame:
-    """What the quality-vs-time figure plots, per (pair, task) at one temperature and the largest K: each
-    method's mean seconds per sample and quality over seeds, and each static-sweep point (method "sweep")."""
-    d = runs[(runs["temperature"] == temperature) & runs["head_task"].isna()]
+def quality_vs_time_points(units: pd.DataFrame, runs: pd.DataFrame, sweeps: pd.DataFrame,
+                           temperature: float) -> pd.DataFrame:
+    """What the quality-vs-time figure plots, per pair at one temperature and the largest K, on two panels per
+    task that never mix splits: "{task}: eval" holds each method's seconds per sample (decode seconds over its
+    (seed, prompt) units) and quality with its 95% interval over prompts, all decoded in the same jobs; "{task}:
+    dev sweep" holds the static sweep's points (method "sweep", strict among them), decoded on the dev prompts."""
+    d = units[(units["temperature"] == temperature) & (units["head_task"] == "") & units["lambda"].isna()]
     K = d["K"].max()
     d = d[d["K"].isna() | (d["K"] == K)]  # the baselines have no K
-    cols = ["pair", "task", "method", "metric", "seconds_per_sample", "quality"]
-    methods = d.groupby(["pair", "task", "method"], as_index=False).agg(
-        metric=("metric", "first"), seconds_per_sample=("seconds_per_sample", "mean"), quality=("quality", "mean"))
+    cols = ["pair", "task", "method", "metric", "seconds_per_sample", "quality", "quality_low", "quality_high"]
+    rows = []
+    for (pair, task, method), g in d.groupby(["pair", "task", "method"]):
+        q = quality(g, runs)
+        rows.append({"pair": pair, "task": f"{task}: eval", "method": method, "metric": g["metric"].iloc[0],
+                     "seconds_per_sample": g["seconds"].sum() / len(g), "quality": q.value, "quality_low": q.low,
+                     "quality_high": q.high})
     s = sweeps[(sweeps["temperature"] == temperature) & (sweeps["K"] == K)]
-    s = s.merge(d[["pair", "task"]].drop_duplicates(), on=["pair", "task"]).assign(method="sweep")
-    return pd.concat([methods[cols], s[cols]], ignore_index=True).sort_values(["pair", "task"], ignore_index=True)
+    s = s.merge(d[["pair", "task"]].drop_duplicates(), on=["pair", "task"])
+    s = s.assign(method="sweep", task=s["task"] + ": dev sweep", quality_low=float("nan"), quality_high=float("nan"))
+    return pd.concat([pd.DataFrame(rows, columns=cols), s[cols]], ignore_index=True).sort_values(
+        ["pair", "task"], ignore_index=True)
 
 
-def quality_vs_time(runs: pd.DataFrame, sweeps: pd.DataFrame, stem: Path, temperature: float) -> list[Path]:
-    """Quality vs time per sample: target-only, strict, fine-tuned draft, DIVERSED and the static sweep (front)."""
-    fig, panels = _panels(quality_vs_time_points(runs, sweeps, temperature), f" (T = {temperature:g})")
+def quality_vs_time(units: pd.DataFrame, runs: pd.DataFrame, sweeps: pd.DataFrame, stem: Path,
+                    temperature: float) -> list[Path]:
+    """Quality vs time per sample: per task, the methods on the eval prompts (target only, draft only, SD, the
+    fine-tuned draft, the fixed w, DIVERSED, with 95% intervals) and, on its own panel, the static sweep on the
+    dev prompts with its front."""
+    fig, panels = _panels(quality_vs_time_points(units, runs, sweeps, temperature), f" (T = {temperature:g})")
     for ax, _, _, g in panels:
         s = g[g["method"] == "sweep"]
         if len(s):
@@ -121,8 +133,9 @@ def quality_vs_time(runs: pd.DataFrame, sweeps: pd.DataFrame, stem: Path, temper
                     label="static front (dev split)")
         for method in sorted(set(g["method"]) - {"sweep"}, key=lambda m: (METHODS + (m,)).index(m)):
             r = g[g["method"] == method]
-            ax.scatter(r["seconds_per_sample"], r["quality"], marker=MARKERS.get(method, "o"), s=70,
-                       c=COLORS.get(method, "k"), label=METHOD_NAMES.get(method, method), zorder=3)
+            err = [(r["quality"] - r["quality_low"]).fillna(0), (r["quality_high"] - r["quality"]).fillna(0)]
+            ax.errorbar(r["seconds_per_sample"], r["quality"], yerr=err, fmt=MARKERS.get(method, "o"), ms=8,
+                        c=COLORS.get(method, "k"), label=METHOD_NAMES.get(method, method), zorder=3, capsize=3)
         ax.set(xlabel="seconds per sample", ylabel=g["metric"].iloc[0])
         ax.grid(alpha=0.3)
     _legend(fig)
@@ -132,7 +145,7 @@ def quality_vs_time(runs: pd.DataFrame, sweeps: pd.DataFrame, stem: Path, temper
 def acceptance_by_position_bars(runs: pd.DataFrame, temperature: float) -> pd.DataFrame:
     """What the acceptance-by-position figure plots: per (pair, task, method, position i) at one temperature,
     P(draft token i accepted | 1..i-1 accepted), the mean over runs."""
-    d = runs[(runs["temperature"] == temperature) & runs["head_task"].isna()
+    d = runs[(runs["temperature"] == temperature) & runs["head_task"].isna() & runs["lambda"].isna()
              & runs["method"].isin(["strict", "finetuned", "fixed", "dynamic"])]
     keys = ["pair", "task", "method", "position"]
     rows = [(r.pair, r.task, r.method, i + 1, a) for r in d.itertuples()
@@ -177,15 +190,16 @@ def weight_distribution(weights: pd.DataFrame, stem: Path) -> list[Path]:
 
 def write_all(tables: str | Path, out: str | Path, temperatures: list[float],
               sweep_temperature: float = 1.0) -> list[Path]:
-    """Every figure from the tables folder written by diversed.aggregate; sweep_temperature is that of the
+    """Every figure from the tables folder written by diversed.analysis.tables; sweep_temperature is that of the
     acceptance-vs-w figure."""
     tables, out = Path(tables), Path(out)
     runs = pd.read_csv(tables / "runs.csv")
+    units = read_units(tables / "prompts.csv")
     sweeps = pd.read_csv(tables / "sweeps.csv")
     weights = pd.read_csv(tables / "weights.csv")
     paths = acceptance_vs_weight(sweeps, out / "acceptance_vs_weight", sweep_temperature)
     for t in temperatures:
-        paths += quality_vs_time(runs, sweeps, out / f"quality_vs_time_T{t:g}", t)
+        paths += quality_vs_time(units, runs, sweeps, out / f"quality_vs_time_T{t:g}", t)
         paths += acceptance_by_position(runs, out / f"acceptance_by_position_T{t:g}", t)
     paths += weight_distribution(weights, out / "weight_distribution")
     return paths

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from diversed.models import fingerprint, hidden_size
+from diversed.decoding.models import fingerprint, hidden_size
 from diversed.utils import atomic_path
 
 FORMAT = "diversed-head-v1"

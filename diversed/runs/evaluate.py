@@ -27,12 +27,15 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm.auto import tqdm
 
-from diversed.runs import RunConfig, load_run, prompt_hash
+from diversed.decoding.engine import Execution, Sampling, speculative_generate
+from diversed.decoding.head import load_head
+from diversed.decoding.models import encode_prompt, load_pair
+from diversed.runs.run import Run, RunConfig, prompt_hash
 from diversed.tasks import FIDELITY, Example, get_task
 from diversed.tracking import decode_tracker
 from diversed.utils import provenance, write_json, write_jsonl
 
-UTILS = "from diversed.evaluate import corpus_score, process_results  # noqa: F401\n"
+UTILS = "from diversed.runs.evaluate import corpus_score, process_results  # noqa: F401\n"
 BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 PROMPT_SET_FIELDS = ("task", "split", "n", "data_files")  # RunConfig fields that lm-eval's task decides instead
 LIVE_ARGS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.name not in PROMPT_SET_FIELDS)
@@ -117,15 +120,11 @@ class DiversedLM(GenerationLM):
 
     @cached_property
     def pair(self):
-        from diversed.models import load_pair
-
         c = self.cfg
         return load_pair(c.target, c.draft, dtype=c.dtype, device=c.device, draft_layers=c.draft_layers)
 
     @cached_property
     def head(self):
-        from diversed.head import load_head
-
         return load_head(self.cfg.head, self.pair.target, self.pair.draft) if self.cfg.verifier == "dynamic" else None
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
@@ -138,8 +137,6 @@ class DiversedLM(GenerationLM):
     def decode(self, context: str, gen_kwargs: dict, index: int) -> str:
         import torch
 
-        from diversed.engine import Execution, Sampling, speculative_generate
-        from diversed.models import encode_prompt
 
         c, pair = self.cfg, self.pair
         ids = encode_prompt(pair.tokenizer, context, chat=c.chat)
@@ -167,7 +164,7 @@ class ReplayLM(GenerationLM):
         check_model_args("diversed-replay", arg_dict, ("run",))
         if not arg_dict.get("run"):
             raise ValueError("model diversed-replay needs model_args run=RUN_DIR (a decoding run's folder)")
-        return cls(load_run(arg_dict["run"])[1])
+        return cls(Run(arg_dict["run"]).generations)
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         out = []
@@ -257,8 +254,8 @@ def fidelity(rows: list[dict]) -> dict:
 
 def score_run(run_dir: str | Path) -> Path:
     """Score a decoding run by replaying its generations through lm-eval; writes run_dir/scores.json."""
-    run_dir = Path(run_dir)
-    manifest, rows = load_run(run_dir)
+    run = Run(run_dir)
+    manifest, rows = run.manifest, run.generations
     task_name = manifest["config"].get("task")
     metric = get_task(task_name).metric if task_name else FIDELITY
     result = {"run_id": manifest["run_id"], "task": task_name, "fidelity": fidelity(rows), "created": time.time(),
@@ -269,7 +266,7 @@ def score_run(run_dir: str | Path) -> Path:
     else:
         scored = evaluate(ReplayLM(rows), task_name, rows, max_gen_toks=manifest["config"]["max_new_tokens"])
         result |= {"quality": scored["aggregate"][metric.name], **scored}
-    out = run_dir / "scores.json"
+    out = run.scores_path
     write_json(out, result)
     tracker = decode_tracker(manifest["run_id"], task_name, manifest["config"].get("verifier"),
                              manifest.get("labels", {}))
@@ -278,10 +275,3 @@ def score_run(run_dir: str | Path) -> Path:
     tracker.finish()
     return out
 
-
-def read_scores(run_dir: str | Path) -> dict:
-    path = Path(run_dir) / "scores.json"
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is corrupt: {e}") from e

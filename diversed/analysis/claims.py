@@ -1,0 +1,313 @@
+"""The paper's claims, tested on a reproduction's prompt table: each claim at each temperature, the settings it
+covers (pair, task, K, ...), each setting's evidence and verdict, and the claim's verdict, all computed.
+
+Every comparison is paired over the prompts both methods decoded, seeds pooled within a prompt
+(diversed.statistics). A setting's test is one-sided at 2.5%: superiority (the 95% interval on the claimed
+side), non-inferiority for "quality within the tolerance" (the lower bound above -tolerance: never "not
+significantly worse"), equivalence for the acceptance identity; a part that is inconclusive says why (e.g.
+"underpowered: n = 60, needs ≈ 900"). The settings of one claim are one family: Holm's adjustment keeps the
+chance of any false "holds" at 2.5%. A claim about every setting holds when all hold and fails when one fails;
+a claim about some setting holds when one holds and fails when all fail; otherwise it is inconclusive."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+from scipy import stats
+
+from diversed import statistics
+from diversed.analysis.tables import select
+from diversed.statistics import FAILS, HOLDS, INCONCLUSIVE, Estimate, Test, both, equivalent, noninferior, superior
+from diversed.tasks import metric_spec
+
+IDENTITY_TOLERANCE = 0.05  # |observed - predicted acceptance| within which the acceptance identity holds
+FRONT_RANK = -0.8  # the static front: acceptance's rank correlation with w at most this along a sweep
+WITHIN_SD = 0.01  # the learned w varies within a context: its mean within-prompt standard deviation above this
+
+
+@dataclass
+class Setting:
+    """One setting a claim covers, its evidence and its test (verdict: after the family's adjustment)."""
+
+    name: str
+    evidence: str
+    test: Test
+    verdict: str = ""
+
+    def text(self) -> str:
+        why = f" ({self.test.why})" if self.verdict == INCONCLUSIVE and self.test.why else ""
+        return f"{self.name}: {self.evidence}: **{self.verdict}**{why}"
+
+
+@dataclass
+class Claim:
+    """One claim of the paper at one temperature (None: the claim's own, e.g. the transfer runs')."""
+
+    claim: str
+    temperature: float | None
+    every: bool  # a claim about every setting (else about some setting)
+    settings: list[Setting] = field(default_factory=list)
+    note: str = ""  # why there is nothing to test
+
+    def __post_init__(self):
+        p = statistics.holm([s.test.p for s in self.settings])
+        for s, adjusted in zip(self.settings, p, strict=True):
+            s.verdict = s.test.verdict(None if math.isnan(adjusted) else adjusted)
+
+    @property
+    def holding(self) -> int:
+        return sum(s.verdict == HOLDS for s in self.settings)
+
+    @property
+    def verdict(self) -> str:
+        verdicts = [s.verdict for s in self.settings]
+        if not verdicts:
+            return INCONCLUSIVE
+        if self.every:
+            return HOLDS if all(v == HOLDS for v in verdicts) else FAILS if FAILS in verdicts else INCONCLUSIVE
+        return HOLDS if HOLDS in verdicts else FAILS if all(v == FAILS for v in verdicts) else INCONCLUSIVE
+
+    @property
+    def summary(self) -> str:
+        """'verdict (holds on m of M settings; why the inconclusive ones are so)', e.g. 'inconclusive (holds on 0 of
+        1 setting; underpowered: n = 60, needs ≈ 900)'."""
+        if not self.settings:
+            return f"{INCONCLUSIVE}: {self.note or 'nothing to test'}"
+        M = len(self.settings)
+        parts = [f"holds on {self.holding} of {M} setting{'s' if M > 1 else ''}"]
+        open_ = [s for s in self.settings if s.verdict == INCONCLUSIVE]
+        if short := [s for s in open_ if s.test.need]:
+            ns = [s.test.why.split(",")[0].removeprefix("underpowered: n = ") for s in short]
+            where = "" if len(short) == len(open_) == 1 else f" on {len(short)}"
+            parts.append(f"underpowered{where}: n = {_span(ns)}, needs ≈ {_span([s.test.need for s in short])}")
+        parts += sorted({s.test.why for s in open_ if s.test.why and not s.test.need})
+        return f"{self.verdict} ({'; '.join(parts)})"
+
+    @property
+    def evidence(self) -> str:
+        return "; ".join(s.text() for s in self.settings) or self.note
+
+
+def _span(values) -> str:
+    """'a' or 'a–b' over numbers (given as numbers or their text)."""
+    lo, hi = min(int(v) for v in values), max(int(v) for v in values)
+    return f"{lo}" if lo == hi else f"{lo}–{hi}"
+
+
+def quality_column(units: pd.DataFrame) -> str:
+    return metric_spec(units["metric"].iloc[0]).statistic if len(units) else "quality"
+
+
+def tolerance_of(units: pd.DataFrame) -> float:
+    return metric_spec(units["metric"].iloc[0]).tolerance
+
+
+def n_text(e: Estimate) -> str:
+    return f"n = {e.n} prompts"
+
+
+def own(units: pd.DataFrame) -> pd.DataFrame:
+    """Units decoded with the task's own head (no transfer, no lambda sweep)."""
+    return units[(units["head_task"] == "") & units["lambda"].isna()]
+
+
+EMPTY = pd.DataFrame()
+BASELINE_K = -1  # the K of the baselines' rows in `cells` (they have none)
+
+
+def cells(units: pd.DataFrame, T: float) -> dict[tuple, pd.DataFrame]:
+    """The own-head units at T, grouped once by (pair, task, K, method) (K = BASELINE_K for the baselines)."""
+    d = own(units)
+    d = d[d["temperature"] == T]
+    d = d.assign(K=d["K"].fillna(BASELINE_K).astype(int))
+    return {key: g for key, g in d.groupby(["pair", "task", "K", "method"])}
+
+
+def speculative_settings(groups: dict[tuple, pd.DataFrame]) -> list[tuple[str, str, int]]:
+    """(pair, task, K) of the speculative runs."""
+    return sorted({(pair, task, K) for pair, task, K, _ in groups if K != BASELINE_K})
+
+
+def target_beats_draft(units: pd.DataFrame, T: float) -> Claim:
+    """The precondition of every quality claim: the target alone is better than the draft alone, so that
+    following the draft costs quality (a task the target cannot do, or the draft does as well, says nothing)."""
+    settings, groups = [], cells(units, T)
+    for pair, task in sorted({(p, t) for p, t, *_ in groups}):
+        target = groups.get((pair, task, BASELINE_K, "autoregressive"), EMPTY)
+        draft = groups.get((pair, task, BASELINE_K, "draft"), EMPTY)
+        if target.empty or draft.empty:
+            continue
+        q = statistics.paired(target, draft, quality_column(target))
+        settings.append(Setting(f"{pair}/{task}", f"quality target only - draft only {q.text(sign=True)} "
+                                f"({n_text(q)})", superior(q)))
+    return Claim("Precondition: the target alone does the task better than the draft alone", T, True, settings,
+                 note="no draft-only runs (method `draft`)")
+
+
+def relaxed_raises_acceptance(units: pd.DataFrame, T: float) -> Claim:
+    """DIVERSED and the static ensemble (a fixed w < 1) accept more drafts than strict verification."""
+    settings, groups = [], cells(units, T)
+    for pair, task, K in speculative_settings(groups):
+        strict = groups.get((pair, task, K, "strict"), EMPTY)
+        for method in ("dynamic", "fixed"):
+            g = groups.get((pair, task, K, method), EMPTY)
+            if g.empty or strict.empty or (method == "fixed" and (g["weight"].isna() | (g["weight"] == 1.0)).all()):
+                continue  # the sweep kept w = 1: the fixed runs are strict's, no evidence about relaxing
+            e = statistics.paired(g, strict, "draft_acceptance_rate")
+            settings.append(Setting(f"{pair}/{task} K={K} {method} - strict", f"acceptance {e.text(sign=True)} "
+                                    f"({n_text(e)})", superior(e)))
+    return Claim("Relaxed verification (DIVERSED, a static w < 1) raises acceptance over strict", T, True, settings)
+
+
+def acceptance_identity(units: pd.DataFrame, T: float) -> Claim:
+    """At each drafted position with linear mixing, P(accept) = 1 - w TV(p, q): per prompt, observed minus
+    predicted acceptance over its tested positions (Run.prompt_rows' identity_gap) is within +-IDENTITY_TOLERANCE."""
+    settings = []
+    d = units[(units["temperature"] == T) & units["method"].isin(["dynamic", "fixed"]) & (units["mixing"] == "linear")]
+    for (pair, method), g in d.groupby(["pair", "method"]):
+        e = statistics.estimate(g, "identity_gap")
+        if e.n:
+            settings.append(Setting(f"{pair} {method}", f"observed - predicted {e.text(sign=True)} ({n_text(e)})",
+                                    equivalent(e, IDENTITY_TOLERANCE)))
+    return Claim(f"Acceptance = 1 - w TV(p, q) at each position, linear mixing (within ±{IDENTITY_TOLERANCE})", T,
+                 True, settings, note="no linear-mixing runs with w < 1")
+
+
+def static_front(sweep_units: pd.DataFrame, sweeps: pd.DataFrame, T: float) -> Claim:
+    """Along a static sweep (dev split) acceptance falls as w rises: the lowest w accepts more than strict (w = 1)
+    on the same prompts, and acceptance's rank correlation with w is at most FRONT_RANK."""
+    settings = []
+    for (pair, task, K), g in sweeps[sweeps["temperature"] == T].groupby(["pair", "task", "K"]):
+        fixed = g[g["verifier"] == "fixed"]
+        key = {"pair": pair, "task": task, "temperature": T, "K": K}
+        strict = select(sweep_units, **key, verifier="strict")
+        for mixing in sorted(set(fixed["mixing"])):
+            line = pd.concat([g[g["verifier"] == "strict"], fixed[fixed["mixing"] == mixing]])
+            if len(line) < 3:
+                continue
+            rho = line["weight"].rank().corr(line["draft_acceptance_rate"].rank())
+            w0 = fixed.loc[fixed["mixing"] == mixing, "weight"].min()
+            e = statistics.paired(select(sweep_units, **key, verifier="fixed", mixing=mixing, weight=w0), strict,
+                                  "draft_acceptance_rate")
+            test = superior(e)
+            if rho > FRONT_RANK:
+                test = Test(1.0, test.p_against if rho < 0 else 0.0, f"rank correlation {rho:.2f} > {FRONT_RANK}")
+            settings.append(Setting(f"{pair}/{task} K={K} {mixing}",
+                                    f"acceptance at w = {w0:g} - strict {e.text(sign=True)} ({n_text(e)}), rank "
+                                    f"correlation of acceptance with w {rho:.2f}", test))
+    return Claim("The static weights trace a front: acceptance falls as w rises (dev split)", T, True, settings,
+                 note="no sweep with two or more w < 1")
+
+
+def beyond_front(units: pd.DataFrame, T: float) -> Claim:
+    """DIVERSED against the static front's chosen point (the fixed w, chosen on dev) on the eval prompts: higher
+    acceptance at quality non-inferior within the task's tolerance."""
+    settings, groups = [], cells(units, T)
+    for pair, task, K in speculative_settings(groups):
+        dyn, fixed = groups.get((pair, task, K, "dynamic"), EMPTY), groups.get((pair, task, K, "fixed"), EMPTY)
+        if dyn.empty or fixed.empty:
+            continue
+        a = statistics.paired(dyn, fixed, "draft_acceptance_rate")
+        q = statistics.paired(dyn, fixed, quality_column(dyn))
+        tol = tolerance_of(dyn)
+        settings.append(Setting(f"{pair}/{task} K={K} DIVERSED - fixed w",
+                                f"acceptance {a.text(sign=True)}, quality {q.text(sign=True)} (tolerance {tol:g}; "
+                                f"{n_text(a)})", both(superior(a), noninferior(q, tol))))
+    return Claim("DIVERSED lies beyond the static front on some task (more acceptance than the fixed w at "
+                 "non-inferior quality)", T, False, settings)
+
+
+def faster_than_sd(units: pd.DataFrame, T: float) -> Claim:
+    """DIVERSED's tokens/s over SD's above 1 (a ratio of totals over the same prompts, timed in the same job), at
+    quality non-inferior to the target's within the task's tolerance."""
+    settings, groups = [], cells(units, T)
+    for pair, task, K in speculative_settings(groups):
+        dyn, strict = groups.get((pair, task, K, "dynamic"), EMPTY), groups.get((pair, task, K, "strict"), EMPTY)
+        target = groups.get((pair, task, BASELINE_K, "autoregressive"), EMPTY)
+        if dyn.empty or strict.empty or target.empty:
+            continue
+        s = statistics.paired(dyn, strict, "tokens_per_s", relative=True)
+        q = statistics.paired(dyn, target, quality_column(dyn))
+        tol = tolerance_of(dyn)
+        settings.append(Setting(f"{pair}/{task} K={K}", f"tokens/s DIVERSED / SD {s.text(digits=2)} ({n_text(s)}); "
+                                f"quality DIVERSED - target only {q.text(sign=True)} (tolerance {tol:g}, "
+                                f"{n_text(q)})", both(superior(s, 1.0), noninferior(q, tol))))
+    return Claim("DIVERSED is faster than SD at quality within the task's tolerance of the target", T, True, settings)
+
+
+def weight_varies(units: pd.DataFrame, T: float) -> Claim:
+    """The learned w differs between tasks (per-prompt mean w: Welch's t-test for two tasks, Alexander-Govern's
+    for more) and within a context (the mean over prompts of w's within-prompt standard deviation above
+    WITHIN_SD)."""
+    d = own(units)
+    d = d[(d["temperature"] == T) & (d["method"] == "dynamic")]
+    settings = []
+    for pair, g in d.groupby("pair"):
+        pooled = statistics.pool_seeds(g, ["task"])
+        pooled["w"] = pooled["weight_sum"] / pooled["drafted"]
+        by_task = {t: x["w"].dropna().to_numpy() for t, x in pooled.groupby("task")}
+        within = statistics.estimate(g, "weight_sd")
+        means = ", ".join(f"{t} {statistics.mean_estimate(w).text()}" for t, w in by_task.items())
+        parts = [superior(within, WITHIN_SD)]
+        if len(by_task) > 1 and all(len(w) > 1 for w in by_task.values()):
+            samples = list(by_task.values())
+            p = (stats.ttest_ind(*samples, equal_var=False) if len(samples) == 2
+                 else stats.alexandergovern(*samples)).pvalue / 2  # one-sided: the task means differ
+            parts.append(Test(float(p) if math.isfinite(p) else 1.0, math.nan,
+                              "" if p < 0.025 else "task means not distinguishable"))
+        else:
+            parts.append(Test(math.nan, math.nan, "one task: no comparison between tasks"))
+        settings.append(Setting(pair, f"mean w per task {means}; standard deviation of w within a prompt "
+                                f"{within.text()} ({n_text(within)})", both(*parts)))
+    return Claim("The learned w varies with the task and the context", T, True, settings, note="no DIVERSED runs")
+
+
+def transfer_worse(units: pd.DataFrame) -> Claim:
+    """A head trained on another task against the task's own head on the same eval prompts: lower quality."""
+    settings = []
+    d = units[units["lambda"].isna()]
+    cross = d[d["head_task"] != ""]
+    for (pair, task, head, T, K), g in cross.groupby(["pair", "task", "head_task", "temperature", "K"]):
+        mine = select(d, pair=pair, task=task, temperature=T, K=K, method="dynamic", head_task="")
+        q = statistics.paired(mine, g, quality_column(g))
+        a = statistics.paired(mine, g, "draft_acceptance_rate")
+        settings.append(Setting(f"{pair}/{task} own - {head} head (T = {T:g}, K={int(K)})",
+                                f"quality {q.text(sign=True)}, acceptance {a.text(sign=True)} ({n_text(q)})",
+                                superior(q)))
+    return Claim("A head transferred from another task does worse than the task's own (quality)", None, True,
+                 settings, note="no transfer runs")
+
+
+def claims(units: pd.DataFrame, sweep_units: pd.DataFrame, sweeps: pd.DataFrame) -> list[Claim]:
+    """Every claim this reproduction can test, at every temperature of its runs (the transfer claim at the
+    transfer runs' own)."""
+    found = []
+    for T in sorted(units["temperature"].dropna().unique()):
+        found += [target_beats_draft(units, T), relaxed_raises_acceptance(units, T), acceptance_identity(units, T),
+                  static_front(sweep_units, sweeps, T), beyond_front(units, T), faster_than_sd(units, T),
+                  weight_varies(units, T)]
+    return [*found, transfer_worse(units)]
+
+
+def frame(found: list[Claim]) -> pd.DataFrame:
+    """One row per claim: claim, temperature, verdict, summary, evidence (what W&B and REPORT.md show)."""
+    return pd.DataFrame([{"claim": c.claim, "temperature": c.temperature, "verdict": c.verdict, "summary": c.summary,
+                          "evidence": c.evidence} for c in found],
+                        columns=["claim", "temperature", "verdict", "summary", "evidence"])
+
+
+def markdown(found: list[Claim]) -> str:
+    """A table per temperature: claim, verdict (holds on m of M settings), each setting's evidence and verdict."""
+    parts = []
+    for T in sorted({c.temperature for c in found if c.temperature is not None}) + [None]:
+        these = [c for c in found if c.temperature == T]
+        if not these:
+            continue
+        parts += [f"### T = {T:g}" if T is not None else "### Transfer (at the transfer runs' temperature)", "",
+                  "| claim | verdict | evidence per setting (difference ± half-width of its 95% interval) |",
+                  "|---|---|---|"]
+        parts += [f"| {c.claim} | **{c.summary}** | {c.evidence} |" for c in these]
+        parts.append("")
+    return "\n".join(parts)

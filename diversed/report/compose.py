@@ -1,0 +1,132 @@
+"""results/REPORT.md from the tables folder (diversed.analysis.tables) and the figures: the claims per
+temperature with their verdicts, the trained heads (collapsed or not), the splits, the paper's tables, the speed
+and lambda tables, the figures and the provenance; logged to one W&B run of the experiment."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from diversed.analysis.claims import claims, frame, markdown
+from diversed.analysis.tables import read_units
+from diversed.runs.run import Run
+from diversed.tasks import SPLITS
+from diversed.tracking import Tracker
+from diversed.utils import provenance, write_text
+
+TABLES = ("table1", "table2", "table3", "speed", "lambda")
+
+STATISTICS = ("Every ± is the half-width of a 95% interval over prompts: each eval prompt is one unit, its seeds "
+              "pooled (counts summed, quality averaged), since every seed decodes the same prompts. Acceptance, "
+              "tokens/s, fidelity and the speedup are ratios of totals (a long answer weighs more than a short "
+              "one); a task's quality is a mean over prompts.")
+
+
+def split_sizes(runs: pd.DataFrame, sweeps: pd.DataFrame) -> pd.DataFrame:
+    """Prompts per task and split, from the manifests: train (the prompts of the heads and fine-tuned drafts the
+    runs used), dev and eval (the prompts each sweep point and run decoded, under the split it names)."""
+    seen: dict[tuple[str, str], set[int]] = {}
+    for run_dir in runs["run_dir"]:
+        run = Run(run_dir)
+        c = run.config
+        seen.setdefault((c["task"], c["split"]), set()).add(run.manifest["summary"]["prompts"])
+        for t in trained(run):
+            seen.setdefault((t["config"]["task"], "train"), set()).add(t["prompts"])
+    for r in sweeps.itertuples():
+        seen.setdefault((r.task, r.split), set()).add(int(r.prompts))
+    tasks = sorted({task for task, _ in seen})
+    return pd.DataFrame([{"task": t} | {s: ", ".join(str(n) for n in sorted(seen.get((t, s), ()))) or "–"
+                                         for s in SPLITS} for t in tasks], columns=["task", *SPLITS])
+
+
+def trained(run: Run) -> list[dict]:
+    """The training manifests behind a run: its head's and its fine-tuned draft's."""
+    c = run.config
+    paths = [Path(c["head"]).parent / "manifest.json"] if c.get("head") else []
+    paths.append(Path(c["draft"]) / "distill_manifest.json")
+    return [json.loads(p.read_text()) | {"path": str(p.parent)} for p in paths if p.is_file()]
+
+
+def heads(runs: pd.DataFrame) -> pd.DataFrame:
+    """Every DIVERSED head the runs used: its task, training steps, final mean w, the share of steps whose batch
+    rewards varied, and whether it collapsed (diversed.training.train.collapse)."""
+    rows = {}
+    for run_dir in runs.loc[runs["method"] == "dynamic", "run_dir"]:
+        for t in trained(Run(run_dir)):
+            if "final" in t:  # a head's manifest (a distilled draft's has none)
+                final = t["final"]
+                rows[t["path"]] = {"head": t["path"], "task": t["config"]["task"],
+                                   "lambda": t["config"]["acceptance_weight"], "steps": t["steps"],
+                                   "final mean w": round(final.get("mean_w", float("nan")), 3),
+                                   "steps with varied rewards": f"{100 * final.get('reward_varied', 0):.0f}%",
+                                   "collapsed": t.get("collapsed") or "no"}
+    return pd.DataFrame(list(rows.values()))
+
+
+def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Path:
+    """results/REPORT.md: the claims with their verdicts, the heads, the splits, the paper's tables, the speed and
+    lambda tables, the figures and where they came from."""
+    tables, figures, out = Path(tables), Path(figures), Path(out)
+    runs = pd.read_csv(tables / "runs.csv")
+    sweeps = pd.read_csv(tables / "sweeps.csv")
+    units = read_units(tables / "prompts.csv")
+    sweep_units = pd.read_csv(tables / "sweep_prompts.csv")
+    eval_runs = runs[runs["lambda"].isna()]
+    parts = ["# diversed reproduction report", "",
+             f"{len(runs)} scored decoding runs; pairs: {', '.join(sorted(runs['pair'].unique()))}; tasks: "
+             f"{', '.join(sorted(runs['task'].unique()))}; temperatures: "
+             f"{', '.join(f'{t:g}' for t in sorted(runs['temperature'].unique()))}; seeds: "
+             f"{', '.join(str(s) for s in sorted(runs['seed'].unique()))}.", "", STATISTICS, ""]
+    found = claims(units[units["lambda"].isna()], sweep_units, sweeps)
+    parts += ["## Claims", "",
+              "Each claim of the paper this run can test, at each temperature, over the settings it covers. A "
+              "setting's verdict is a one-sided test at 2.5% on paired differences over the same prompts: "
+              "superiority, or non-inferiority for quality within a task's tolerance (the interval's lower bound "
+              "above minus the tolerance), Holm-adjusted within the claim; an inconclusive one says why, with the "
+              "prompts its margin would need when it is underpowered.", "", markdown(found), ""]
+    head_table = heads(eval_runs)
+    if len(head_table):
+        collapsed = head_table[head_table["collapsed"] != "no"]
+        parts += ["## DIVERSED heads", "", head_table.to_markdown(index=False), ""]
+        if len(collapsed):
+            parts += [f"**Warning**: {len(collapsed)} head(s) collapsed: "
+                      f"{'; '.join(f'{r.task}: {r.collapsed}' for r in collapsed.itertuples())}.", ""]
+    parts += ["## Splits", "", "Prompts per task and split. The head and the fine-tuned draft train on train, the "
+              "fixed w is chosen on dev, every table reports eval; the three are disjoint.", "",
+              split_sizes(eval_runs, sweeps).to_markdown(index=False), ""]
+    if off := sorted(set(sweeps["split"]) - {"dev"}):
+        parts += [f"**Warning**: the fixed w was chosen on the {', '.join(off)} split, not on dev.", ""]
+    parts += ["## Tables", ""]
+    for name in TABLES:
+        if (tables / f"{name}.md").is_file():
+            parts += [(tables / f"{name}.md").read_text(), ""]
+    rel = Path("..") / figures if not figures.is_absolute() else figures
+    parts += ["## Figures", ""]
+    for png in sorted(figures.glob("*.png")):
+        parts += [f"![{png.stem}]({rel / png.name})", ""]
+    prov = provenance()
+    parts += ["## Provenance", "", f"- git commit: {prov['git_commit']}",
+              f"- versions: {json.dumps(prov['versions'])}", f"- hardware: {json.dumps(prov['hardware'])}", ""]
+    write_text(out, "\n".join(parts))
+    log_report(tables, sorted(figures.glob("*.png")), experiment(runs), frame(found), head_table)
+    return out
+
+
+def experiment(runs: pd.DataFrame) -> str:
+    """The experiment label of the runs (the workflow's config `experiment`), from the first run's manifest."""
+    return Run(runs["run_dir"].iloc[0]).labels.get("experiment", "diversed") if len(runs) else "diversed"
+
+
+def log_report(tables: Path, figures: list[Path], name: str, claims: pd.DataFrame, heads: pd.DataFrame) -> None:
+    """Tables 1-3, the speed and lambda tables, the claims, the heads and every figure to one W&B run of the
+    experiment (job type report)."""
+    tracker = Tracker(name=f"report-{name}", group=name, job_type="report")
+    tracker.frame("claims", claims)
+    tracker.frame("heads", heads)
+    for table in TABLES:
+        if (tables / f"{table}.csv").is_file() and (tables / f"{table}.csv").stat().st_size > 1:
+            tracker.frame(table, pd.read_csv(tables / f"{table}.csv"))
+    tracker.images(figures)
+    tracker.finish()

@@ -1,0 +1,315 @@
+"""Statistics over prompts: the unit of every interval, test and claim.
+
+Every seed decodes the same eval prompts, so (seed, prompt) pairs are not independent: the seeds of a prompt are
+pooled first (their counts summed, their quality averaged) and intervals are taken over prompts. A metric is one
+of two kinds (`METRICS`, the one place each is defined):
+
+- a ratio of totals over prompts and seeds, R = sum(y) / sum(x): acceptance = accepted / drafted, tokens/s = new
+  tokens / seconds, target log p per token, ...; a 256-token answer weighs 256 times a one-token one, as in the
+  run-level summary;
+- a mean over prompts of a per-prompt value (a task's quality: accuracy, ROUGE-2, pass@1).
+
+A paired comparison of methods A and B on the same prompts is a difference (A - B) or, for speed, a ratio
+(tokens/s of A over that of B, e.g. the speedup over target-only decoding), each over the prompts both decoded.
+
+Every interval is a t-interval over the n prompts of a per-prompt value z_i whose mean is the statistic (to first
+order): the value itself for a mean; for a ratio its linearisation z_i = (y_i - R x_i) / mean(x) (the delta
+method of survey sampling: numerator and denominator of a prompt move together); for a ratio of two ratios the
+same on the log scale, z_i = z_A,i / R_A - z_B,i / R_B, the interval exponentiated. On simulated prompts of
+unequal difficulty and speed (tests/test_statistics.py) these cover 94-95% at 40 prompts, where a percentile
+bootstrap over prompts covered 92-94%.
+
+Tests are one-sided at ALPHA / 2 = 0.025, the sides of the two-sided 95% interval:
+
+- superiority: the interval lies above 0 (above 1 for a ratio);
+- non-inferiority with margin delta: the lower bound lies above -delta ("no worse" is never "not significantly
+  worse"); inferiority: the upper bound lies below -delta;
+- equivalence within +-delta: both one-sided tests (TOST).
+
+A non-inferiority or equivalence test that is inconclusive says how many prompts its margin would need
+(`needed_prompts`: 80% power when the true difference is 0). Several settings tested for one claim are one family:
+Holm's step-down adjustment (`holm`) keeps the chance of any false "holds" at the nominal level.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+ALPHA = 0.05  # two-sided: 95% intervals, one-sided tests at ALPHA / 2
+POWER = 0.8  # the power `needed_prompts` plans for
+
+# metric -> (numerator, denominator) summed over the prompts and seeds, or None: the mean over prompts of the
+# per-prompt column of that name. A run's prompt rows (diversed.runs.run.Run.prompt_rows) carry every column here.
+METRICS: dict[str, tuple[str, str] | None] = {
+    "draft_acceptance_rate": ("accepted", "drafted"),  # alpha
+    "mean_acceptance_length": ("new_tokens", "steps"),  # tau
+    "tokens_per_s": ("new_tokens", "seconds"),
+    "mean_weight": ("weight_sum", "drafted"),  # w over drafted positions
+    "bias_tv": ("bias_tv_sum", "new_tokens"),
+    "target_logprob": ("target_logprob_sum", "new_tokens"),
+    "target_argmax_agreement": ("target_argmax_sum", "new_tokens"),
+    "quality": None,  # a task metric per example; a fidelity task's quality is its target_logprob (tables)
+    "identity_gap": None,  # observed - predicted acceptance per prompt (claims.acceptance_identity)
+    "weight_sd": None,  # standard deviation of w within a prompt
+}
+SUMS = sorted({c for pair in METRICS.values() if pair for c in pair})  # the columns pooled by summing
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A statistic over n prompts: its value, 95% interval [low, high], and its standard error se with df degrees
+    of freedom (on the log scale when log: a ratio of ratios)."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+    se: float = math.nan
+    log: bool = False
+
+    @property
+    def half(self) -> float:
+        """Half the interval's width (the '±' of a table cell)."""
+        return (self.high - self.low) / 2
+
+    @property
+    def known(self) -> bool:
+        return not math.isnan(self.value)
+
+    def _t(self, threshold: float) -> float:
+        if self.log:
+            return (math.log(self.value) - math.log(threshold)) / self.se if threshold > 0 else math.inf
+        return (self.value - threshold) / self.se
+
+    def p_above(self, threshold: float) -> float:
+        """One-sided p-value of H0: value <= threshold against H1: value > threshold (nan without an interval)."""
+        if not (self.n >= 2 and self.se >= 0 and self.known):
+            return math.nan
+        if self.se == 0:
+            return 0.0 if self.value > threshold else 1.0
+        return float(stats.t.sf(self._t(threshold), self.n - 1))
+
+    def p_below(self, threshold: float) -> float:
+        """One-sided p-value of H0: value >= threshold against H1: value < threshold."""
+        if not (self.n >= 2 and self.se >= 0 and self.known):
+            return math.nan
+        if self.se == 0:
+            return 0.0 if self.value < threshold else 1.0
+        return float(stats.t.cdf(self._t(threshold), self.n - 1))
+
+    def text(self, scale: float = 1.0, digits: int = 3, sign: bool = False) -> str:
+        """'value ± half' (the half-width of the 95% interval), '–' when unknown."""
+        if not self.known:
+            return "–"
+        value = f"{self.value * scale:{'+' if sign else ''}.{digits}f}"
+        return value if math.isnan(self.half) else f"{value} ± {self.half * scale:.{digits}f}"
+
+
+NONE = Estimate(math.nan, math.nan, math.nan, 0)
+
+
+def t_estimate(value: float, z, log: bool = False) -> Estimate:
+    """value with the 95% t-interval of the mean of the per-prompt values z (their spread, not their mean, is
+    used: z is value's linearisation); no interval below two prompts."""
+    z = np.asarray(z, dtype=float)
+    n = len(z)
+    if n < 2 or not math.isfinite(value) or (log and value <= 0):
+        return Estimate(value if n else math.nan, math.nan, math.nan, n)
+    se = float(z.std(ddof=1) / math.sqrt(n))
+    half = float(stats.t.ppf(1 - ALPHA / 2, n - 1)) * se
+    if log:
+        return Estimate(value, value * math.exp(-half), value * math.exp(half), n, se, log=True)
+    return Estimate(value, value - half, value + half, n, se)
+
+
+def mean_estimate(x) -> Estimate:
+    """The mean of per-prompt values and its 95% t-interval."""
+    x = np.asarray(x, dtype=float)
+    x = x[np.isfinite(x)]
+    return t_estimate(float(x.mean()), x) if len(x) else NONE
+
+
+def ratio_terms(y, x) -> tuple[float, np.ndarray]:
+    """R = sum(y) / sum(x) and its linearisation z_i = (y_i - R x_i) / mean(x) (mean(z) = 0)."""
+    y, x = np.asarray(y, dtype=float), np.asarray(x, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = float(y.sum() / x.sum())
+        return r, (y - r * x) / x.mean()
+
+
+def ratio_estimate(y, x) -> Estimate:
+    """The ratio of totals sum(y) / sum(x) over prompts and its 95% interval."""
+    r, z = ratio_terms(y, x)
+    return t_estimate(r, z)
+
+
+def pool_seeds(units: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One row per (keys, prompt): the SUMS columns summed over seeds, every other METRICS column averaged."""
+    means = [c for c, pair in METRICS.items() if pair is None and c in units]
+    sums = [c for c in SUMS if c in units]
+    agg = {c: "sum" for c in sums} | {c: "mean" for c in means}
+    return units.groupby([*keys, "prompt"], as_index=False, dropna=False).agg(agg | {"seed": "nunique"})
+
+
+def _columns(metric: str) -> list[str]:
+    kind = METRICS[metric]
+    return list(kind) if kind else [metric]
+
+
+def _per_prompt(values: dict[str, np.ndarray], codes: np.ndarray, prompts: int) -> dict[str, np.ndarray]:
+    """Each column's value per prompt code, its rows (seeds) pooled: SUMS summed, the others averaged (nan rows
+    left out)."""
+    out = {}
+    for c, v in values.items():
+        if c in SUMS:
+            out[c] = np.bincount(codes, weights=v, minlength=prompts)
+        else:
+            ok = ~np.isnan(v)
+            n = np.bincount(codes[ok], minlength=prompts)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[c] = np.bincount(codes[ok], weights=v[ok], minlength=prompts) / n
+    return out
+
+
+def _kind_estimate(metric: str, a: dict[str, np.ndarray], b: dict[str, np.ndarray] | None = None,
+                   relative: bool = False) -> Estimate:
+    """metric over per-prompt columns a (or A - B, A / B when relative, with b)."""
+    kind = METRICS[metric]
+    if kind is None:
+        if relative:
+            raise ValueError(f"{metric} is a mean over prompts; a relative comparison needs a ratio metric")
+        return mean_estimate(a[metric] if b is None else a[metric] - b[metric])
+    y, x = kind
+    ra, za = ratio_terms(a[y], a[x])
+    if b is None:
+        return t_estimate(ra, za)
+    rb, zb = ratio_terms(b[y], b[x])
+    if relative:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return t_estimate(ra / rb, za / ra - zb / rb, log=True)
+    return t_estimate(ra - rb, za - zb)
+
+
+def estimate(units: pd.DataFrame, metric: str) -> Estimate:
+    """A metric of one method over its units (rows of the prompt table: (seed, prompt), any seeds), seeds pooled
+    within each prompt first."""
+    if units.empty:
+        return NONE
+    codes, prompts = pd.factorize(units["prompt"])
+    values = {c: units[c].to_numpy(dtype=float) for c in _columns(metric)}
+    return _kind_estimate(metric, _per_prompt(values, codes, len(prompts)))
+
+
+def paired(a: pd.DataFrame, b: pd.DataFrame, metric: str, relative: bool = False) -> Estimate:
+    """metric(A) - metric(B) over the (seed, prompt) units both decoded, seeds pooled within each prompt
+    (relative: the ratio metric(A) / metric(B), e.g. a speedup from tokens/s). Each side holds at most one row
+    per (seed, prompt)."""
+    if a.empty or b.empty:
+        return NONE
+    codes, prompts = pd.factorize(pd.concat([a["prompt"], b["prompt"]], ignore_index=True))
+    stride = len(prompts) + 1
+    key_a = a["seed"].to_numpy(dtype=np.int64) * stride + codes[:len(a)]
+    key_b = b["seed"].to_numpy(dtype=np.int64) * stride + codes[len(a):]
+    for side, keys in (("A", key_a), ("B", key_b)):
+        if len(np.unique(keys)) < len(keys):
+            raise ValueError(f"paired comparison: side {side} holds two rows for one (seed, prompt); select one "
+                             "method, K and setting per side")
+    _, ia, ib = np.intersect1d(key_a, key_b, return_indices=True)
+    if not len(ia):
+        return NONE
+    common, n = np.unique(codes[:len(a)][ia], return_inverse=True)  # the prompts both decoded, renumbered
+    cols = _columns(metric)
+    pa = _per_prompt({c: a[c].to_numpy(dtype=float)[ia] for c in cols}, n, len(common))
+    pb = _per_prompt({c: b[c].to_numpy(dtype=float)[ib] for c in cols}, n, len(common))
+    return _kind_estimate(metric, pa, pb, relative)
+
+
+def needed_prompts(e: Estimate, margin: float) -> int | None:
+    """Prompts a non-inferiority test with this margin needs for 80% power when the true difference is 0, at the
+    spread of the per-prompt values behind e (sd = se x sqrt(n)); None when unknown. Guenther's closed form for the
+    one-sample t-test, n = ((z_a + z_b) sd / margin)^2 + z_a^2 / 2, which rounds up to statsmodels' TTestPower
+    solution wherever the margin is under 0.6 sd (tests/test_statistics.py), without its root finding."""
+    if not (e.n >= 2 and e.se > 0 and margin > 0):
+        return None
+    z_a, z_b = stats.norm.isf(ALPHA / 2), stats.norm.isf(1 - POWER)
+    sd = e.se * math.sqrt(e.n)
+    return math.ceil(((z_a + z_b) * sd / margin) ** 2 + z_a ** 2 / 2)
+
+
+HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
+
+
+@dataclass(frozen=True)
+class Test:
+    """A one-sided test of one setting: p (its p-value for the claimed side), what a "fails" reads (p_against:
+    the p-value of the opposite claim), and why an inconclusive one is so."""
+
+    p: float
+    p_against: float = math.nan
+    why: str = ""  # e.g. "underpowered: n = 60, needs ≈ 900"
+    need: int | None = None  # the prompts an underpowered margin needs
+
+    def verdict(self, p_adjusted: float | None = None) -> str:
+        p = self.p if p_adjusted is None else p_adjusted
+        if p < ALPHA / 2:
+            return HOLDS
+        if self.p_against < ALPHA / 2:
+            return FAILS
+        return INCONCLUSIVE
+
+
+def superior(e: Estimate, above: float = 0.0) -> Test:
+    """The value lies above `above` (0 for a difference, 1 for a ratio); inconclusive when its interval holds it."""
+    test = Test(e.p_above(above), e.p_below(above))
+    if test.verdict() != INCONCLUSIVE:
+        return test
+    return Test(test.p, test.p_against, f"the interval includes {above:g}" if e.n >= 2 else "under two prompts")
+
+
+def noninferior(e: Estimate, margin: float) -> Test:
+    """A - B is no worse than -margin: the lower bound above -margin; fails when the upper bound lies below it.
+    Inconclusive ones state the prompts the margin needs when the interval is too wide for it."""
+    test = Test(e.p_above(-margin), e.p_below(-margin))
+    return _powered(test, e, margin)
+
+
+def equivalent(e: Estimate, margin: float) -> Test:
+    """|A - B| < margin (two one-sided tests); fails when the interval lies wholly outside +-margin."""
+    test = Test(max(e.p_above(-margin), e.p_below(margin)), min(e.p_below(-margin), e.p_above(margin)))
+    return _powered(test, e, margin)
+
+
+def _powered(test: Test, e: Estimate, margin: float) -> Test:
+    if test.verdict() != INCONCLUSIVE:
+        return test
+    need = needed_prompts(e, margin)
+    if not e.known or e.n < 2:
+        return Test(test.p, test.p_against, f"n = {e.n} prompts")
+    if need is not None and need > e.n:
+        return Test(test.p, test.p_against, f"underpowered: n = {e.n}, needs ≈ {need}", need)
+    return test
+
+
+def both(*tests: Test) -> Test:
+    """An intersection-union test: every part must hold (p = the largest p); it fails when any part fails."""
+    open_ = [t for t in tests if t.why and t.verdict() == INCONCLUSIVE]
+    need = max((t.need for t in open_ if t.need), default=None)
+    return Test(max(t.p for t in tests), min(t.p_against for t in tests), "; ".join(t.why for t in open_), need)
+
+
+def holm(ps: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values of one family, min(1, max over j <= i of (m - j + 1) p_(j)) for the i-th
+    smallest (nan stays nan and is no test). statsmodels' multipletests gives the same (tests/test_statistics.py)
+    but collects the garbage on every call (~0.1 s), which the claims' simulations call thousands of times."""
+    p = np.asarray(ps, dtype=float)
+    out = np.full(len(p), np.nan)
+    known = np.flatnonzero(~np.isnan(p))
+    order = known[np.argsort(p[known], kind="stable")]
+    m = len(order)
+    out[order] = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    return out.tolist()

@@ -1,0 +1,186 @@
+"""The statistics themselves, on simulated data: the prompt is the unit (seeds share prompts), ratios are ratios of
+totals, 95% intervals cover 93-97% of the time, and tests hold no more often than their nominal level."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.stats
+
+from diversed import statistics as st
+
+SIMULATIONS = 1000
+
+
+def units(rng: np.random.Generator, prompts: int, seeds: int, *, accuracy=None, acceptance=None,
+          speed: float = 1.0) -> pd.DataFrame:
+    """A simulated prompt table: prompts differ in difficulty (each has its own accuracy and acceptance), every seed
+    decodes every prompt; accepted ~ Binomial(drafted, the prompt's acceptance); seconds = tokens / (speed x the
+    prompt's own pace)."""
+    n = prompts * seeds
+    prompt = np.tile(np.arange(prompts), seeds)  # [n] seed-major
+    pace = rng.gamma(4.0, 0.25, size=prompts)[prompt]  # per-prompt tokens/s multiplier, mean 1
+    drafted = 5 * (1 + rng.poisson(8, n))
+    tokens = 1 + rng.poisson(40, n)
+    return pd.DataFrame({
+        "seed": np.repeat(np.arange(seeds), prompts), "prompt": prompt,
+        "quality": (rng.random(n) < np.asarray(accuracy)[prompt]).astype(float) if accuracy is not None else np.nan,
+        "drafted": drafted,
+        "accepted": rng.binomial(drafted, np.asarray(acceptance)[prompt]) if acceptance is not None else 0,
+        "new_tokens": tokens, "seconds": tokens / (speed * pace)})
+
+
+def test_three_identical_seeds_give_the_interval_of_one_seed():
+    rng = np.random.default_rng(0)
+    one = units(rng, 30, 1, accuracy=rng.beta(0.5, 0.5, 30), acceptance=rng.beta(2, 2, 30))
+    three = pd.concat([one.assign(seed=s) for s in range(3)], ignore_index=True)
+    for metric in ("quality", "draft_acceptance_rate", "tokens_per_s"):
+        a, b = st.estimate(one, metric), st.estimate(three, metric)
+        assert (a.value, a.low, a.high, a.n) == pytest.approx((b.value, b.low, b.high, b.n)), metric
+        assert b.n == 30  # prompts, not (seed, prompt) pairs
+    other = one.assign(quality=1 - one["quality"], accepted=one["drafted"] - one["accepted"])
+    other3 = pd.concat([other.assign(seed=s) for s in range(3)], ignore_index=True)
+    for metric in ("quality", "draft_acceptance_rate"):
+        a, b = st.paired(one, other, metric), st.paired(three, other3, metric)
+        assert (a.value, a.low, a.high) == pytest.approx((b.value, b.low, b.high)), metric
+
+
+def test_ratio_metrics_are_ratios_of_totals():
+    df = pd.DataFrame({"seed": 0, "prompt": ["short", "long"], "new_tokens": [20, 256], "seconds": [1.0, 4.0],
+                       "accepted": [1, 200], "drafted": [10, 250]})
+    assert st.estimate(df, "tokens_per_s").value == pytest.approx(276 / 5)  # not mean(20, 64) = 42
+    assert st.estimate(df, "draft_acceptance_rate").value == pytest.approx(201 / 260)  # not mean(0.1, 0.8)
+    base = df.assign(seconds=[2.0, 16.0])
+    assert st.paired(df, base, "tokens_per_s", relative=True).value == pytest.approx((276 / 5) / (276 / 18))
+
+
+def coverage(simulate, truth: float, metric: str, paired: bool = False) -> float:
+    rng = np.random.default_rng(1)
+    hits = 0
+    for _ in range(SIMULATIONS):
+        if paired:
+            a, b = simulate(rng)
+            e = st.paired(a, b, metric, relative=metric == "tokens_per_s")
+        else:
+            e = st.estimate(simulate(rng), metric)
+        hits += e.low <= truth <= e.high
+    return hits / SIMULATIONS
+
+
+@pytest.mark.parametrize("metric", ["quality", "draft_acceptance_rate"])
+def test_intervals_cover_the_true_value_when_seeds_share_prompts(metric):
+    """Prompts differ in difficulty (Beta(0.5, 0.5) accuracy, Beta(2, 2) acceptance), 3 seeds share 40 prompts: the
+    95% interval covers the population value (0.5 for both) 93-97% of the time."""
+    def simulate(rng):
+        return units(rng, 40, 3, accuracy=rng.beta(0.5, 0.5, 40), acceptance=rng.beta(2, 2, 40))
+
+    assert 0.93 <= coverage(simulate, 0.5, metric) <= 0.97
+
+
+def test_speedup_interval_covers_the_true_ratio():
+    """Two methods on the same 40 prompts, 2 seeds; B is 1.5x faster than A on every prompt."""
+    def simulate(rng):
+        a = units(rng, 40, 2)
+        b = a.assign(seconds=a["seconds"] / 1.5 * rng.lognormal(0, 0.1, len(a)))
+        return b, a
+
+    truth = 1.5 / math.exp(0.1 ** 2 / 2)  # total seconds of B: those of A / 1.5 x E[lognormal(0, 0.1)] = exp(0.005)
+    assert 0.93 <= coverage(simulate, truth, "tokens_per_s", paired=True) <= 0.97
+
+
+def false_holds(test, simulate) -> float:
+    rng = np.random.default_rng(2)
+    return sum(test(*simulate(rng)).verdict() == st.HOLDS for _ in range(SIMULATIONS)) / SIMULATIONS
+
+
+NOMINAL = st.ALPHA / 2
+SLACK = 3 * math.sqrt(NOMINAL * (1 - NOMINAL) / SIMULATIONS)  # three binomial standard errors
+
+
+def test_noninferiority_holds_at_most_at_its_level_on_the_margin():
+    """True difference exactly -margin (the null's boundary): 'no worse' holds in at most 2.5% of the runs."""
+    margin = 0.1
+
+    def simulate(rng):
+        d = rng.beta(2, 2, 60)
+        return units(rng, 60, 2, accuracy=d - margin), units(rng, 60, 2, accuracy=d)
+
+    rate = false_holds(lambda a, b: st.noninferior(st.paired(a, b, "quality"), margin), simulate)
+    assert rate <= NOMINAL + SLACK
+
+
+def test_a_nonsignificant_difference_is_not_noninferiority():
+    """Equal methods, a margin far below the noise: the old rule (the interval spans 0: 'not worse') would say yes;
+    non-inferiority says inconclusive and how many prompts the margin needs."""
+    a = pd.DataFrame({"seed": 0, "prompt": range(30), "quality": [1.0, 0.0] * 15})
+    b = a.assign(quality=[0.0, 1.0] * 15)
+    e = st.paired(a, b, "quality")
+    assert e.low < 0 < e.high and e.value == 0  # not significantly worse
+    test = st.noninferior(e, 0.02)
+    assert test.verdict() == st.INCONCLUSIVE
+    assert test.why.startswith("underpowered: n = 30, needs ≈ ")
+    assert int(test.why.rsplit("≈ ", 1)[1]) > 10_000  # per-prompt differences of +-1: (2.8 / 0.02)^2 ≈ 19,600
+
+
+def test_superiority_holds_at_most_at_its_level():
+    """No effect: the acceptance of two methods on the same prompts has the same law."""
+    def simulate(rng):
+        acc = rng.beta(2, 2, 40)
+        return units(rng, 40, 2, acceptance=acc), units(rng, 40, 2, acceptance=acc)
+
+    assert false_holds(lambda a, b: st.superior(st.paired(a, b, "draft_acceptance_rate")), simulate) <= NOMINAL + SLACK
+
+
+def test_holm_is_statsmodels_holm():
+    from statsmodels.stats.multitest import multipletests
+
+    rng = np.random.default_rng(6)
+    for _ in range(20):
+        p = rng.random(rng.integers(1, 15)) ** 3
+        assert st.holm(list(p)) == pytest.approx(list(multipletests(p, method="holm")[1]))
+    assert st.holm([0.01, math.nan, 0.04])[1] != st.holm([0.01, math.nan, 0.04])[1]  # nan is no test
+
+
+def test_holm_keeps_a_family_of_twelve_at_its_level():
+    """Twelve settings with no effect: with Holm, 'holds on some setting' happens at most 2.5% of the time;
+    without it, about 1 - 0.975^12 = 26% of the time."""
+    rng = np.random.default_rng(4)
+    any_raw = any_holm = 0
+    for _ in range(SIMULATIONS):
+        diffs = rng.normal(0.0, 1.0, size=(12, 40))  # 12 settings x 40 per-prompt differences
+        t = diffs.mean(1) / (diffs.std(1, ddof=1) / math.sqrt(40))
+        ps = list(scipy.stats.t.sf(t, 39))  # each setting's one-sided p-value
+        any_raw += min(ps) < NOMINAL
+        any_holm += min(st.holm(ps)) < NOMINAL
+    assert any_holm / SIMULATIONS <= NOMINAL + SLACK
+    assert any_raw / SIMULATIONS > 0.2
+
+
+def test_equivalence_holds_at_most_at_its_level_on_the_margin():
+    margin = 0.05
+
+    def simulate(rng):
+        x = rng.normal(margin, 0.2, 50)
+        return st.mean_estimate(x), None
+
+    rate = false_holds(lambda e, _: st.equivalent(e, margin), simulate)
+    assert rate <= NOMINAL + SLACK
+
+
+def test_needed_prompts_is_statsmodels_power_solution():
+    from statsmodels.stats.power import TTestPower
+
+    for margin in (0.02, 0.05, 0.1, 0.3, 0.6):
+        e = st.Estimate(0.0, -0.1, 0.1, 100, se=0.1)  # per-prompt sd 1.0
+        exact = TTestPower().solve_power(effect_size=margin, alpha=0.025, power=0.8, alternative="larger")
+        assert st.needed_prompts(e, margin) == math.ceil(exact), margin
+
+
+def test_one_prompt_has_no_interval():
+    rng = np.random.default_rng(5)
+    df = units(rng, 20, 1, acceptance=rng.beta(2, 2, 20))
+    single = st.estimate(df[df["prompt"] == 0], "draft_acceptance_rate")
+    assert single.n == 1 and math.isnan(single.low) and st.superior(single).verdict() == st.INCONCLUSIVE
