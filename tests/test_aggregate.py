@@ -40,6 +40,17 @@ def test_table3_takes_its_diagonal_from_the_transfer_temperature():
     assert table1(units(), 0.1).set_index("method").loc["DIVERSED", "arith"] == "10.0 ± 0.0 / 90.0 ± 0.0"
 
 
+def test_transfer_runs_stay_out_of_the_speed_table():
+    """Regression: a transfer run's speedup divided its tokens/s by a target-only run decoded in another job."""
+    from diversed.analysis.tables import speed_table
+
+    rows = units().assign(method="dynamic", hardware="cpu", new_tokens=10, seconds=1.0, steps=5, bias_tv_sum=0.0,
+                          target_logprob_sum=-5.0, target_argmax_sum=5.0)
+    speed = speed_table(rows)
+    assert len(speed) == 4 and set(speed["task"]) == {"arith", "open"}  # own heads at T = 0.1 and 1 only
+    assert list(speed.loc[speed["task"] == "open", "draft_acceptance_rate"]) == [0.1, 0.5]  # not the 0.3 of transfer
+
+
 def test_cross_task_runs_at_two_temperatures_need_an_explicit_one():
     df = runs()
     extra = df[df["head_task"].notna()].assign(temperature=0.1)

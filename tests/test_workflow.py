@@ -155,7 +155,9 @@ def test_smoke_config_end_to_end(smoke_run):
     for name in ("table1", "table2", "table3", "speed"):
         assert "tabular" in (wd / "results" / "tables" / f"{name}.tex").read_text()
     runs = pd.read_csv(wd / "results" / "tables" / "runs.csv")
-    assert len(runs) == 21 and set(runs["method"]) == {"autoregressive", "strict", "finetuned", "fixed", "dynamic"}
+    # 2 tasks x 2 temperatures x 5 methods, 1 transfer run and the lambda sweep's 2 heads, decoded
+    assert len(runs) == 23 and runs["lambda"].notna().sum() == 2
+    assert set(runs["method"]) == {"autoregressive", "strict", "finetuned", "fixed", "dynamic"}
     assert list(pd.read_csv(wd / "results" / "tables" / "table1.csv")["method"]) == [
         "SD", "SD with fine-tuned draft", "DIVERSED"]
     assert len(list((wd / "figures").glob("*.png"))) == 6

@@ -86,7 +86,7 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Pa
               "superiority, or non-inferiority for quality within a task's tolerance (the interval's lower bound "
               "above minus the tolerance), Holm-adjusted within the claim; an inconclusive one says why, with the "
               "prompts its margin would need when it is underpowered.", "", markdown(found), ""]
-    head_table = heads(eval_runs)
+    head_table = heads(runs)
     if len(head_table):
         collapsed = head_table[head_table["collapsed"] != "no"]
         parts += ["## DIVERSED heads", "", head_table.to_markdown(index=False), ""]
