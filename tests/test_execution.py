@@ -96,8 +96,16 @@ def test_network_is_blocked():
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="privilege drop only happens when running as root")
-def test_runs_unprivileged_when_root():
-    assert run_untrusted("import os\nassert os.geteuid() != 0\n").passed
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_runs_unprivileged_when_root(isolation):
+    """As root the candidate is nobody: it cannot read a root-only file. Under unshare it is uid 0 of its own user
+    namespace (--map-root-user), mapped to nobody outside and without capabilities, so its uid alone says nothing."""
+    if unavailable(isolation):
+        pytest.skip(unavailable(isolation))
+    if not os.path.isfile("/etc/shadow") or os.stat("/etc/shadow").st_mode & 0o004:
+        pytest.skip("no root-only /etc/shadow here")
+    r = run_untrusted("open('/etc/shadow').read()\n", isolation=isolation)
+    assert not r.passed and "PermissionError" in r.detail, r
 
 
 def test_os_limits_hold_when_the_python_guard_is_bypassed(tmp_path):
