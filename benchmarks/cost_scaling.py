@@ -15,7 +15,7 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from diversed.decoding.engine import Execution, Sampling, speculative_generate
+from diversed.decoding.engine import Decoding, Execution, Sampling, speculative_generate
 from diversed.decoding.models import truncated_draft
 from diversed.utils import command_line, provenance, record_result, write_json, write_text
 
@@ -30,8 +30,8 @@ def tiny_pair():
 
 def decode(target, draft, prompts: int, tokens: int, execution: Execution, seed: int = 0):
     t0 = time.perf_counter()
-    gens = [speculative_generate(target, draft, [1, 10 + i % 100, 20], verifier="fixed", weight=0.5, K=5,
-                                 max_new_tokens=tokens, sampling=Sampling(temperature=1.0), eos_token_id=[],
+    decoding = Decoding("fixed", weight=0.5, K=5, max_new_tokens=tokens, sampling=Sampling(1.0), eos_token_id=())
+    gens = [speculative_generate(target, draft, [1, 10 + i % 100, 20], decoding,
                                  generator=torch.Generator().manual_seed(seed + i), execution=execution)
             for i in range(prompts)]
     return time.perf_counter() - t0, gens
@@ -42,7 +42,7 @@ def main() -> None:
     ap.add_argument("--no-record", action="store_true", help="do not rewrite the section of benchmarks/RESULTS.md")
     a = ap.parse_args()
     target, draft = tiny_pair()
-    execution = Execution.from_env()
+    execution = Execution.here()
     decode(target, draft, 2, 32, execution)  # warm-up
     rows = []
     for prompts, tokens in [(1, 64), (10, 64), (100, 64), (1, 256), (1, 1024)]:

@@ -12,7 +12,7 @@ import dataclasses
 import torch
 
 from diversed.bench import step_ms
-from diversed.decoding.engine import Execution, Sampling, speculative_generate
+from diversed.decoding.engine import Decoding, Execution, Sampling, speculative_generate
 from diversed.decoding.models import draft_vocabulary, encode_prompt, load_model, load_tokenizer
 from diversed.decoding.stats import summarize
 from diversed.tasks import get_task
@@ -36,7 +36,7 @@ def main() -> None:
     target = load_model("embedded")
     prompts = {t: [encode_prompt(tok, ex.prompt) for ex in get_task(t).examples("eval", a.prompts, seed=0)]
                for t in a.tasks}
-    execution = Execution.from_env()
+    execution = Execution.here()
     first = prompts[a.tasks[0]][0]
     t_step = step_ms(target, first, execution=execution)
     rows = []
@@ -49,9 +49,9 @@ def main() -> None:
         row["c"] = row["draft ms"] / t_step
         for task, ids_list in prompts.items():
             for setting, kw in SETTINGS.items():
-                gens = [speculative_generate(target, draft, ids, K=a.K, max_new_tokens=a.max_new_tokens,
-                                             sampling=Sampling(a.temperature), execution=execution,
-                                             generator=torch.Generator().manual_seed(i), **kw)
+                decoding = Decoding(K=a.K, max_new_tokens=a.max_new_tokens, sampling=Sampling(a.temperature), **kw)
+                gens = [speculative_generate(target, draft, ids, decoding, execution=execution,
+                                             generator=torch.Generator().manual_seed(i))
                         for i, ids in enumerate(ids_list)]
                 row[f"{task} {setting}"] = summarize(gens)["conditional_acceptance"]
         rows.append(row)

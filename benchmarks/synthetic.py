@@ -18,7 +18,7 @@ import time
 import torch
 
 from diversed.bench import hf_generate, ideal_speedup, step_ms, time_prompts
-from diversed.decoding.engine import Execution, Sampling, autoregressive_generate, speculative_generate, synchronize
+from diversed.decoding.engine import Decoding, Execution, Sampling, speculative_generate, synchronize
 from diversed.decoding.stats import summarize
 from diversed.utils import command_line, provenance, record_result, write_json, write_text
 
@@ -79,20 +79,21 @@ def measure(target, draft, prompts: list[list[int]], a: argparse.Namespace, exec
     def timed(fn):
         return time_prompts(fn, prompts, device, warmup=True)
 
-    kw = {"max_new_tokens": a.tokens, "sampling": Sampling(temperature=0.0), "eos_token_id": [],
-          "execution": execution}
-    t_ar, _ = timed(lambda p: autoregressive_generate(target, p, **kw))
+    greedy = {"K": a.K, "max_new_tokens": a.tokens, "sampling": Sampling(temperature=0.0), "eos_token_id": ()}
+    t_ar, _ = timed(lambda p: speculative_generate(target, None, p, Decoding("autoregressive", **greedy),
+                                                   execution=execution))
     rows = [{"method": f"ours target-only ({capture})", "tokens_per_s": len(prompts) * a.tokens / t_ar,
              "speedup": 1.0}]
     for alpha in a.alphas:
-        t, gens = timed(lambda p, alpha=alpha: speculative_generate(target, draft, p, verifier="strict", K=a.K,
-                                                                    synthetic_acceptance=alpha, **kw))
+        decoding = Decoding("strict", synthetic_acceptance=alpha, **greedy)
+        t, gens = timed(lambda p, d=decoding: speculative_generate(target, draft, p, d, execution=execution))
         s = summarize(gens)
         ideal = ideal_speedup(s["conditional_acceptance"], a.K, c)
         rows.append({"method": f"ours strict ({capture}), synthetic alpha {alpha}",
                      "tokens_per_s": s["new_tokens"] / t, "speedup": t_ar / t, "alpha": s["conditional_acceptance"],
                      "tau": s["mean_acceptance_length"], "ideal_speedup": ideal, "efficiency": (t_ar / t) / ideal})
-    t_real, real = timed(lambda p: speculative_generate(target, draft, p, verifier="strict", K=a.K, **kw))
+    t_real, real = timed(lambda p: speculative_generate(target, draft, p, Decoding("strict", **greedy),
+                                                        execution=execution))
     return {"capture": capture, "target_step_ms": t_step, "verify_step_ms": v_step, "draft_step_ms": d_step,
             "cost_ratio_c": c, "target_step_over_floor": t_step / floor["target"],
             "draft_step_over_floor": d_step / floor["draft"],
@@ -155,7 +156,7 @@ def main() -> None:
     bw = copy_bandwidth(a.device, 1.0 if a.device.startswith("cuda") else 0.25)
     floor = {name: 1000 * sum(p.numel() * p.element_size() for p in m.parameters()) / bw
              for name, m in (("draft", draft), ("target", target))}
-    execution = Execution.from_env()
+    execution = Execution.here()
     result = {"pair": a.pair, "device": a.device, "dtype": a.dtype, "K": a.K, "tokens": a.tokens,
               "prompts": a.prompts, "copy_bandwidth_GBps": bw / 1e9, "floor_ms": floor, "captures": [],
               "execution": dataclasses.asdict(execution), **provenance()}

@@ -19,15 +19,17 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from diversed.decoding.engine import (
+    Decoding,
     Execution,
     Sampling,
     Stepper,
-    autoregressive_generate,
+    generate,
     speculative_generate,
     synchronize,
 )
 from diversed.decoding.fastpath import check_capture
-from diversed.decoding.models import draft_vocabulary
+from diversed.decoding.head import WeightHead
+from diversed.decoding.models import draft_vocabulary, hidden_size
 from diversed.decoding.stats import summarize
 from diversed.utils import provenance, write_json, write_text
 
@@ -158,35 +160,32 @@ def time_prompts(fn: Callable[[list[int]], object], prompts: list[list[int]], de
 
 def run_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], *, K: int = 5, max_new_tokens: int = 64,
               weights: tuple[float, ...] = (0.3, 0.5, 0.7), repeats: int = 3, vocab_size: int | None = None,
-              progress: bool = True, capture: str = "none") -> dict:
+              progress: bool = True, capture: str = "none", fastpath: bool = True) -> dict:
     """Time every method over all prompts `repeats` times (after one warm-up each); greedy decoding.
-    capture: how our engine runs its fixed-shape steps (engine.Execution; the rest from the environment)."""
-    execution = dataclasses.replace(Execution.from_env(), capture=capture)
+    capture, fastpath: how our engine runs (engine.Execution)."""
+    execution = Execution.here(capture, fastpath)
     for role, model in (("target", target), ("draft", draft)):  # before anything is timed
         check_capture(capture, model, role, enabled=execution.fastpath)
     device = target.get_output_embeddings().weight.device
-    ours = {"eos_token_id": [], "sampling": Sampling(temperature=0.0), "max_new_tokens": max_new_tokens,
-            "execution": execution}
+    greedy = {"eos_token_id": (), "sampling": Sampling(temperature=0.0), "max_new_tokens": max_new_tokens}
 
-    def ours_ar(ids):
-        return [autoregressive_generate(target, ids, **ours)]
-
-    def ours_sd(verifier, w=None):
-        return lambda ids: [speculative_generate(target, draft, ids, verifier=verifier, K=K, weight=w,
-                                                 vocab_size=vocab_size, **ours)]
+    def ours(model, verifier="autoregressive", w=None):
+        decoding = Decoding(verifier, K=K, weight=w, **greedy)
+        return lambda ids: [speculative_generate(model, draft, ids, decoding, vocab_size=vocab_size,
+                                                 execution=execution)]
 
     methods: dict[str, tuple[Callable, bool]] = {  # name -> (one-prompt fn, is ours)
         "hf_target": (lambda ids: hf_generate(target, ids, max_new_tokens=max_new_tokens), False),
-        "ours_target": (ours_ar, True),
-        "ours_draft": (lambda ids: [autoregressive_generate(draft, ids, **ours)], True),
+        "ours_target": (ours(target), True),
+        "ours_draft": (ours(draft), True),
         "hf_assisted_strict": (lambda ids: hf_generate(target, ids, max_new_tokens=max_new_tokens, draft=draft, K=K),
                                False),
-        "ours_strict": (ours_sd("strict"), True),
+        "ours_strict": (ours(target, "strict"), True),
     }
     for w in weights:
         methods[f"hf_assisted_fixed_w{w}"] = (
             lambda ids, w=w: hf_generate(target, ids, max_new_tokens=max_new_tokens, draft=draft, K=K, weight=w), False)
-        methods[f"ours_fixed_w{w}"] = (ours_sd("fixed", w), True)
+        methods[f"ours_fixed_w{w}"] = (ours(target, "fixed", w), True)
 
     rows: dict[str, dict] = {}
     with no_eos(target), no_eos(draft):
@@ -253,6 +252,107 @@ def run_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], *, 
     return {"K": K, "max_new_tokens": max_new_tokens, "prompts": len(prompts), "repeats": repeats,
             "capture": capture, "execution": dataclasses.asdict(execution), "methods": rows,
             "ratios": ratios, "identical_greedy_tokens": identical, **provenance()}
+
+
+def hf_generate_batch(model: nn.Module, prompts: list[list[int]], *, max_new_tokens: int, batch_size: int,
+                      pad_id: int = 0) -> list[list[int]]:
+    """transformers' batched greedy generate of the target alone, batch_size prompts at a time (left padding with
+    an attention mask, as transformers batches; each chunk runs to max_new_tokens)."""
+    out = []
+    for i in range(0, len(prompts), batch_size):
+        chunk = prompts[i:i + batch_size]
+        width = max(len(p) for p in chunk)
+        x = torch.tensor([[pad_id] * (width - len(p)) + p for p in chunk], device=model.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=model.device)
+        y = model.generate(x, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
+                           pad_token_id=pad_id)
+        out += y[:, width:].tolist()
+    return out
+
+
+def batch_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], *, batch_sizes: list[int],
+                K: int = 5, max_new_tokens: int = 64, weight: float = 0.5, vocab_size: int | None = None,
+                head: nn.Module | None = None, execution: Execution | None = None, progress: bool = True) -> dict:
+    """Total tokens/s of every prompt decoded at each batch size, greedy and to full length, in one process:
+    transformers' batched generate (target only) and ours: target only, strict, fixed w, dynamic (`head`, or a
+    zero-initialised head: w = 0.5 with the head's cost). Each (method, batch size) is timed once after a warm-up
+    (batch of the same size, 8 tokens)."""
+    execution = execution or Execution.here()
+    head = head or WeightHead(hidden_size(target), hidden_size(draft)).bind(target, draft)
+    device = target.get_output_embeddings().weight.device
+    greedy = {"eos_token_id": (), "sampling": Sampling(temperature=0.0), "K": K}
+    ours = {"ours_target": Decoding("autoregressive", **greedy, max_new_tokens=max_new_tokens),
+            "ours_strict": Decoding("strict", **greedy, max_new_tokens=max_new_tokens),
+            f"ours_fixed_w{weight}": Decoding("fixed", weight=weight, **greedy, max_new_tokens=max_new_tokens),
+            "ours_dynamic": Decoding("dynamic", **greedy, max_new_tokens=max_new_tokens)}
+
+    def run(name, B, n_tokens, items):
+        if name == "hf_target":
+            return hf_generate_batch(target, items, max_new_tokens=n_tokens, batch_size=B), None
+        d = dataclasses.replace(ours[name], max_new_tokens=n_tokens)
+        gens = generate(target, draft, items, d, head=head if d.verifier == "dynamic" else None, batch_size=B,
+                        vocab_size=vocab_size, execution=execution)
+        return [g.tokens for g in gens], gens
+
+    rows, tokens = [], {}
+    with no_eos(target), no_eos(draft):
+        for B in tqdm(batch_sizes, desc="batch bench", unit="batch size", disable=not progress):
+            for name in ("hf_target", *ours):
+                run(name, B, 8, prompts[:B])  # warm-up
+                synchronize(device)
+                t0 = time.perf_counter()
+                out, gens = run(name, B, max_new_tokens, prompts)
+                synchronize(device)
+                seconds = time.perf_counter() - t0
+                n = sum(len(t) for t in out)
+                row = {"batch_size": B, "method": name, "tokens_per_s": n / seconds, "seconds": seconds,
+                       "new_tokens": n}
+                if gens is not None and ours[name].verifier != "autoregressive":
+                    s = summarize(gens)
+                    row |= {"draft_acceptance_rate": s["draft_acceptance_rate"],
+                            "mean_acceptance_length": s["mean_acceptance_length"]}
+                rows.append(row)
+                tokens[(B, name)] = out
+    by = {(r["batch_size"], r["method"]): r for r in rows}
+    for r in rows:
+        r["x_ours_target_same_batch"] = r["tokens_per_s"] / by[(r["batch_size"], "ours_target")]["tokens_per_s"]
+        r["x_hf_target_same_batch"] = r["tokens_per_s"] / by[(r["batch_size"], "hf_target")]["tokens_per_s"]
+    crossover = {}
+    for name in ours:
+        if name == "ours_target":
+            continue
+        losing = [B for B in batch_sizes if by[(B, name)]["x_ours_target_same_batch"] < 1]
+        crossover[name] = min(losing) if losing else None
+    identical = {f"{name} at every batch size == at batch 1": all(tokens[(B, name)] == tokens[(batch_sizes[0], name)]
+                                                                 for B in batch_sizes) for name in ours}
+    return {"K": K, "max_new_tokens": max_new_tokens, "prompts": len(prompts), "batch_sizes": list(batch_sizes),
+            "weight": weight, "execution": dataclasses.asdict(execution), "rows": rows,
+            "crossover_batch_size": crossover, "identical_tokens": identical, **provenance()}
+
+
+def batch_markdown(result: dict) -> str:
+    """The batch bench as Markdown: total tokens/s per batch size and method, and where speculative decoding stops
+    beating the target alone at the same batch size."""
+    def f(x, spec=".2f"):
+        return "–" if x is None or x != x else format(x, spec)
+
+    ex = result["execution"]
+    lines = [f"# Batched decoding: {result['prompts']} prompts x {result['max_new_tokens']} tokens, greedy, K = "
+             f"{result['K']}, fixed w = {result['weight']}, capture {ex['capture']}, fast path "
+             f"{'on' if ex['fastpath'] else 'off'}, {ex['threads']} threads", "",
+             f"Hardware: {result['hardware'].get('gpu') or result['hardware']['cpu']}, "
+             f"torch {result['versions'].get('torch')}, transformers {result['versions'].get('transformers')}", "",
+             "| batch | method | tokens/s | x ours target (same batch) | x hf target (same batch) | alpha | tau |",
+             "|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['batch_size']} | {r['method']} | {r['tokens_per_s']:.1f} | "
+                     f"{f(r['x_ours_target_same_batch'])} | {f(r['x_hf_target_same_batch'])} | "
+                     f"{f(r.get('draft_acceptance_rate'), '.3f')} | {f(r.get('mean_acceptance_length'))} |")
+    lines += ["", "| method | first batch size slower than the target alone at that batch size |", "|---|---|"]
+    lines += [f"| {k} | {'none measured' if v is None else v} |" for k, v in result["crossover_batch_size"].items()]
+    lines += ["", "| the same tokens | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in result["identical_tokens"].items()]
+    return "\n".join(lines) + "\n"
 
 
 def markdown(result: dict) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 from diversed.decoding.models import DEFAULT_DRAFT_LAYERS
 from diversed.runs.run import RunConfig
 from diversed.training.train import DistillConfig, HeadTrainConfig
-from diversed.utils import field_type
+from diversed.utils import field_type, write_json, write_text
 
 
 def add_config_args(p: argparse.ArgumentParser, cls: type, *, required: tuple[str, ...] = ()) -> None:
@@ -33,6 +33,21 @@ def add_config_args(p: argparse.ArgumentParser, cls: type, *, required: tuple[st
 def config_from_args(cls: type, a: argparse.Namespace):
     """The config dataclass `cls` from the flags that add_config_args made."""
     return cls(**{f.name: getattr(a, f.name) for f in dataclasses.fields(cls)})
+
+
+def _execution_args(p: argparse.ArgumentParser) -> None:
+    """How the engine runs (engine.Execution): never what it computes, never part of a run id."""
+    p.add_argument("--capture", choices=["none", "graph", "compile"], default="none",
+                   help="the fast path's fixed-shape steps: eager, one CUDA graph each (GPU), or torch.compile "
+                        "(+ CUDA graphs on a GPU)")
+    p.add_argument("--no-fastpath", action="store_true",
+                   help="transformers' modules instead of the static-cache fast path (Llama, Qwen3)")
+
+
+def _execution(a: argparse.Namespace):
+    from diversed.decoding.engine import Execution
+
+    return Execution.here(a.capture, not a.no_fastpath)
 
 
 def _pair_args(p: argparse.ArgumentParser) -> None:
@@ -65,7 +80,16 @@ def cmd_prepare_models(a: argparse.Namespace) -> None:
 
 
 def cmd_generate(a: argparse.Namespace) -> None:
-    from diversed.runs.run import Run, RunSpec, execute, execute_all, load_prompts, task_prompts, with_weight_file
+    from diversed.runs.run import (
+        Run,
+        RunSpec,
+        execute,
+        execute_all,
+        execute_interleaved,
+        load_prompts,
+        task_prompts,
+        with_weight_file,
+    )
 
     if a.weight_file:
         vars(a).update(with_weight_file({"verifier": a.verifier}, a.weight_file))
@@ -85,13 +109,26 @@ def cmd_generate(a: argparse.Namespace) -> None:
         prompts = load_prompts(a.prompts)
     else:
         prompts = [{"id": str(i), "prompt": t} for i, t in enumerate(a.prompt)]
-    if specs:
-        run_dirs = execute_all(cfg, prompts, specs, labels=labels)
+    if a.limit is not None:
+        if a.limit < 1:
+            raise SystemExit(f"error: --limit must be >= 1, got {a.limit}")
+        prompts = prompts[:a.limit]
+    if a.batch_size < 1:
+        raise SystemExit(f"error: --batch-size must be >= 1, got {a.batch_size}")
+    if a.interleave and (not specs or a.batch_size != 1):
+        raise SystemExit("error: --interleave times several --run runs at batch 1 (no --batch-size)")
+    execution = _execution(a)
+    if a.interleave:
+        run_dirs = execute_interleaved(cfg, prompts, specs, labels=labels, execution=execution)
+    elif specs:
+        run_dirs = execute_all(cfg, prompts, specs, labels=labels, batch_size=a.batch_size, execution=execution)
     else:
-        run_dirs = [execute(cfg, prompts, a.out, run_dir=a.run_dir, labels=labels)]
+        run_dirs = [execute(cfg, prompts, a.out, run_dir=a.run_dir, labels=labels, batch_size=a.batch_size,
+                            execution=execution)]
     for run_dir in run_dirs:
         s = Run(run_dir).manifest["summary"]
-        print(f"run {run_dir}: {s['prompts']} prompts, {s['new_tokens']} tokens, {s['tokens_per_s']:.1f} tokens/s, "
+        speed = "untimed (batched)" if s["tokens_per_s"] is None else f"{s['tokens_per_s']:.1f} tokens/s"
+        print(f"run {run_dir}: {s['prompts']} prompts, {s['new_tokens']} tokens, {speed}, "
               f"alpha {s['draft_acceptance_rate']:.3f}, tau {s['mean_acceptance_length']:.2f}, "
               f"bias TV {s['bias_tv']:.4f}")
     if a.score:
@@ -107,13 +144,33 @@ def cmd_bench(a: argparse.Namespace) -> None:
     from diversed.runs.run import load_prompts
     from diversed.utils import command_line, record_result
 
-    texts = [r["prompt"] for r in load_prompts(a.prompts)] if a.prompts else bench.PROMPTS
+    if a.task:
+        from diversed.tasks import get_task
+
+        texts = [ex.prompt for ex in get_task(a.task).examples("eval", a.num_prompts)]
+    else:
+        texts = [r["prompt"] for r in load_prompts(a.prompts)] if a.prompts else bench.PROMPTS
     texts = texts[: a.num_prompts]
     pair = load_pair(a.target, a.draft, dtype=a.dtype, device=a.device, draft_layers=a.draft_layers)
     prompts = [encode_prompt(pair.tokenizer, t) for t in texts]
+    if a.batch_sizes:
+        sizes = [int(b) for b in a.batch_sizes.split(",")]
+        if min(sizes) < 1:
+            raise SystemExit(f"error: --batch-sizes must be >= 1, got {a.batch_sizes}")
+        result = bench.batch_bench(pair.target, pair.draft, prompts, batch_sizes=sizes, K=a.K,
+                                   max_new_tokens=a.max_new_tokens, weight=a.weights[0] if a.weights else 0.5,
+                                   vocab_size=pair.vocab_size, execution=_execution(a))
+        result["config"] = {k: v for k, v in vars(a).items() if k != "func"}
+        text = bench.batch_markdown(result)
+        write_json(Path(a.out) / "batch.json", result)
+        write_text(Path(a.out) / "batch.md", text)
+        print(text)
+        if not a.no_record:
+            print(f"recorded in {record_result('Batched decoding', text, command_line())}")
+        return
     result = bench.run_bench(pair.target, pair.draft, prompts, K=a.K, max_new_tokens=a.max_new_tokens,
                              weights=tuple(a.weights), repeats=a.repeats, vocab_size=pair.vocab_size,
-                             capture=a.capture)
+                             capture=a.capture, fastpath=not a.no_fastpath)
     result["config"] = {k: v for k, v in vars(a).items() if k != "func"}
     json_path, md_path = bench.write(result, a.out)
     print(md_path.read_text())
@@ -128,7 +185,7 @@ def cmd_train_head(a: argparse.Namespace) -> None:
 
     cfg = config_from_args(HeadTrainConfig, a)
     cfg.validate()
-    path = train_head(cfg, a.out)
+    path = train_head(cfg, a.out, execution=_execution(a))
     last = load_log(path.parent / "train_log.csv")[-1]
     print(f"head: {path} (reward {last['reward']:.4g}, mean w {last['mean_w']:.3f}, "
           f"expected acceptance {last['expected_acceptance']:.3f})")
@@ -139,7 +196,7 @@ def cmd_train_draft(a: argparse.Namespace) -> None:
 
     cfg = config_from_args(DistillConfig, a)
     cfg.validate()
-    print(f"fine-tuned draft: {distill_draft(cfg, a.out)}")
+    print(f"fine-tuned draft: {distill_draft(cfg, a.out, execution=_execution(a))}")
 
 
 def _sweep_base(a: argparse.Namespace):
@@ -167,15 +224,17 @@ def cmd_sweep(a: argparse.Namespace) -> None:
     from diversed.runs.sweep import MIXINGS, WEIGHTS, sweep_weight
 
     labels = dict(kv.split("=", 1) for kv in a.label)
+    if a.batch_size < 1:
+        raise SystemExit(f"error: --batch-size must be >= 1, got {a.batch_size}")
     choice = sweep_weight(_sweep_base(a), a.out, weights=a.weights or WEIGHTS, mixings=a.mixings or MIXINGS,
-                          tolerance=a.tolerance, labels=labels)
+                          tolerance=a.tolerance, labels=labels, batch_size=a.batch_size, execution=_execution(a))
     _print_choice(a.out, choice)
 
 
 def cmd_aggregate(a: argparse.Namespace) -> None:
     from diversed.analysis.tables import write_all
 
-    for path in write_all(a.runs, a.out, a.sweeps, a.transfer_temperature, a.lambda_runs):
+    for path in write_all(a.runs, a.out, a.sweeps, a.transfer_temperature, a.lambda_runs, a.timing_runs):
         print(path)
 
 
@@ -278,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("generate", help="decode prompts with a verifier; writes a run directory")
     add_config_args(p, RunConfig)
+    _execution_args(p)
     p.add_argument("--prompts", help="JSONL file, one {\"prompt\": ...} per line")
     p.add_argument("--prompt", action="append", help="a prompt (repeatable)")
     p.add_argument("--out", default="results/runs", help="parent folder of the run directory")
@@ -290,6 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "each is the flags' config changed by KEY=VALUE (a config field, weight_file=CHOICE.json or "
                    "label:KEY=VALUE), written to DIR; e.g. --run out/fixed verifier=fixed weight_file=choice.json")
     p.add_argument("--score", action="store_true", help="score every run through lm-eval once all are decoded")
+    p.add_argument("--batch-size", type=int, default=1,
+                   help="prompts decoded together (the same tokens at any size); only batch 1 is timed")
+    p.add_argument("--limit", type=int, help="decode only the first N of the prompts (e.g. timing a subset)")
+    p.add_argument("--interleave", action="store_true",
+                   help="timing: decode the --run runs at batch 1, interleaved prompt by prompt")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("train", help="train a task's verifiers: `train head` (DIVERSED) or `train draft`")
@@ -299,11 +364,13 @@ def build_parser() -> argparse.ArgumentParser:
                                      "the fine-tuned-draft baseline (KL distillation)")):
         t = train.add_parser(what, help=helptext)
         add_config_args(t, cls, required=("task",))
+        _execution_args(t)
         t.add_argument("--out", required=True, help="output folder")
         t.set_defaults(func=fn)
 
     p = sub.add_parser("sweep-weight", help="static frontier: decode + score a task for w on a grid, pick fixed w")
     _pair_args(p)
+    _execution_args(p)
     p.add_argument("--task", required=True)
     p.add_argument("--data-files")
     p.add_argument("--split", default="dev", help="task split decoded: dev (the default, so that the choice "
@@ -319,6 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mixings", nargs="+", help="linear | logit (default: both)")
     p.add_argument("--tolerance", type=float, help="allowed quality drop vs strict, in the metric's units (default: "
                    "the task metric's own)")
+    p.add_argument("--batch-size", type=int, default=1, help="prompts each point decodes together (the same tokens "
+                   "at any size; only batch 1 is timed)")
     p.add_argument("--out", required=True, help="folder of the points' runs (finished ones are kept), sweep.csv/.md "
                    "and choice.json")
     p.set_defaults(func=cmd_sweep)
@@ -330,6 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transfer-temperature", type=float, help="temperature of Table 3 (default: that of the "
                    "cross-task runs)")
     p.add_argument("--lambda-runs", nargs="*", default=[], metavar="RUN_DIR", help="the lambda sweep's scored runs")
+    p.add_argument("--timing-runs", nargs="*", default=[], metavar="RUN_DIR",
+                   help="scored runs timed at batch 1 (generate --interleave): the speed table's")
     p.set_defaults(func=cmd_aggregate)
 
     p = sub.add_parser("plot", help="every figure (PNG + PDF) from the aggregated tables")
@@ -381,11 +452,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--num-prompts", type=int, default=6)
     p.add_argument("--prompts", help="JSONL prompts (default: a built-in set of 8)")
+    p.add_argument("--task", help="the first --num-prompts eval prompts of this task instead")
+    p.add_argument("--batch-sizes", help="e.g. 1,4,8,16: total tokens/s of every prompt decoded at each batch size "
+                   "(ours and transformers' batched generate), instead of the batch-1 bench")
     p.add_argument("--weights", type=float, nargs="*", default=[0.3, 0.5, 0.7], help="fixed-verifier weights")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--capture", choices=["none", "graph", "compile"], default="none",
-                   help="our fixed-shape steps: eager, one CUDA graph each (GPU), or torch.compile (+ CUDA graphs on "
-                        "a GPU); warm-up and capture are not timed")
+    _execution_args(p)  # warm-up and capture are not timed
     p.add_argument("--out", default="results/bench")
     p.add_argument("--no-record", action="store_true", help="do not rewrite the section of benchmarks/RESULTS.md")
     p.set_defaults(func=cmd_bench)

@@ -4,8 +4,11 @@ GPU-hours and disk of each pair.
 
 The sizes are approximations: parameter counts as the model cards round them (and as the architectures below
 reproduce them), the rest from each checkpoint's config.json; the KV cache ignores Gemma 3's sliding window (an
-upper bound). The CUDA context (~0.5-1 GB) and allocator fragmentation come on top. Times follow a model of a
-batch-1 decode (forward_ms). Print the tables of a config with `python -m diversed.cost config/paper.yaml`."""
+upper bound). The CUDA context (~0.5-1 GB) and allocator fragmentation come on top. Times follow a model of one
+forward of B rows (step_ms): the weights read once for all rows and each row's KV cache read, at the memory
+bandwidth, overlapped with the matmuls at the compute throughput, plus a fixed cost per layer. Quality decodes
+run at the config's batch_size, timing decodes at batch 1. Print the tables of a config with
+`python -m diversed.cost config/paper.yaml`."""
 
 from __future__ import annotations
 
@@ -60,13 +63,13 @@ def layer_workspace(a: Arch, tokens: int, width: int) -> float:
 
 
 def estimate(target: str, draft: str, job: str, *, dtype: str = "bfloat16", tokens: int = 2048,
-             new_tokens: int = 128, batch_size: int = 8, K: int = 5) -> dict[str, float]:
+             new_tokens: int = 128, batch_size: int = 8, K: int = 5, decode_batch: int = 1) -> dict[str, float]:
     """Bytes a job of the pair holds at its peak, by part.
 
-    job: decode (a decode job: target only, then each speculative run, the fine-tuned draft's included),
-    train_head (REINFORCE, batch_size rollouts of new_tokens) or distill (the draft trained as distill_draft does:
-    bfloat16 with AdamW16 when dtype is bfloat16, else float32 with AdamW, activation checkpointing); tokens: the
-    longest prompt + completion (a long CNN/DM article)."""
+    job: decode (a decode job: target only, then each speculative run, the fine-tuned draft's included, with
+    decode_batch rows in lockstep), train_head (REINFORCE, batch_size rollouts of new_tokens, decoded together) or
+    distill (the draft trained as distill_draft does: bfloat16 with AdamW16 when dtype is bfloat16, else float32
+    with AdamW, activation checkpointing); tokens: the longest prompt + completion (a long CNN/DM article)."""
     if job not in JOBS:
         raise ValueError(f"unknown job {job!r}; allowed: {', '.join(JOBS)}")
     if dtype not in BYTES:
@@ -83,10 +86,12 @@ def estimate(target: str, draft: str, job: str, *, dtype: str = "bfloat16", toke
                 # target and student logits (+ gradient) of the n + 1 kept positions, the KL's float32 terms
                 "logits": (new_tokens + 1) * V * (b + 2 * s) + 5 * new_tokens * V * 4}
     drafts = 2 if job == "decode" else 1  # a decode job also holds the fine-tuned draft (each model loads once)
-    parts = {"weights": (t.params + drafts * d.params) * b, "kv_cache": kv_cache(t, tokens, b) + kv_cache(d, tokens, b),
+    rows = decode_batch if job == "decode" else batch_size  # the static caches' rows
+    parts = {"weights": (t.params + drafts * d.params) * b,
+             "kv_cache": rows * (kv_cache(t, tokens, b) + kv_cache(d, tokens + K, b)),
              "activations": layer_workspace(t, tokens, b)}  # a no-grad prefill, one layer at a time
     if job == "decode":
-        parts["logits"] = 4 * (K + 1) * V * 4  # p, q and the verifier's float32 rows
+        parts["logits"] = 4 * rows * (K + 1) * V * 4  # p, q and the verifier's float32 rows
     else:
         parts["logits"] = 6 * batch_size * new_tokens * V * 4  # log p, log q kept; p, q, nu, min(q, nu) in the loss
     return parts
@@ -96,44 +101,100 @@ def total(parts: dict[str, float]) -> float:
     return sum(parts.values())
 
 
-# A batch-1 decode step reads every weight once: an A100 / H100-class GPU's memory bandwidth, and a fixed cost per
-# layer for the eager kernels it launches (assumptions, not measurements).
+# A forward reads every weight once and each row's KV cache at an A100 / H100-class GPU's memory bandwidth,
+# overlapped with its matmuls at a sustained bf16 throughput, plus a fixed cost per layer for the eager kernels it
+# launches (assumptions, not measurements).
 BANDWIDTH = 1.5e12  # bytes/s
+FLOPS = 4e14  # bf16 multiply-adds x 2 per second, sustained (an H100's dense peak is ~1e15, an A100's 3.1e14)
 LAYER_MS = 0.25
 TAU = 1.25  # tokens per speculative step at a low acceptance (alpha ~0.2 with K = 5): the slow end
+PROMPT_TOKENS = {"gsm8k": 150, "mbpp": 150, "cnndm": 900, "xsum": 500}  # typical prompt lengths (others: 256)
+TEXT_BATCH = 16  # the fine-tuned draft's text: target prompts decoded together (training.train.TEXT_BATCH)
+
+
+def step_ms(a: Arch, rows: int = 1, tokens: int = 1, context: int = 0, dtype: str = "bfloat16") -> float:
+    """One forward of `rows` rows of `tokens` new tokens each over `context` cached positions a row: the weights
+    (read once for every row) and the rows' KV caches at BANDWIDTH, the matmuls (2 flops a parameter a token) at
+    FLOPS, whichever is slower, plus LAYER_MS a layer."""
+    b = BYTES[dtype]
+    memory = (a.params * b + rows * kv_cache(a, context, b)) / BANDWIDTH
+    compute = 2 * a.params * rows * tokens / FLOPS
+    return max(memory, compute) * 1e3 + LAYER_MS * a.layers
 
 
 def forward_ms(a: Arch, dtype: str = "bfloat16") -> float:
-    """One token's forward at batch 1: every weight read once, plus LAYER_MS a layer."""
-    return a.params * BYTES[dtype] / BANDWIDTH * 1e3 + LAYER_MS * a.layers
+    """One token's forward at batch 1 over an empty cache: every weight read once, plus LAYER_MS a layer."""
+    return step_ms(a, dtype=dtype)
+
+
+def token_ms(t: Arch, d: Arch, *, K: int | None, rows: int = 1, context: int = 0, tau: float = TAU,
+             dtype: str = "bfloat16") -> float:
+    """GPU time per emitted token of one row, `rows` rows in lockstep: target alone (K None), or speculative: K
+    draft steps of one token and one target step of K + 1 tokens a row, emitting tau tokens a row per step."""
+    if K is None:
+        return step_ms(t, rows, 1, context, dtype) / rows
+    return (K * step_ms(d, rows, 1, context, dtype) + step_ms(t, rows, K + 1, context, dtype)) / (rows * tau)
+
+
+def crossover(target: str, draft: str, *, K: int = 5, tau: float = 3.0, context: int = 512,
+              dtype: str = "bfloat16", limit: int = 4096) -> int | None:
+    """The smallest batch size at which speculative decoding (K drafts, tau tokens a step) costs at least as much
+    per token as the target alone at the same batch size, computed with step_ms: 1 when it never beats the target
+    alone, None when it still does at `limit`."""
+    t, d = arch(target), arch(draft)
+    for rows in range(1, limit + 1):
+        if token_ms(t, d, K=K, rows=rows, context=context, tau=tau, dtype=dtype) >= token_ms(
+                t, d, K=None, rows=rows, context=context, dtype=dtype):
+            return rows
+    return None
 
 
 def gpu_hours(config: dict, pair: str) -> dict[str, float]:
-    """GPU-hours of each GPU rule for one pair of a workflow config, every completion at full length; a token of a
-    speculative run costs (K t_draft + t_target) / TAU, of the target-only run t_target."""
+    """GPU-hours of each GPU rule for one pair of a workflow config, every completion at full length: quality
+    decodes (decode, its transfer runs, sweep) at the config's batch_size, timing decodes (time) at batch 1 on the
+    first n_timing eval prompts, head rollouts train_head.batch_size at a time and the fine-tuned draft's text
+    TEXT_BATCH at a time; a speculative token costs token_ms at TAU, over each task's mean context."""
     p, tasks = config["pairs"][pair], config["tasks"]
-    t, d = (forward_ms(arch(p[role]), p.get("dtype", "bfloat16")) for role in ("target", "draft"))
-    spec = {K: (K * d + t) / TAU for K in {*config["K"], *config["sweep"].get("figure_K", [])}}
+    dtype = p.get("dtype", "bfloat16")
+    t, d = arch(p["target"]), arch(p["draft"])
+    B = config.get("batch_size", 1)
     baselines = [m for m in config["methods"] if m in ("autoregressive", "draft")]
     speculative = [m for m in config["methods"] if m not in baselines]
-    ms = dict.fromkeys(("decode", "sweep", "train_head", "distill_draft"), 0.0)
+    ms = dict.fromkeys(("decode", "time", "sweep", "train_head", "distill_draft"), 0.0)
+
+    def per_token(K, rows, ctx, model=None):
+        if model is not None:  # one model alone
+            return step_ms(model, rows, 1, ctx, dtype) / rows
+        return token_ms(t, d, K=K, rows=rows, context=ctx, dtype=dtype)
+
+    def point(rows, ctx):  # every method of one decode job, per token of a prompt
+        alone = sum(per_token(None, rows, ctx, t if b == "autoregressive" else d) for b in baselines)
+        return alone + len(speculative) * sum(per_token(K, rows, ctx) for K in config["K"])
+
     for name, task in tasks.items():
-        tokens = task["n_eval"] * task["max_new_tokens"]
-        per_point = sum(t if b == "autoregressive" else d for b in baselines) + len(speculative) * sum(
-            spec[K] for K in config["K"])
-        ms["decode"] += len(config["temperatures"]) * len(config["seeds"]) * tokens * per_point
-        ms["decode"] += sum(len(config["seeds"]) * tokens * spec[K] for x in config["transfer"] if x["eval"] == name
-                            for K in config["K"])
-        ms["train_head"] += task["n_train"] * config["train_head"]["epochs"] * config["train_head"][
-            "max_new_tokens"] * (t + d)
-        ms["distill_draft"] += task["n_train"] * config["distill"]["max_new_tokens"] * t  # the target's text
+        new = task["max_new_tokens"]
+        ctx = PROMPT_TOKENS.get(name, 256) + new // 2
+        tokens = task["n_eval"] * new
+        ms["decode"] += len(config["temperatures"]) * len(config["seeds"]) * tokens * point(B, ctx)
+        ms["decode"] += sum(len(config["seeds"]) * tokens * per_token(K, B, ctx) for x in config["transfer"]
+                            if x["eval"] == name for K in config["K"])
+        timed = min(task.get("n_timing", task["n_eval"]), task["n_eval"])
+        ms["time"] += len(config["temperatures"]) * timed * new * point(1, ctx)
+        h = config["train_head"]
+        rollout = h["max_new_tokens"]
+        ms["train_head"] += task["n_train"] * h["epochs"] * rollout * (
+            per_token(None, h["batch_size"], ctx, t) + per_token(None, h["batch_size"], ctx, d))
+        ms["distill_draft"] += task["n_train"] * config["distill"]["max_new_tokens"] * per_token(None, TEXT_BATCH,
+                                                                                                ctx, t)
     sweep = config["sweep"]
     points = 1 + len([w for w in sweep["weights"] if w != 1]) * len(sweep["mixings"])
     sweeps = {(task, float(T), K) for task in tasks for T in config["temperatures"] for K in config["K"]} \
         if "fixed" in config["methods"] else set()
     sweeps |= {(task, float(sweep.get("figure_temperature", 1.0)), K) for task in sweep.get("figure_tasks", [])
                for K in sweep.get("figure_K", [])}
-    ms["sweep"] = sum(points * tasks[task]["n_dev"] * tasks[task]["max_new_tokens"] * spec[K] for task, _, K in sweeps)
+    ms["sweep"] = sum(points * tasks[task]["n_dev"] * tasks[task]["max_new_tokens"]
+                      * per_token(K, B, PROMPT_TOKENS.get(task, 256) + tasks[task]["max_new_tokens"] // 2)
+                      for task, _, K in sweeps)
     return {rule: v / 3.6e6 for rule, v in ms.items()}
 
 
@@ -148,12 +209,24 @@ def disk_gb(config: dict, pair: str) -> float:
 
 def cost_table(config: dict) -> str:
     """Markdown: the computed GPU-hours of each pair by rule, and its disk."""
-    rows = ["| pair | decode | sweep | train head | distill | GPU-hours | disk |", "|---|---|---|---|---|---|---|"]
+    rules = ("decode", "time", "sweep", "train_head", "distill_draft")
+    rows = ["| pair | decode | time | sweep | train head | distill | GPU-hours | disk |",
+            "|---|---|---|---|---|---|---|---|"]
     for name in config["pairs"]:
         h = gpu_hours(config, name)
-        rows.append(f"| {name} | " + " | ".join(f"{h[r]:.0f}" for r in ("decode", "sweep", "train_head",
-                                                                        "distill_draft"))
+        rows.append(f"| {name} | " + " | ".join(f"{h[r]:.1f}" for r in rules)
                     + f" | {sum(h.values()):.0f} | {disk_gb(config, name):.0f} GB |")
+    total_hours = sum(sum(gpu_hours(config, name).values()) for name in config["pairs"])
+    return "\n".join(rows) + f"\n\nAll pairs: {total_hours:.0f} GPU-hours (batch size {config.get('batch_size', 1)})."
+
+
+def crossover_table(pairs: dict[str, dict], taus=(2.0, 3.0, 4.0), K: int = 5, context: int = 512) -> str:
+    """Markdown: the computed batch size at which speculative decoding stops beating the target alone."""
+    rows = ["| pair | " + " | ".join(f"tau = {tau:g}" for tau in taus) + " |", "|---|" + "---|" * len(taus)]
+    for name, p in pairs.items():
+        cells = [crossover(p["target"], p["draft"], K=K, tau=tau, context=context) for tau in taus]
+        text = {None: "> 4096", 1: "never faster"}
+        rows.append(f"| {name} | " + " | ".join(text.get(c, str(c)) for c in cells) + " |")
     return "\n".join(rows)
 
 
@@ -173,4 +246,5 @@ if __name__ == "__main__":
 
     with open(sys.argv[1] if len(sys.argv) > 1 else "config/paper.yaml") as f:
         config = yaml.safe_load(f)
-    print(table(config["pairs"]), cost_table(config), sep="\n\n")
+    print(table(config["pairs"], decode_batch=config.get("batch_size", 1)), cost_table(config),
+          crossover_table(config["pairs"]), sep="\n\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import os
 import re
 import shutil
@@ -10,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -204,3 +207,31 @@ def thinking_tokenizer():
                          "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
                          "{% endif %}{% endif %}")
     return tok
+
+
+def claim_units(levels: dict, prompts: int = 12, seeds: int = 2, *, rng=None, tasks=("arith",), noise: float = 0.05,
+          difficulty: bool = True, T: float = 1.0, head_task: str = "") -> pd.DataFrame:
+    """A prompt table of one pair at T, K = 5: levels[method] = (acceptance, accuracy, tokens/s) around which each
+    prompt's values vary; prompts differ in difficulty, every seed decodes every prompt."""
+    rng = rng or np.random.default_rng(0)
+    n = prompts * seeds  # rows per (task, method), seed-major
+    blocks = [(task, method, level) for task in tasks for method, level in levels.items()]
+    rows = n * len(blocks)
+    seed = np.tile(np.repeat(np.arange(seeds), prompts), len(blocks))
+    prompt = np.tile(np.arange(prompts), seeds * len(blocks))
+    ease = {task: rng.uniform(-0.3, 0.3, prompts) if difficulty else np.zeros(prompts) for task in tasks}
+    alpha, accuracy, speed = (np.repeat([level[i] for *_, level in blocks], n) for i in range(3))
+    accuracy = accuracy + np.concatenate([ease[task][prompt[:n]] for task, *_ in blocks])
+    task = np.repeat([b[0] for b in blocks], n)
+    method = np.repeat([b[1] for b in blocks], n)
+    tokens = np.full(rows, 40)
+    return pd.DataFrame({
+        "run_id": pd.Series(task, dtype=object) + "-" + method + "-" + seed.astype(str),
+        "pair": "p", "task": task, "method": method, "head_task": head_task, "lambda": math.nan, "temperature": T,
+        "K": np.where(np.isin(method, ["autoregressive", "draft"]), np.nan, 5.0),
+        "weight": pd.Series(method).map({"strict": 1.0, "fixed": 0.5}).to_numpy(), "mixing": "linear",
+        "metric": "accuracy", "seed": seed, "prompt": prompt,
+        "accepted": np.round(np.clip(alpha + rng.uniform(-noise, noise, rows), 0, 1) * 40), "drafted": 40.0,
+        "new_tokens": tokens, "seconds": tokens / (speed * rng.uniform(0.9, 1.1, rows)),
+        "quality": (rng.random(rows) < np.clip(accuracy, 0, 1)).astype(float),
+    })

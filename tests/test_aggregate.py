@@ -199,3 +199,32 @@ def test_the_paper_rows_show_quality_on_the_scale_of_the_measured_cells():
     t1 = table1(units, 1.0, runs).set_index("method")
     assert t1.loc["DIVERSED", "gsm8k"] == "70.0 ± 0.0 / 60.0 ± 0.0"
     assert t1.loc["DIVERSED (paper)", "gsm8k"] == "72.61 / 67.0"
+
+
+def test_a_batched_run_never_enters_the_speed_table_a_speedup_or_the_speed_claim():
+    """Quality runs decode batched (their rows share the wall clock); the speed table, the speedups and the speed
+    claim read only the timing runs (batch 1, interleaved), or runs at batch 1 where there are none."""
+    from conftest import claim_units
+
+    from diversed.analysis.claims import faster_than_sd
+    from diversed.analysis.tables import collect, speed_table, speedup
+
+    levels = {"autoregressive": (0.0, 0.5, 10), "strict": (0.3, 0.5, 10), "dynamic": (0.7, 0.5, 10)}
+    extra = {"hardware": "cpu", "steps": 20, "bias_tv_sum": 0.0, "target_logprob_sum": -40.0,
+             "target_argmax_sum": 30.0}
+    quality = claim_units(levels, prompts=40).assign(batch_size=8, timing=False, **extra)
+    # the batched runs' (meaningless) seconds say DIVERSED is 3x faster; the timing runs say it is not faster
+    quality.loc[quality["method"] == "dynamic", "seconds"] /= 3
+    assert speed_table(quality).empty  # nothing timed at batch 1
+    timing = claim_units(levels, prompts=12, seeds=1).assign(batch_size=1, timing=True, **extra)
+    both = pd.concat([quality, timing], ignore_index=True)
+    speed = speed_table(both).set_index("method")
+    assert set(speed["prompts"]) == {12} and speed.loc["dynamic", "speedup"] == pytest.approx(1.0, abs=0.15)
+    assert faster_than_sd(both, 1.0).verdict != "holds"
+    faster = timing.assign(seconds=timing["seconds"].where(timing["method"] != "dynamic", timing["seconds"] / 3))
+    assert "tokens/s DIVERSED / SD 3." in faster_than_sd(pd.concat([quality, faster]), 1.0).evidence
+    runs = pd.DataFrame({"pair": "p", "task": "t", "temperature": 1.0, "seed": 0, "timing": [False, False, True, True],
+                         "method": ["autoregressive", "dynamic"] * 2, "tokens_per_s": [None, None, 10.0, 20.0],
+                         "hardware": "cpu"})
+    assert speedup(runs).tolist()[2:] == [1.0, 2.0] and speedup(runs).isna().tolist()[:2] == [True, True]
+    assert callable(collect)

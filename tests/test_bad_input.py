@@ -84,13 +84,13 @@ def test_corrupted_head_and_checkpoint(tmp_path):
 def test_nan_or_inf_logits_are_reported_with_the_step(target, draft, bad):
     import copy
 
-    from diversed.decoding.engine import speculative_generate
+    from diversed.decoding.engine import Decoding, speculative_generate
 
     broken = copy.deepcopy(target)
     with torch.no_grad():
         broken.lm_head.weight[5] = bad  # one vocabulary row: NaN/inf appears in every step's logits
     with pytest.raises(FloatingPointError, match="target logits are not finite .* at step 0"):
-        speculative_generate(broken, draft, [1, 2, 3], verifier="strict", K=2, max_new_tokens=5)
+        speculative_generate(broken, draft, [1, 2, 3], Decoding(verifier="strict", K=2, max_new_tokens=5))
 
 
 def test_over_long_and_empty_prompts(tiny_dir, tmp_path):

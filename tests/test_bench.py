@@ -56,3 +56,19 @@ def test_bench_refuses_a_bad_capture_before_timing_anything():
     target = tiny("llama")
     with pytest.raises(ValueError, match="needs a CUDA device"):
         run_bench(target, truncated_draft(target, 1), [[1, 2]], capture="graph", progress=False)
+
+
+def test_batch_bench_measures_every_batch_size_with_the_same_tokens():
+    from diversed.bench import batch_bench, batch_markdown
+
+    target = tiny("llama")
+    draft = truncated_draft(target, 1)
+    prompts = [[1, 5, 7, 9], [1, 30, 31], [4, 4], [2, 3, 4, 5, 6, 7]]
+    result = batch_bench(target, draft, prompts, batch_sizes=[1, 2, 4], K=3, max_new_tokens=10, progress=False)
+    assert {(r["batch_size"], r["method"]) for r in result["rows"]} == {
+        (B, m) for B in (1, 2, 4) for m in ("hf_target", "ours_target", "ours_strict", "ours_fixed_w0.5",
+                                           "ours_dynamic")}
+    assert all(result["identical_tokens"].values()), result["identical_tokens"]
+    assert all(r["new_tokens"] == 4 * 10 for r in result["rows"])  # every prompt to its full length
+    assert set(result["crossover_batch_size"]) == {"ours_strict", "ours_fixed_w0.5", "ours_dynamic"}
+    assert "| 4 | ours_strict |" in batch_markdown(result)

@@ -78,25 +78,65 @@ def test_architecture_reproduces_the_published_parameter_count(name):
 
 
 def test_forward_times_and_gpu_hours_follow_the_stated_model():
-    from diversed.cost import TAU, disk_gb, forward_ms, gpu_hours
+    from diversed.cost import TEXT_BATCH, disk_gb, forward_ms, gpu_hours, step_ms, token_ms
 
     # the per-token times the SLURM profile's time limits assume
     assert [round(forward_ms(MODELS[m])) for m in ("google/gemma-3-12b-it", "google/gemma-3-4b-it",
                                                    "meta-llama/Llama-3.1-8B-Instruct")] == [28, 14, 19]
     pair = PAIRS["qwen"]
     config = {"pairs": {"qwen": pair}, "methods": ["autoregressive", "strict", "fixed"], "temperatures": [1.0],
-              "K": [5], "seeds": [0, 1], "transfer": [{"head": "a", "eval": "b"}],
-              "tasks": {"a": {"n_eval": 10, "n_dev": 4, "n_train": 6, "max_new_tokens": 20},
-                        "b": {"n_eval": 5, "n_dev": 4, "n_train": 6, "max_new_tokens": 20}},
+              "K": [5], "seeds": [0, 1], "transfer": [{"head": "a", "eval": "b"}], "batch_size": 4,
+              "tasks": {"a": {"n_eval": 10, "n_dev": 4, "n_train": 6, "max_new_tokens": 20, "n_timing": 3},
+                        "b": {"n_eval": 5, "n_dev": 4, "n_train": 6, "max_new_tokens": 20, "n_timing": 3}},
               "sweep": {"weights": [0.5, 1.0], "mixings": ["linear", "logit"], "figure_K": [3], "figure_tasks": ["a"]},
-              "train_head": {"epochs": 2, "max_new_tokens": 8}, "distill": {"max_new_tokens": 8}}
-    t, d = forward_ms(MODELS[pair["target"]]), forward_ms(MODELS[pair["draft"]])
-    spec5, spec3 = (5 * d + t) / TAU, (3 * d + t) / TAU
+              "train_head": {"epochs": 2, "max_new_tokens": 8, "batch_size": 2}, "distill": {"max_new_tokens": 8}}
+    t, d = MODELS[pair["target"]], MODELS[pair["draft"]]
+    ctx = 256 + 10  # a task's prompt (unknown tasks: 256 tokens) and half its completion
+
+    def spec(K, rows):
+        return token_ms(t, d, K=K, rows=rows, context=ctx)
+
+    def alone(m, rows):
+        return step_ms(m, rows, 1, ctx) / rows
+
     h = {rule: v * 3.6e6 for rule, v in gpu_hours(config, "qwen").items()}  # ms
-    assert h["decode"] == pytest.approx(2 * (10 + 5) * 20 * (t + 2 * spec5) + 2 * 5 * 20 * spec5)
-    # 3 points (strict, 0.5 linear, 0.5 logit): a and b at (T = 1, K = 5), and a at the figure's K = 3
-    assert h["sweep"] == pytest.approx(3 * 4 * 20 * (2 * spec5 + spec3))
-    assert h["train_head"] == pytest.approx(2 * 6 * 2 * 8 * (t + d))
-    assert h["distill_draft"] == pytest.approx(2 * 6 * 8 * t)
+    # quality decodes at batch 4: 2 seeds x (10 + 5) prompts x 20 tokens x (target alone + 2 speculative runs), and
+    # the transfer run on b
+    assert h["decode"] == pytest.approx(2 * 15 * 20 * (alone(t, 4) + 2 * spec(5, 4)) + 2 * 5 * 20 * spec(5, 4))
+    assert h["time"] == pytest.approx(2 * 3 * 20 * (alone(t, 1) + 2 * spec(5, 1)))  # 3 timed prompts, batch 1
+    # 3 points (strict, 0.5 linear, 0.5 logit): a and b at (T = 1, K = 5), and a at the figure's K = 3, batched
+    assert h["sweep"] == pytest.approx(3 * 4 * 20 * (2 * spec(5, 4) + spec(3, 4)))
+    assert h["train_head"] == pytest.approx(2 * 6 * 2 * 8 * (alone(t, 2) + alone(d, 2)))
+    assert h["distill_draft"] == pytest.approx(2 * 6 * 8 * alone(t, TEXT_BATCH))
     assert disk_gb(config, "qwen") == pytest.approx((MODELS[pair["target"]].params + MODELS[pair["draft"]].params) * 2
                                                     / GB)  # no finetuned method: no fine-tuned drafts
+
+
+def test_a_batched_step_costs_little_more_than_one_row_until_compute_bound():
+    """A forward of B rows reads the weights once: memory-bound at small B (a batch of 16 costs ~1.1 of one row on
+    an 8B model), compute-bound past F b / 2 BW rows; speculative decoding stops paying at a batch size that grows
+    with tau and
+    never comes at a low tau (computed, labelled so in the README)."""
+    from diversed.cost import crossover, step_ms
+
+    llama = MODELS["meta-llama/Llama-3.1-8B-Instruct"]
+    assert step_ms(llama, 16, 1, 512) < 1.2 * step_ms(llama, 1, 1, 512)
+    assert step_ms(llama, 1024, 1, 0) > 2 * step_ms(llama, 1, 1, 0)  # compute-bound: 2 x 8e9 x 1024 flops / 4e14
+    pair = PAIRS["llama"]
+    at = {tau: crossover(pair["target"], pair["draft"], tau=tau) for tau in (1.5, 3.0, 4.0, 5.0)}
+    assert at[1.5] == 1, at  # 5 eager draft steps for 1.5 tokens never pay, whatever the batch
+    assert 1 < at[3.0] < at[4.0] < at[5.0] < 1024, at
+
+
+def test_the_paper_config_evaluates_full_test_sets_for_fewer_gpu_hours_than_batch_1_at_200_prompts():
+    """Batched quality decoding: the full GSM8K and MBPP test sets and 1,000 CNN/DM and XSum articles cost less
+    (computed) than the batch-1 run of 200 prompts each did (about 350 GPU-hours for the three pairs)."""
+    from diversed.cost import gpu_hours
+
+    config = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    tasks = config["tasks"]
+    assert tasks["gsm8k"]["n_eval"] >= 1319 and tasks["mbpp"]["n_eval"] >= 500
+    assert tasks["cnndm"]["n_eval"] >= 1000 and tasks["xsum"]["n_eval"] >= 1000
+    batched = sum(sum(gpu_hours(config, p).values()) for p in config["pairs"])
+    before = config | {"batch_size": 1, "tasks": {k: v | {"n_eval": 200} for k, v in tasks.items()}}
+    assert batched < sum(sum(gpu_hours(before, p).values()) for p in config["pairs"]) / 2

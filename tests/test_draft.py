@@ -9,7 +9,7 @@ import torch
 from conftest import tiny_llama
 
 from diversed.decoding import models
-from diversed.decoding.engine import Execution, Sampling, autoregressive_generate, output_head, speculative_generate
+from diversed.decoding.engine import Decoding, Execution, Sampling, output_head, speculative_generate
 from diversed.training import embedded
 from diversed.training.draft import DraftRecipe, Sample, distil, draft_vocabulary
 
@@ -40,12 +40,14 @@ def test_a_restricted_draft_proposes_only_its_vocabulary_and_strict_stays_exact(
     draft = restricted(models.truncated_draft(target, 1))
     ex = Execution(fastpath=fast)
     ids = [1, 7, 9, 11]
-    alone = speculative_generate(target, draft, ids, verifier="draft", K=1, max_new_tokens=30, sampling=Sampling(1.0),
+    alone = speculative_generate(target, draft, ids,
+                                 Decoding(verifier="draft", K=1, max_new_tokens=30, sampling=Sampling(1.0)),
                                  generator=torch.Generator().manual_seed(0), execution=ex)
     assert set(alone.tokens) <= set(ROWS)
-    ref = autoregressive_generate(target, ids, max_new_tokens=30, sampling=Sampling(0), execution=ex)
-    out = speculative_generate(target, draft, ids, verifier="strict", K=4, max_new_tokens=30, sampling=Sampling(0),
+    ref = speculative_generate(target, None, ids, Decoding("autoregressive", max_new_tokens=30, sampling=Sampling(0)),
                                execution=ex)
+    out = speculative_generate(target, draft, ids, Decoding(verifier="strict", K=4, max_new_tokens=30,
+                                                            sampling=Sampling(0)), execution=ex)
     assert out.tokens == ref.tokens  # greedy strict is the target's greedy, whatever the draft can propose
     assert not set(ref.tokens) <= set(ROWS)  # ... including tokens outside the draft's vocabulary
 
@@ -60,7 +62,7 @@ def test_distil_is_deterministic_trains_the_layers_and_saves_its_vocabulary(tmp_
     target_dir, _ = models.prepare_tiny(tmp_path / "tiny", hidden=32)
     target, tok = models.load_model(str(target_dir)), models.load_tokenizer(str(target_dir))
     recipe = DraftRecipe(layers=1, vocab_rows=24, general_prompts=6, arith_prompts=4, open_prompts=2,
-                         max_new_tokens=6, batch_size=4, epochs=2, lr=1e-2)
+                         capitals_prompts=0, max_new_tokens=6, batch_size=4, epochs=2, lr=1e-2)
     a, b = (distil(target, tok, recipe, progress=False) for _ in range(2))
     for (name, pa), pb in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
         assert torch.equal(pa, pb), name

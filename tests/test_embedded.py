@@ -29,15 +29,35 @@ def test_embedded_pair_shapes(pair):
 
 def test_strict_greedy_is_target_greedy_on_embedded_pair(pair):
     from diversed.bench import hf_generate, no_eos
-    from diversed.decoding.engine import Sampling, autoregressive_generate, speculative_generate
+    from diversed.decoding.engine import Decoding, Sampling, speculative_generate
     from diversed.decoding.models import encode_prompt
 
     for text in ["What is 12 + 7?", "Write a haiku about the sea."]:
         ids = encode_prompt(pair.tokenizer, text)
         with no_eos(pair.target):
             ref = hf_generate(pair.target, ids, max_new_tokens=24)
-        ours = autoregressive_generate(pair.target, ids, max_new_tokens=24, sampling=Sampling(0), eos_token_id=[])
+        ours = speculative_generate(pair.target, None, ids, Decoding("autoregressive", max_new_tokens=24,
+                                                                     sampling=Sampling(0), eos_token_id=[]))
         assert ours.tokens == ref
-        out = speculative_generate(pair.target, pair.draft, ids, verifier="strict", K=5, max_new_tokens=24,
-                                   sampling=Sampling(0), eos_token_id=[])
+        out = speculative_generate(pair.target, pair.draft, ids, Decoding(verifier="strict", K=5, max_new_tokens=24,
+                                                                          sampling=Sampling(0), eos_token_id=[]))
         assert out.tokens == ref
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_prompt_decodes_as_in_a_batch_of_one_on_the_embedded_pair(pair, temperature):
+    """Batched decoding on the real pair (float32, CPU): every capitals prompt inside a batch of 8 (rows refilled
+    as others end at their EOS) emits the tokens and acceptances of a batch of one, strict and fixed w."""
+    import torch
+
+    from diversed.decoding.engine import Decoding, Sampling, generate
+    from diversed.decoding.models import encode_prompt
+    from diversed.tasks import get_task
+
+    prompts = [encode_prompt(pair.tokenizer, ex.prompt) for ex in get_task("capitals").examples("eval", 10)]
+    for decoding in (Decoding("strict", K=5, max_new_tokens=24, sampling=Sampling(temperature)),
+                     Decoding("fixed", weight=0.5, K=5, max_new_tokens=24, sampling=Sampling(temperature))):
+        outs = [generate(pair.target, pair.draft, prompts, decoding, batch_size=B,
+                         generators=[torch.Generator().manual_seed(i) for i in range(len(prompts))]) for B in (1, 8)]
+        for a, b in zip(*outs, strict=True):
+            assert a.tokens == b.tokens and a.accepted == b.accepted

@@ -9,7 +9,7 @@ import torch
 from conftest import negated, reference_speculative, tiny_llama
 
 from diversed.bench import hf_generate
-from diversed.decoding.engine import Sampling, autoregressive_generate, speculative_generate
+from diversed.decoding.engine import Decoding, Sampling, speculative_generate
 from diversed.decoding.head import WeightHead
 from diversed.decoding.stats import summarize
 from diversed.decoding.verifiers import ensemble
@@ -18,7 +18,8 @@ PROMPTS = [[1, 5, 7, 9], [1, 30, 31], [1, 80, 3, 3, 3, 40, 12]]
 
 
 def greedy(target, ids, n=60):
-    return autoregressive_generate(target, ids, max_new_tokens=n, sampling=Sampling(0)).tokens
+    return speculative_generate(target, None, ids, Decoding("autoregressive", max_new_tokens=n,
+                                                            sampling=Sampling(0))).tokens
 
 
 @pytest.mark.parametrize("K", [1, 3, 5])
@@ -26,7 +27,8 @@ def test_strict_greedy_equals_target_greedy(target, draft, K):
     for ids in PROMPTS:
         ref = greedy(target, ids)
         assert ref == hf_generate(target, ids, max_new_tokens=60)  # our baseline is transformers' greedy
-        out = speculative_generate(target, draft, ids, verifier="strict", K=K, max_new_tokens=60, sampling=Sampling(0))
+        out = speculative_generate(target, draft, ids, Decoding(verifier="strict", K=K, max_new_tokens=60,
+                                                                sampling=Sampling(0)))
         assert out.tokens == ref
         assert sum(out.accepted) + out.steps == len(out.tokens)
 
@@ -34,11 +36,12 @@ def test_strict_greedy_equals_target_greedy(target, draft, K):
 def test_every_draft_accepted_and_none_accepted(target):
     ids = PROMPTS[0]
     ref = greedy(target, ids)
-    same = speculative_generate(target, target, ids, verifier="strict", K=4, max_new_tokens=60, sampling=Sampling(0))
+    same = speculative_generate(target, target, ids, Decoding(verifier="strict", K=4, max_new_tokens=60,
+                                                              sampling=Sampling(0)))
     assert same.tokens == ref and same.draft_acceptance_rate == 1.0
     assert same.mean_acceptance_length == 5.0  # 60 tokens in 12 steps of 4 drafts + bonus
-    worst = speculative_generate(target, negated(target), ids, verifier="strict", K=4, max_new_tokens=60,
-                                 sampling=Sampling(0))
+    worst = speculative_generate(target, negated(target), ids, Decoding(verifier="strict", K=4, max_new_tokens=60,
+                                                                        sampling=Sampling(0)))
     assert worst.tokens == ref and sum(worst.accepted) == 0 and worst.mean_acceptance_length == 1.0
 
 
@@ -49,8 +52,8 @@ def test_kv_rollback_matches_cache_free_reference(target, other_draft, w):
     g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     with torch.no_grad():
         ref = reference_speculative(target, other_draft, ids, K=4, n_new=200, w=w, temperature=1.0, generator=g1)
-    out = speculative_generate(target, other_draft, ids, verifier="fixed", weight=w, K=4, max_new_tokens=200,
-                               sampling=Sampling(1.0), generator=g2)
+    out = speculative_generate(target, other_draft, ids, Decoding(verifier="fixed", weight=w, K=4, max_new_tokens=200,
+                                                                  sampling=Sampling(1.0)), generator=g2)
     assert out.tokens == ref
     assert 0 < sum(out.accepted) < sum(out.drafted)  # there were rejections, so rollbacks happened
 
@@ -59,8 +62,8 @@ def test_kv_rollback_matches_cache_free_reference(target, other_draft, w):
 def test_fixed_greedy_matches_transformers_ensemble(target, other_draft, w):
     """Our fixed verifier (linear) == transformers' assistant_ensemble_weight, greedy."""
     for ids in PROMPTS:
-        ours = speculative_generate(target, other_draft, ids, verifier="fixed", weight=w, K=4, max_new_tokens=40,
-                                    sampling=Sampling(0))
+        ours = speculative_generate(target, other_draft, ids, Decoding(verifier="fixed", weight=w, K=4,
+                                                                       max_new_tokens=40, sampling=Sampling(0)))
         theirs = hf_generate(target, ids, max_new_tokens=40, draft=other_draft, K=4, weight=w)
         assert ours.tokens == theirs
     strict = hf_generate(target, PROMPTS[0], max_new_tokens=40, draft=other_draft, K=4)
@@ -86,9 +89,10 @@ def test_fixed_sampling_acceptance_matches_transformers(target, draft, monkeypat
     for ids in prompts:
         hf_generate(target, ids, max_new_tokens=n_new, draft=draft, K=K, weight=w, temperature=1.0)
     theirs = sum(n for n, _ in matches) / sum(k for _, k in matches)
-    gens = [speculative_generate(target, draft, ids, verifier="fixed", weight=w, K=K, max_new_tokens=n_new,
-                                 sampling=Sampling(1.0), generator=torch.Generator().manual_seed(i))
-            for i, ids in enumerate(prompts)]
+    gens = [speculative_generate(target, draft, ids,
+                                 Decoding(verifier="fixed", weight=w, K=K, max_new_tokens=n_new,
+                                          sampling=Sampling(1.0)), generator=torch.Generator().manual_seed(i)) for i,
+                                          ids in enumerate(prompts)]
     ours = summarize(gens)["draft_acceptance_rate"]
     n = sum(k for _, k in matches)
     se = math.sqrt(2 * ours * (1 - ours) / n)
@@ -98,8 +102,9 @@ def test_fixed_sampling_acceptance_matches_transformers(target, draft, monkeypat
 def test_dynamic_head_runs_and_weights_are_recorded(target, draft):
     head = WeightHead(target.config.hidden_size, draft.config.hidden_size).double().bind(target, draft)
     torch.nn.init.normal_(head.proj.weight, std=0.5)
-    out = speculative_generate(target, draft, PROMPTS[0], verifier="dynamic", head=head, K=3, max_new_tokens=30,
-                               sampling=Sampling(1.0), generator=torch.Generator().manual_seed(0))
+    out = speculative_generate(target, draft, PROMPTS[0],
+                               Decoding(verifier="dynamic", K=3, max_new_tokens=30,
+                                        sampling=Sampling(1.0)), head=head, generator=torch.Generator().manual_seed(0))
     ws = [w for step in out.weights for w in step]
     assert len(out.tokens) == 30 and len(ws) == sum(out.drafted)
     assert all(0 < w < 1 for w in ws) and len({round(w, 6) for w in ws}) > 1  # per-position, not constant
@@ -111,8 +116,8 @@ def test_dynamic_weight_uses_the_hidden_states_that_predict_each_draft(target, d
     head = WeightHead(target.config.hidden_size, draft.config.hidden_size).double().bind(target, draft)
     torch.nn.init.normal_(head.proj.weight, std=0.5)
     ids = PROMPTS[2]
-    out = speculative_generate(target, draft, ids, verifier="dynamic", head=head, K=3, max_new_tokens=3,
-                               sampling=Sampling(0))
+    out = speculative_generate(target, draft, ids, Decoding(verifier="dynamic", K=3, max_new_tokens=3,
+                                                            sampling=Sampling(0)), head=head)
     # first step drafts k = 2 tokens (max_new_tokens - 1); recompute their weights without caches
     drafts = []
     for _ in range(2):
@@ -127,10 +132,12 @@ def test_a_verifier_is_one_weight_rule(target, other_draft, monkeypatch):
     """A verifier is one WEIGHT_RULES entry: a rule giving w = 0.4 decodes as the fixed verifier at w = 0.4."""
     from diversed.decoding import engine
 
-    monkeypatch.setitem(engine.WEIGHT_RULES, "two_fifths", lambda k, device, **_: torch.full((k,), 0.4, device=device))
+    monkeypatch.setitem(engine.WEIGHT_RULES, "two_fifths", lambda R, k, device, **_: torch.full((R, k), 0.4,
+                                                                                                device=device))
     monkeypatch.setattr(engine, "VERIFIERS", (*engine.VERIFIERS, "two_fifths"))
-    outs = [speculative_generate(target, other_draft, PROMPTS[1], K=3, max_new_tokens=40, sampling=Sampling(1.0),
-                                 generator=torch.Generator().manual_seed(5), **kw)
+    outs = [speculative_generate(target, other_draft, PROMPTS[1], Decoding(K=3, max_new_tokens=40,
+                                                                           sampling=Sampling(1.0), **kw),
+                                 generator=torch.Generator().manual_seed(5))
             for kw in ({"verifier": "two_fifths"}, {"verifier": "fixed", "weight": 0.4})]
     assert outs[0].tokens == outs[1].tokens and outs[0].weights == outs[1].weights
 
@@ -139,16 +146,18 @@ def test_eos_stops_and_is_kept(target, draft):
     ref = greedy(target, PROMPTS[0], 30)
     eos = ref[10]
     first = ref.index(eos)
-    out = speculative_generate(target, draft, PROMPTS[0], verifier="strict", K=4, max_new_tokens=30,
-                               sampling=Sampling(0), eos_token_id=eos)
+    out = speculative_generate(target, draft, PROMPTS[0], Decoding(verifier="strict", K=4, max_new_tokens=30,
+                                                                   sampling=Sampling(0), eos_token_id=eos))
     assert out.tokens == ref[: first + 1] and out.stop == "eos"
-    ar = autoregressive_generate(target, PROMPTS[0], max_new_tokens=30, sampling=Sampling(0), eos_token_id=[eos])
+    ar = speculative_generate(target, None, PROMPTS[0], Decoding("autoregressive", max_new_tokens=30,
+                                                                 sampling=Sampling(0), eos_token_id=[eos]))
     assert ar.tokens == out.tokens
 
 
 def test_statistics_and_timings(target, draft):
-    out = speculative_generate(target, draft, PROMPTS[0], verifier="fixed", weight=0.5, K=4, max_new_tokens=50,
-                               sampling=Sampling(1.0), generator=torch.Generator().manual_seed(0))
+    out = speculative_generate(target, draft, PROMPTS[0],
+                               Decoding(verifier="fixed", weight=0.5, K=4, max_new_tokens=50,
+                                        sampling=Sampling(1.0)), generator=torch.Generator().manual_seed(0))
     s = out.stats()
     assert s["new_tokens"] == 50 and len(out.bias_tv) == 50
     assert math.isclose(s["mean_acceptance_length"], 50 / len(out.drafted))
@@ -158,20 +167,24 @@ def test_statistics_and_timings(target, draft):
 
 
 def test_draft_only_baseline(draft):
-    out = autoregressive_generate(draft, PROMPTS[0], max_new_tokens=20, sampling=Sampling(0))
+    out = speculative_generate(draft, None, PROMPTS[0], Decoding("autoregressive", max_new_tokens=20,
+                                                                 sampling=Sampling(0)))
     assert len(out.tokens) == 20 and out.steps == 20
 
 
 def test_sampling_is_deterministic_given_the_generator(target, draft):
     def run():
-        return speculative_generate(target, draft, PROMPTS[0], verifier="fixed", weight=0.4, K=3, max_new_tokens=40,
-                                    sampling=Sampling(0.8, 0.9), generator=torch.Generator().manual_seed(7)).tokens
+        return speculative_generate(target, draft, PROMPTS[0],
+                                    Decoding(verifier="fixed", weight=0.4, K=3, max_new_tokens=40,
+                                             sampling=Sampling(0.8,
+                                                               0.9)), generator=torch.Generator().manual_seed(7)).tokens
     assert run() == run()
 
 
 def test_logit_mixing_runs(target, draft):
-    out = speculative_generate(target, draft, PROMPTS[0], verifier="fixed", weight=0.5, mixing="logit", K=3,
-                               max_new_tokens=30, sampling=Sampling(1.0), generator=torch.Generator().manual_seed(0))
+    out = speculative_generate(target, draft, PROMPTS[0],
+                               Decoding(verifier="fixed", weight=0.5, mixing="logit", K=3, max_new_tokens=30,
+                                        sampling=Sampling(1.0)), generator=torch.Generator().manual_seed(0))
     assert len(out.tokens) == 30
 
 
@@ -205,7 +218,7 @@ def test_bad_input_is_refused_before_compute(target, draft, kwargs, message, mon
     kwargs = {"K": 3, "max_new_tokens": 10, "temperature": 1.0} | kwargs
     with pytest.raises(ValueError, match=message):  # Sampling checks itself when built
         sampling = Sampling(kwargs.pop("temperature"), kwargs.pop("top_p", 1.0))
-        speculative_generate(target, draft, PROMPTS[0], sampling=sampling, **kwargs)
+        speculative_generate(target, draft, PROMPTS[0], Decoding(sampling=sampling, **kwargs))
 
 
 @pytest.mark.parametrize(("kwargs", "message"), BAD[:-1])
@@ -224,28 +237,30 @@ def test_sampling_is_a_checked_value():
     with pytest.raises(ValueError, match="top_p must be in \\(0, 1\\], got 1.5"):
         Sampling(1.0, 1.5)
     with pytest.raises(TypeError, match="sampling must be an engine.Sampling"):
-        speculative_generate(tiny_llama(0), None, [1, 2], verifier="autoregressive", max_new_tokens=2, sampling=0.5)
+        speculative_generate(tiny_llama(0), None, [1, 2], Decoding(verifier="autoregressive", max_new_tokens=2,
+                                                                   sampling=0.5))
 
 
 def test_empty_prompt_and_batches_are_refused(target, draft):
     with pytest.raises(ValueError, match="empty prompt"):
-        speculative_generate(target, draft, [], verifier="strict", max_new_tokens=5)
-    with pytest.raises(ValueError, match="batch size 2 is not supported"):
-        speculative_generate(target, draft, torch.ones(2, 3, dtype=torch.long), verifier="strict", max_new_tokens=5)
+        speculative_generate(target, draft, [], Decoding(verifier="strict", max_new_tokens=5))
+    with pytest.raises(ValueError, match="input_ids holds 2 sequences: pass a list of prompts"):
+        speculative_generate(target, draft, torch.ones(2, 3, dtype=torch.long), Decoding(verifier="strict",
+                                                                                         max_new_tokens=5))
 
 
 def test_vocabulary_mismatch_is_refused(target):
     small = tiny_llama(2, vocab=80)
     with pytest.raises(ValueError, match="target has 96 logits, draft has 80"):
-        speculative_generate(target, small, PROMPTS[0], verifier="strict", max_new_tokens=5)
+        speculative_generate(target, small, PROMPTS[0], Decoding(verifier="strict", max_new_tokens=5))
 
 
 def test_padded_vocabulary_when_declared_identical(target):
     """With vocab_size given (load_pair sets it for provably identical tokenizers) the narrower head is padded
     and ids past it (padding rows, never real tokens) get no mass in either model."""
     small = tiny_llama(2, vocab=80)
-    out = speculative_generate(target, small, PROMPTS[0], verifier="strict", K=3, max_new_tokens=20,
-                               sampling=Sampling(0), vocab_size=96)
+    out = speculative_generate(target, small, PROMPTS[0], Decoding(verifier="strict", K=3, max_new_tokens=20,
+                                                                   sampling=Sampling(0)), vocab_size=96)
     tokens = list(PROMPTS[0])
     with torch.no_grad():
         for _ in range(20):
@@ -256,7 +271,7 @@ def test_padded_vocabulary_when_declared_identical(target):
 def test_head_for_another_pair_is_refused(target, draft, other_draft):
     head = WeightHead(target.config.hidden_size, draft.config.hidden_size).bind(target, draft)
     with pytest.raises(ValueError, match="trained for another draft model"):
-        speculative_generate(target, other_draft, PROMPTS[0], verifier="dynamic", head=head, max_new_tokens=5)
+        speculative_generate(target, other_draft, PROMPTS[0], Decoding(verifier="dynamic", max_new_tokens=5), head=head)
 
 
 def test_nan_logits_are_reported_with_the_step(target, draft):
@@ -266,14 +281,14 @@ def test_nan_logits_are_reported_with_the_step(target, draft):
     with torch.no_grad():
         broken.lm_head.weight[:] = float("nan")
     with pytest.raises(FloatingPointError, match="draft logits are not finite .* at step 0"):
-        speculative_generate(target, broken, PROMPTS[0], verifier="strict", K=2, max_new_tokens=5)
+        speculative_generate(target, broken, PROMPTS[0], Decoding(verifier="strict", K=2, max_new_tokens=5))
 
 
 def test_ensemble_definition_used_by_engine_bias(target, draft):
     """bias_tv per emitted token equals TV(nu, p) recomputed from the models (first step, first position)."""
     ids = PROMPTS[0]
-    out = speculative_generate(target, draft, ids, verifier="fixed", weight=0.25, K=1, max_new_tokens=2,
-                               sampling=Sampling(0))
+    out = speculative_generate(target, draft, ids, Decoding(verifier="fixed", weight=0.25, K=1, max_new_tokens=2,
+                                                            sampling=Sampling(0)))
     with torch.no_grad():
         p = target(torch.tensor([ids])).logits[0, -1].float().softmax(-1)
         q = draft(torch.tensor([ids])).logits[0, -1].float().softmax(-1)
@@ -283,9 +298,10 @@ def test_ensemble_definition_used_by_engine_bias(target, draft):
 
 def test_synthetic_acceptance_mode(target, other_draft):
     """Synthetic acceptance a: each draft position is accepted with probability a, whatever the models say."""
-    gens = [speculative_generate(target, other_draft, PROMPTS[i % 3], verifier="strict", K=4, max_new_tokens=80,
-                                 sampling=Sampling(1.0), generator=torch.Generator().manual_seed(i),
-                                 synthetic_acceptance=0.7) for i in range(6)]
+    gens = [speculative_generate(target, other_draft, PROMPTS[i % 3],
+                                 Decoding(verifier="strict", K=4, max_new_tokens=80, sampling=Sampling(1.0),
+                                          synthetic_acceptance=0.7),
+                                          generator=torch.Generator().manual_seed(i)) for i in range(6)]
     s = summarize(gens)
     assert all(abs(r - 0.7) < 0.12 for r in s["acceptance_by_position"][:3]), s["acceptance_by_position"]
 
@@ -300,23 +316,24 @@ def test_logit_mixing_at_low_temperature(target, other_draft):
         sharp_t.lm_head.weight.mul_(20.0)
         sharp_d.lm_head.weight.mul_(20.0)
     for seed in range(3):
-        out = speculative_generate(sharp_t, sharp_d, PROMPTS[seed], verifier="fixed", weight=0.5, mixing="logit",
-                                   K=3, max_new_tokens=40, sampling=Sampling(0.1),
-                                   generator=torch.Generator().manual_seed(seed))
+        out = speculative_generate(sharp_t, sharp_d, PROMPTS[seed],
+                                   Decoding(verifier="fixed", weight=0.5, mixing="logit", K=3, max_new_tokens=40,
+                                            sampling=Sampling(0.1)), generator=torch.Generator().manual_seed(seed))
         assert len(out.tokens) == 40
 
 
 def test_manifest_records_the_execution_and_the_run_id_ignores_it(tiny_dir, tmp_path, monkeypatch):
-    """Execution settings come from the environment once per run, land in manifest.json, never in the run id."""
+    """Execution settings (the --capture / --no-fastpath flags) are resolved once per run, land in manifest.json,
+    never in the run id."""
+    from diversed.decoding.engine import Execution
     from diversed.runs.run import Run, RunConfig, execute
 
     cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), max_new_tokens=4,
                     temperature=0)
     runs = {}
     for fast in ("1", "0"):
-        monkeypatch.setenv("DIVERSED_FASTPATH", fast)
-        monkeypatch.setenv("DIVERSED_CAPTURE", "none")
-        run = execute(cfg, [{"id": "0", "prompt": "hi"}], tmp_path / fast, progress=False)
+        run = execute(cfg, [{"id": "0", "prompt": "hi"}], tmp_path / fast, progress=False,
+                      execution=Execution.here("none", fast == "1"))
         runs[fast] = (run.name, Run(run).manifest["execution"])
     assert runs["1"][0] == runs["0"][0]
     assert runs["1"][1] == {"capture": "none", "fastpath": True, "threads": torch.get_num_threads()}
@@ -329,6 +346,6 @@ def test_draft_only_never_emits_ids_past_the_target_vocabulary():
     target, wide = tiny_llama(0, vocab=80), tiny_llama(1, vocab=96)
     with torch.no_grad():
         wide.lm_head.weight[80:] = wide.lm_head.weight[:16] * 50  # the padding rows win every argmax
-    out = speculative_generate(target, wide, [1, 20, 30], verifier="draft", max_new_tokens=12,
-                               sampling=Sampling(temperature=0), vocab_size=96)
+    out = speculative_generate(target, wide, [1, 20, 30], Decoding(verifier="draft", max_new_tokens=12,
+                                                                   sampling=Sampling(temperature=0)), vocab_size=96)
     assert len(out.tokens) == 12 and max(out.tokens) < 80

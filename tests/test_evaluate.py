@@ -65,6 +65,22 @@ def test_live_lm_eval_model_decodes_like_the_run(tiny_dir, greedy_run):
     assert result["per_example"] == replayed["per_example"]
 
 
+def test_live_lm_eval_model_batches_its_requests_with_the_same_completions(tiny_dir, greedy_run):
+    """batch_size (as lm-eval's own HF model takes it): requests decode together, sampled too, each from its own
+    generator, so the completions are those of batch 1."""
+    rows = Run(greedy_run).generations
+    args = (f"target={tiny_dir / 'tiny-target'},draft={tiny_dir / 'tiny-draft-l1'},verifier=fixed,weight=0.5,K=3,"
+            "temperature=1.0,max_new_tokens=16")
+    from types import SimpleNamespace
+
+    requests = [SimpleNamespace(args=(r["prompt"], {"max_gen_toks": 8 + 4 * (i % 2)})) for i, r in enumerate(rows)]
+    one, four = (DiversedLM.create_from_arg_string(args + extra).generate_until(requests, disable_tqdm=True)
+                 for extra in ("", ",batch_size=4"))
+    assert one == four and len(set(one)) > 1
+    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+        DiversedLM.create_from_arg_string(args + ",batch_size=0")
+
+
 def test_replay_of_unknown_prompt_is_a_clear_error(greedy_run):
     rows = Run(greedy_run).generations
     other = [dict(rows[0], prompt="a prompt that was never decoded")]

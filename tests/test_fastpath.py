@@ -7,7 +7,7 @@ import torch
 from conftest import reference_speculative, tiny
 
 from diversed.decoding import fastpath
-from diversed.decoding.engine import Execution, Sampling, Stepper, speculative_generate
+from diversed.decoding.engine import Decoding, Execution, Sampling, Stepper, speculative_generate
 from diversed.decoding.models import truncated_draft
 
 COMPILE = Execution(capture="compile")
@@ -38,15 +38,14 @@ def test_fast_path_engine_is_target_greedy_and_can_be_turned_off(monkeypatch):
     draft = truncated_draft(target, 1)
     for ids in ([1, 5, 7, 9], [1, 30, 31]):
         ref = hf_generate(target, ids, max_new_tokens=60)
-        out = speculative_generate(target, draft, ids, verifier="strict", K=4, max_new_tokens=60, sampling=Sampling(0))
+        out = speculative_generate(target, draft, ids, Decoding(verifier="strict", K=4, max_new_tokens=60,
+                                                                sampling=Sampling(0)))
         assert out.tokens == ref
     assert Stepper(target, max_len=64, execution=Execution(fastpath=False)).fast is None
-    monkeypatch.setenv("DIVERSED_FASTPATH", "0")
-    assert Execution.from_env().fastpath is False  # read by the entry points (runs.execute, bench), not the engine
+    assert Execution.here("none", fastpath=False).fastpath is False  # what --no-fastpath gives an entry point
     assert Stepper(target, max_len=64).fast is not None
-    monkeypatch.setenv("DIVERSED_FASTPATH", "off")
-    with pytest.raises(ValueError, match="DIVERSED_FASTPATH must be 0 or 1, got 'off'"):
-        Execution.from_env()
+    with pytest.raises(ValueError, match="unknown capture 'cuda'; allowed: none, graph, compile"):
+        Execution.here("cuda")
 
 
 def test_static_cache_overflow_is_an_error():
@@ -62,8 +61,9 @@ def test_fast_path_rollback_matches_cache_free_reference():
     g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     with torch.no_grad():
         ref = reference_speculative(target, draft, [1, 30, 31], K=4, n_new=150, w=0.5, temperature=1.0, generator=g1)
-    out = speculative_generate(target, draft, [1, 30, 31], verifier="fixed", weight=0.5, K=4, max_new_tokens=150,
-                               sampling=Sampling(1.0), generator=g2)
+    out = speculative_generate(target, draft, [1, 30, 31],
+                               Decoding(verifier="fixed", weight=0.5, K=4, max_new_tokens=150,
+                                        sampling=Sampling(1.0)), generator=g2)
     assert out.tokens == ref and 0 < sum(out.accepted) < sum(out.drafted)
 
 
@@ -108,9 +108,11 @@ def test_one_host_sync_per_speculative_step(monkeypatch, capture):
              ("dynamic", {"head": head}))
     for verifier, kw in cases:
         syncs.clear()
-        out = engine.speculative_generate(target, draft, [1, 5, 7], verifier=verifier, K=4, max_new_tokens=40,
-                                          sampling=Sampling(1.0), generator=torch.Generator().manual_seed(0),
-                                          execution=Execution(capture=capture), **kw)
+        out = engine.speculative_generate(target, draft, [1, 5, 7], Decoding(verifier=verifier, K=4, max_new_tokens=40,
+                                                                             sampling=Sampling(1.0),
+                                                   **{k: v for k, v in kw.items() if k != "head"}),
+                                          head=kw.get("head"), generator=torch.Generator().manual_seed(0),
+                                          execution=Execution(capture=capture))
         assert syncs == ["tolist"] * out.steps, (verifier, kw, syncs[:10])
 
 
@@ -151,7 +153,7 @@ def test_captured_decoders_are_pooled_per_model_and_never_shared_while_in_use(ea
     dec = a.fast
     del a
     c = Stepper(target, max_len=200, execution=COMPILE, buckets=(1,))  # reuses a's (capacity 256)
-    assert c.fast is dec and c.fast.n == 0
+    assert c.fast is dec and c.fast.n == [0]
     del b, c
     with torch.no_grad():
         target.model.layers[0].mlp.down_proj.weight.mul_(1.5)  # changed weights: the pooled decoders are stale
@@ -163,12 +165,13 @@ def test_in_place_change_to_a_later_layer_reaches_the_next_decode(capture, eager
     """The fused CPU copies follow an in-place change to any decoder layer, not only the first: after a decode,
     the next decode's logits and tokens are transformers' forward with the new weights."""
     from diversed.bench import hf_generate
-    from diversed.decoding.engine import autoregressive_generate
+    from diversed.decoding.engine import Decoding, speculative_generate
 
     model = tiny("llama")  # float32 on CPU: fused, transposed copies of the projections
     execution = Execution(capture=capture)
     seq = torch.randint(3, 96, (20,), generator=torch.Generator().manual_seed(0)).tolist()
-    autoregressive_generate(model, seq[:5], max_new_tokens=10, sampling=Sampling(0), execution=execution)
+    speculative_generate(model, None, seq[:5], Decoding("autoregressive", max_new_tokens=10, sampling=Sampling(0)),
+                         execution=execution)
     with torch.no_grad():
         model.model.layers[1].mlp.down_proj.weight.mul_(3.0)
         model.model.layers[1].self_attn.v_proj.weight.neg_()
@@ -176,7 +179,8 @@ def test_in_place_change_to_a_later_layer_reaches_the_next_decode(capture, eager
     s = Stepper(model, max_len=64, execution=execution, buckets=(1,))
     got = torch.cat([s(seq[:10])[0]] + [s([t])[0] for t in seq[10:]])
     assert torch.allclose(got, ref, atol=1e-4, rtol=1e-4)
-    out = autoregressive_generate(model, seq[:5], max_new_tokens=30, sampling=Sampling(0), execution=execution)
+    out = speculative_generate(model, None, seq[:5], Decoding("autoregressive", max_new_tokens=30,
+                                                              sampling=Sampling(0)), execution=execution)
     assert out.tokens == hf_generate(model, seq[:5], max_new_tokens=30)
 
 
@@ -190,9 +194,8 @@ def test_captured_engine_emits_the_eager_tokens(verifier, kw, eager_capture):
     target = tiny("llama")
     for draft in (truncated_draft(target, 1), target):
         for ids in ([1, 5, 7, 9], [1, 30, 31]):
-            outs = [speculative_generate(target, draft, ids, verifier=verifier, K=4, max_new_tokens=43,
-                                         generator=torch.Generator().manual_seed(2),
-                                         execution=Execution(capture=c), **kw)
+            outs = [speculative_generate(target, draft, ids, Decoding(verifier=verifier, K=4, max_new_tokens=43, **kw),
+                                         generator=torch.Generator().manual_seed(2), execution=Execution(capture=c))
                     for c in ("none", "compile")]
             assert outs[0].tokens == outs[1].tokens and outs[0].accepted == outs[1].accepted
             assert outs[0].bias_tv == pytest.approx(outs[1].bias_tv, abs=1e-5)
@@ -210,10 +213,10 @@ def test_compiled_steps_match_eager():
     draft = truncated_draft(target, 1)
     before = counters["stats"]["unique_graphs"]
     for ids in ([1, 5, 7, 9], [1, 30, 31]):
-        outs = [speculative_generate(target, draft, ids, verifier="fixed", weight=0.5, K=3, max_new_tokens=30,
-                                     sampling=Sampling(1.0), generator=torch.Generator().manual_seed(0),
-                                     execution=Execution(capture=c))
-                for c in ("none", "compile")]
+        outs = [speculative_generate(target, draft, ids,
+                                     Decoding(verifier="fixed", weight=0.5, K=3, max_new_tokens=30,
+                                              sampling=Sampling(1.0)), generator=torch.Generator().manual_seed(0),
+                                              execution=Execution(capture=c)) for c in ("none", "compile")]
         assert outs[0].tokens == outs[1].tokens and outs[0].accepted == outs[1].accepted
     assert counters["stats"]["unique_graphs"] - before == 3  # draft 1 and 2 tokens, target K + 1; then reused
     fastpath.clear()
@@ -222,15 +225,12 @@ def test_compiled_steps_match_eager():
 def test_capture_is_checked_before_any_compute(monkeypatch):
     target = tiny("llama")
     draft = truncated_draft(target, 1)
-    kw = {"verifier": "strict", "K": 2, "max_new_tokens": 4}
+    strict = Decoding("strict", K=2, max_new_tokens=4)
     with pytest.raises(ValueError, match="unknown capture 'cuda'; allowed: none, graph, compile"):
-        speculative_generate(target, draft, [1, 2], execution=Execution(capture="cuda"), **kw)
+        speculative_generate(target, draft, [1, 2], strict, execution=Execution(capture="cuda"))
     with pytest.raises(ValueError, match="capture 'graph' .* needs a CUDA device, not cpu"):
-        speculative_generate(target, draft, [1, 2], execution=Execution(capture="graph"), **kw)
-    monkeypatch.setenv("DIVERSED_CAPTURE", "graph")  # what an entry point resolves from the environment
-    with pytest.raises(ValueError, match="needs a CUDA device"):
-        speculative_generate(target, draft, [1, 2], execution=Execution.from_env(), **kw)
-    monkeypatch.setenv("DIVERSED_CAPTURE", "compile")
-    monkeypatch.setenv("DIVERSED_FASTPATH", "0")
+        speculative_generate(target, draft, [1, 2], strict, execution=Execution(capture="graph"))
+    with pytest.raises(ValueError, match="needs a CUDA device"):  # what --capture graph gives an entry point
+        speculative_generate(target, draft, [1, 2], strict, execution=Execution.here("graph"))
     with pytest.raises(ValueError, match="capture 'compile' needs the static-cache fast path.* off"):
-        speculative_generate(target, draft, [1, 2], execution=Execution.from_env(), **kw)
+        speculative_generate(target, draft, [1, 2], strict, execution=Execution.here("compile", fastpath=False))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from diversed.decoding import fastpath
-from diversed.decoding.engine import Execution, Sampling, Stepper, speculative_generate
+from diversed.decoding.engine import Decoding, Execution, Sampling, Stepper, speculative_generate
 from diversed.decoding.models import truncated_draft
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -37,10 +37,9 @@ def test_captured_steps_emit_the_eager_tokens_on_cuda(capture, verifier, kw):
     target = tiny_cuda()
     draft = truncated_draft(target, 1)
     for ids in ([1, 5, 7, 9], [1, 30, 31], [4]):
-        outs = [speculative_generate(target, draft, ids, verifier=verifier, K=4, max_new_tokens=43,
+        outs = [speculative_generate(target, draft, ids, Decoding(verifier=verifier, K=4, max_new_tokens=43, **kw),
                                      generator=torch.Generator("cuda").manual_seed(2),
-                                     execution=Execution(capture=c), **kw)
-                for c in ("none", capture)]
+                                     execution=Execution(capture=c)) for c in ("none", capture)]
         assert outs[0].accepted == outs[1].accepted
         assert outs[0].tokens == outs[1].tokens
     assert all(len(d.steps) for d in fastpath.pooled_decoders(target))  # the steps were captured, not run eagerly
@@ -50,10 +49,10 @@ def test_captured_steps_emit_the_eager_tokens_on_cuda(capture, verifier, kw):
 def test_sampled_decoding_is_deterministic_on_cuda(capture):
     target = tiny_cuda()
     draft = truncated_draft(target, 1)
-    runs = [speculative_generate(target, draft, [1, 5, 7], verifier="fixed", weight=0.5, K=4, max_new_tokens=64,
-                                 sampling=Sampling(1.0), generator=torch.Generator("cuda").manual_seed(7),
-                                 execution=Execution(capture=capture))
-            for _ in range(2)]
+    runs = [speculative_generate(target, draft, [1, 5, 7],
+                                 Decoding(verifier="fixed", weight=0.5, K=4, max_new_tokens=64,
+                                          sampling=Sampling(1.0)), generator=torch.Generator("cuda").manual_seed(7),
+                                          execution=Execution(capture=capture)) for _ in range(2)]
     assert runs[0].tokens == runs[1].tokens and runs[0].bias_tv == runs[1].bias_tv
 
 

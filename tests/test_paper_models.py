@@ -9,7 +9,7 @@ import torch
 from conftest import PAPER_KINDS, reference_speculative, thinking_tokenizer, tiny_paper_model
 
 from diversed.bench import hf_generate
-from diversed.decoding.engine import Sampling, speculative_generate
+from diversed.decoding.engine import Decoding, Sampling, speculative_generate
 from diversed.decoding.head import WeightHead, load_head
 from diversed.decoding.models import (
     char_tokenizer,
@@ -58,7 +58,8 @@ def test_strict_greedy_equals_target_greedy_past_the_sliding_window(kind):
     target = tiny_paper_model(kind)
     draft = truncated_draft(target, 1)
     ref = hf_generate(target, PROMPT, max_new_tokens=40)  # transformers' generate
-    out = speculative_generate(target, draft, PROMPT, verifier="strict", K=4, max_new_tokens=40, sampling=Sampling(0))
+    out = speculative_generate(target, draft, PROMPT, Decoding(verifier="strict", K=4, max_new_tokens=40,
+                                                               sampling=Sampling(0)))
     assert out.tokens == ref
     assert 0 < sum(out.accepted) < sum(out.drafted)
 
@@ -67,8 +68,9 @@ def test_gemma3_kv_rollback_past_the_window_matches_cache_free_reference(gemma, 
     g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     with torch.no_grad():
         ref = reference_speculative(gemma, gemma_draft, PROMPT, K=4, n_new=60, w=0.5, temperature=1.0, generator=g1)
-    out = speculative_generate(gemma, gemma_draft, PROMPT, verifier="fixed", weight=0.5, K=4, max_new_tokens=60,
-                               sampling=Sampling(1.0), generator=g2)
+    out = speculative_generate(gemma, gemma_draft, PROMPT,
+                               Decoding(verifier="fixed", weight=0.5, K=4, max_new_tokens=60,
+                                        sampling=Sampling(1.0)), generator=g2)
     assert out.tokens == ref
     assert 0 < sum(out.accepted) < sum(out.drafted)
 
@@ -78,16 +80,17 @@ def test_gemma3_head_and_dynamic_decoding(gemma, gemma_draft):
     head.check_pair(gemma, gemma_draft)
     with torch.no_grad():
         head.proj.weight.normal_()  # w varies with the hidden states
-    out = speculative_generate(gemma, gemma_draft, PROMPT, verifier="dynamic", head=head, K=3, max_new_tokens=30,
-                               sampling=Sampling(1.0), generator=torch.Generator().manual_seed(0))
+    out = speculative_generate(gemma, gemma_draft, PROMPT,
+                               Decoding(verifier="dynamic", K=3, max_new_tokens=30,
+                                        sampling=Sampling(1.0)), head=head, generator=torch.Generator().manual_seed(0))
     assert len(out.tokens) == 30 and len({w for step in out.weights for w in step}) > 1
 
 
 def test_gemma3_context_length_is_checked():
     target = tiny_paper_model("gemma3", hidden=32, layers=2, ctx=32)
     with pytest.raises(ValueError, match="exceeds the target's context length 32"):
-        speculative_generate(target, None, PROMPT, verifier="autoregressive", max_new_tokens=40,
-                             sampling=Sampling(0))
+        speculative_generate(target, None, PROMPT, Decoding(verifier="autoregressive", max_new_tokens=40,
+                                                            sampling=Sampling(0)))
 
 
 def test_gemma3_truncated_draft_keeps_the_vision_tower(gemma):
@@ -114,7 +117,8 @@ def test_load_model_loads_the_class_the_checkpoint_declares(tmp_path, gemma):
                                   ).save_pretrained(tmp_path / "llava")
     llava = load_model(str(tmp_path / "llava"))
     assert type(llava) is LlavaForConditionalGeneration and hidden_size(llava) == 32
-    out = speculative_generate(llava, llava, PROMPT, verifier="strict", K=3, max_new_tokens=12, sampling=Sampling(0))
+    out = speculative_generate(llava, llava, PROMPT, Decoding(verifier="strict", K=3, max_new_tokens=12,
+                                                              sampling=Sampling(0)))
     assert out.tokens == hf_generate(llava, PROMPT, max_new_tokens=12)
 
 
@@ -127,8 +131,8 @@ def test_gemma3_pair_trains_a_head_and_distils_from_checkpoints(gemma_dir, tmp_p
     cfg = HeadTrainConfig(task="arith", target=target, draft=draft, n_train=2, epochs=1, batch_size=2,
                           max_new_tokens=8, rollout="sample", reward="fidelity")
     head = load_head(train_head(cfg, tmp_path / "head", pair=pair, progress=False), pair.target, pair.draft)
-    out = speculative_generate(pair.target, pair.draft, PROMPT, verifier="dynamic", head=head, K=3,
-                               max_new_tokens=8, sampling=Sampling(0))
+    out = speculative_generate(pair.target, pair.draft, PROMPT, Decoding(verifier="dynamic", K=3, max_new_tokens=8,
+                                                                         sampling=Sampling(0)), head=head)
     assert len(out.tokens) == 8
     ft = distill_draft(DistillConfig(task="arith", target=target, draft=draft, n_train=2, max_new_tokens=8,
                                      epochs=1), tmp_path / "ft", progress=False)

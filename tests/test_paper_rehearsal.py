@@ -60,7 +60,8 @@ def rehearsal(tmp_path_factory):
     config = rehearsal_config(wd)
     (wd / "rehearsal.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     # one thread a job, two jobs at a time: nothing here is timed for the record, and most of a job is start-up
-    one_thread = [f"{rule}=1" for rule in ("decode", "decode_transfer", "sweep", "train_head", "distill_draft")]
+    one_thread = [f"{rule}=1" for rule in ("decode", "decode_transfer", "time", "sweep", "train_head",
+                                           "distill_draft")]
     snakemake("--profile", "workflow/profiles/local", "--cores", "2", "--set-threads", *one_thread,
               "--configfile", "rehearsal.yaml", cwd=wd, timeout=1800)
     return wd, config
@@ -87,7 +88,10 @@ def test_every_pair_task_method_and_temperature_ran_and_was_scored(rehearsal):
     wd, config = rehearsal
     runs = pd.read_csv(wd / "results" / "tables" / "runs.csv")
     methods = len(config["methods"])
-    assert len(runs) == 3 * 4 * 2 * methods + 3 * len(config["transfer"])
+    # every method decoded for quality (batched) and timed (batch 1, interleaved), and the transfer runs
+    assert len(runs) == 2 * 3 * 4 * 2 * methods + 3 * len(config["transfer"])
+    assert runs["timing"].sum() == 3 * 4 * 2 * methods
+    assert set(runs.loc[~runs["timing"], "batch_size"]) == {config["batch_size"]}
     assert set(runs["pair"]) == set(PAIRS) and set(runs["task"]) == {"gsm8k", "cnndm", "xsum", "mbpp"}
     assert set(runs["method"]) == set(config["methods"]) and set(runs["temperature"]) == {0.1, 1.0}
     assert runs["quality"].notna().all()
@@ -106,8 +110,10 @@ def test_gemma_decodes_cross_its_sliding_window(rehearsal):
 
 
 def test_speed_is_compared_within_one_decode_job(rehearsal):
-    """Each speculative run has a speedup over its target-only baseline, timed in the same job (same hardware)."""
+    """Each timed speculative run has a speedup over its target-only baseline, timed in the same job (same
+    hardware); a batched quality run has none."""
     wd, _ = rehearsal
     speed = pd.read_csv(wd / "results" / "tables" / "runs.csv")
     assert speed["hardware"].nunique() == 1
-    assert speed.loc[speed["method"] != "autoregressive", "speedup"].notna().all()
+    timed = speed[speed["timing"] & (speed["method"] != "autoregressive")]
+    assert len(timed) and timed["speedup"].notna().all() and speed.loc[~speed["timing"], "speedup"].isna().all()

@@ -62,11 +62,22 @@ def test_quality_vs_time_keeps_pairs_apart():
     points = quality_vs_time_points(units(), runs(), sweeps(), 1.0).set_index(["pair", "method"])
     for pair, v in PAIRS.items():
         dyn = points.loc[(pair, "dynamic")]
-        assert (dyn["seconds_per_sample"], dyn["quality"]) == pytest.approx((v["seconds"], v["quality"]))
+        assert (dyn["x"], dyn["quality"]) == pytest.approx((v["seconds"], v["quality"])) and dyn["x_kind"] == "seconds"
         assert dyn["quality_low"] < v["quality"] < dyn["quality_high"]  # its 95% interval over the prompts
-        assert points.loc[(pair, "autoregressive"), "seconds_per_sample"] == 2 * v["seconds"]
-        assert len(points.loc[(pair, "sweep")]) == 4 and set(points.loc[(pair, "sweep"), "seconds_per_sample"]) == {
-            v["seconds"]}
+        assert points.loc[(pair, "autoregressive"), "x"] == 2 * v["seconds"]
+        sweep = points.loc[(pair, "sweep")]  # the dev sweep decodes batched: quality against acceptance
+        assert len(sweep) == 4 and set(sweep["x"]) == {v["alpha"] / 2, 0.75 * v["alpha"]}
+        assert set(sweep["x_kind"]) == {"acceptance"}
+
+
+def test_quality_vs_time_times_only_runs_at_batch_1():
+    """Seconds per sample come from the timed runs (batch 1, interleaved) only, quality from the quality runs."""
+    batched = units().assign(batch_size=8, timing=False, seconds=100.0)  # a batch's shared wall clock
+    timed = units().assign(batch_size=1, timing=True, quality=0.0)
+    points = quality_vs_time_points(pd.concat([batched, timed]), runs(), sweeps(), 1.0).set_index(["pair", "method"])
+    for pair, v in PAIRS.items():
+        assert points.loc[(pair, "dynamic"), "x"] == v["seconds"]
+        assert points.loc[(pair, "dynamic"), "quality"] == pytest.approx(v["quality"])
 
 
 def test_quality_vs_time_keeps_the_dev_sweep_on_its_own_panel():

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import tiny_llama
 
-from diversed.decoding.engine import Sampling, speculative_generate
+from diversed.decoding.engine import Decoding, Sampling, speculative_generate
 from diversed.decoding.models import truncated_draft
 
 pytestmark = pytest.mark.soak
@@ -29,16 +29,19 @@ def test_long_decode_and_many_prompts_without_memory_growth(capsys):
     target = tiny_llama(0, ctx=4096)
     draft = truncated_draft(target, 1)
     t0 = time.perf_counter()
-    long = speculative_generate(target, draft, [1, 5, 7], verifier="fixed", weight=0.5, K=4, max_new_tokens=2000,
-                                sampling=Sampling(1.0), generator=torch.Generator().manual_seed(0), eos_token_id=[])
+    long = speculative_generate(target, draft, [1, 5, 7],
+                                Decoding(verifier="fixed", weight=0.5, K=4, max_new_tokens=2000,
+                                         sampling=Sampling(1.0), eos_token_id=[]),
+                                         generator=torch.Generator().manual_seed(0))
     assert len(long.tokens) == 2000
     long_s = time.perf_counter() - t0
     marks = {}
     base = rss_mb()
     for i in range(200):
-        out = speculative_generate(target, draft, [1, 10 + i % 50, 3], verifier="fixed", weight=0.5, K=4,
-                                   max_new_tokens=64, sampling=Sampling(1.0),
-                                   generator=torch.Generator().manual_seed(i), eos_token_id=[])
+        out = speculative_generate(target, draft, [1, 10 + i % 50, 3],
+                                   Decoding(verifier="fixed", weight=0.5, K=4, max_new_tokens=64,
+                                            sampling=Sampling(1.0), eos_token_id=[]),
+                                            generator=torch.Generator().manual_seed(i))
         assert len(out.tokens) == 64
         if i + 1 in (20, 100, 200):
             marks[i + 1] = (rss_mb(), peak_mb())

@@ -131,12 +131,13 @@ def test_train_head_end_to_end_and_resume(tiny_pair, tmp_path):
 
 
 def test_trained_head_runs_in_the_engine(tiny_pair, tmp_path):
-    from diversed.decoding.engine import Sampling, speculative_generate
+    from diversed.decoding.engine import Decoding, Sampling, speculative_generate
 
     path = train_head(config(), tmp_path, pair=tiny_pair, progress=False)
     head = load_head(path, tiny_pair.target, tiny_pair.draft)
-    out = speculative_generate(tiny_pair.target, tiny_pair.draft, [1, 20, 30], verifier="dynamic", head=head, K=3,
-                               max_new_tokens=10, sampling=Sampling(1.0), generator=torch.Generator().manual_seed(0))
+    out = speculative_generate(tiny_pair.target, tiny_pair.draft, [1, 20, 30],
+                               Decoding(verifier="dynamic", K=3, max_new_tokens=10,
+                                        sampling=Sampling(1.0)), head=head, generator=torch.Generator().manual_seed(0))
     assert len(out.tokens) == 10
 
 
@@ -163,7 +164,7 @@ def test_bad_training_config(field, value, message):
 
 
 def test_distilled_draft_moves_toward_target_and_is_a_usable_draft(tiny_dir, tmp_path):
-    from diversed.decoding.engine import Sampling, speculative_generate
+    from diversed.decoding.engine import Decoding, Sampling, speculative_generate
     from diversed.decoding.models import load_pair
     from diversed.training.train import DistillConfig, distill_draft, kl_loss
 
@@ -179,8 +180,8 @@ def test_distilled_draft_moves_toward_target_and_is_a_usable_draft(tiny_dir, tmp
     assert epoch_kl(2) < 0.8 * epoch_kl(0)  # the same target text, fitted better
     after = load_pair(target, str(out))
     assert kl_loss(torch.zeros(2, 5), torch.zeros(2, 5)) == 0
-    gen = speculative_generate(after.target, after.draft, [1, 20, 30], verifier="strict", K=3, max_new_tokens=8,
-                               sampling=Sampling(0))
+    gen = speculative_generate(after.target, after.draft, [1, 20, 30], Decoding(verifier="strict", K=3,
+                                                                                max_new_tokens=8, sampling=Sampling(0)))
     assert len(gen.tokens) == 8
 
 

@@ -45,6 +45,7 @@ def test_paper_config_builds_its_full_dag_offline(tree):
     assert counts["decode"] == 3 * 4 * 2 * 3 and counts["decode_transfer"] == 3 * 2 * 3
     # sweeps: 3 pairs x 4 tasks x 2 temperatures at K = 5, + 3 pairs x 2 figure K
     assert counts["sweep"] == 3 * 4 * 2 + 3 * 2
+    assert counts["time"] == 3 * 4 * 2  # every method timed in one job per pair, task and temperature
     assert counts["train_head"] == counts["distill_draft"] == 12
     assert counts["aggregate"] == counts["plot"] == counts["report"] == 1
 
@@ -54,6 +55,7 @@ def test_default_config_dry_run(tree):
     # (capitals, open) x (T = 0.1, 1) x 2 seeds; the transfer runs at T = 1 only
     assert counts["prepare_models"] == 1 and counts["decode"] == 2 * 2 * 2 and counts["decode_transfer"] == 2 * 2
     assert counts["sweep"] == 6  # (capitals, open) x (T = 0.1, 1) at K = 5, the figure's capitals at K = 3 and 7
+    assert counts["time"] == 2 * 2
 
 
 def test_dry_run_ignores_what_the_working_tree_already_made(tmp_path):
@@ -155,9 +157,14 @@ def test_smoke_config_end_to_end(smoke_run):
     for name in ("table1", "table2", "table3", "speed"):
         assert "tabular" in (wd / "results" / "tables" / f"{name}.tex").read_text()
     runs = pd.read_csv(wd / "results" / "tables" / "runs.csv")
-    # 2 tasks x 2 temperatures x 5 methods, 1 transfer run and the lambda sweep's 2 heads, decoded
-    assert len(runs) == 23 and runs["lambda"].notna().sum() == 2
+    # 2 tasks x 2 temperatures x 5 methods decoded for quality (batch 2) and again timed (batch 1, interleaved),
+    # 1 transfer run and the lambda sweep's 2 heads
+    assert len(runs) == 43 and runs["lambda"].notna().sum() == 2 and runs["timing"].sum() == 20
     assert set(runs["method"]) == {"autoregressive", "strict", "finetuned", "fixed", "dynamic"}
+    assert set(runs.loc[runs["timing"], "batch_size"]) == {1} and set(runs.loc[~runs["timing"], "batch_size"]) == {2}
+    assert runs.loc[~runs["timing"], "tokens_per_s"].isna().all() and runs.loc[runs["timing"], "speedup"].notna().all()
+    speed = pd.read_csv(wd / "results" / "tables" / "speed.csv")
+    assert len(speed) == 20 and set(speed["prompts"]) == {2}  # the timed prompts only
     assert list(pd.read_csv(wd / "results" / "tables" / "table1.csv")["method"]) == [
         "SD", "SD with fine-tuned draft", "DIVERSED"]
     assert len(list((wd / "figures").glob("*.png"))) == 6
@@ -173,10 +180,10 @@ def test_smoke_config_end_to_end(smoke_run):
     config["sweep"]["weights"] = [0.25]
     (wd / "config" / "smoke.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     counts = jobs(snakemake("-n", "--configfile", "config/smoke.yaml", cwd=wd).stdout)
-    assert set(counts) == {"sweep", "decode", "aggregate", "plot", "report", "all"}, counts
+    assert set(counts) == {"sweep", "decode", "time", "aggregate", "plot", "report", "all"}, counts
     # 2 tasks x 2 temperatures + the K-figure sweep (each keeps its finished points: see test_sweep), and the
-    # decode jobs whose fixed run reads a re-chosen w
-    assert counts["sweep"] == 5 and counts["decode"] == 4
+    # decode and timing jobs whose fixed run reads a re-chosen w
+    assert counts["sweep"] == 5 and counts["decode"] == 4 and counts["time"] == 4
 
 
 def planned(dry_run_output: str) -> list[dict]:
@@ -193,7 +200,7 @@ def planned(dry_run_output: str) -> list[dict]:
     return out
 
 
-GPU_RULES = {"decode", "decode_transfer", "sweep", "train_head", "distill_draft", "train_head_lambda",
+GPU_RULES = {"decode", "decode_transfer", "time", "sweep", "train_head", "distill_draft", "train_head_lambda",
              "decode_lambda"}
 
 
@@ -246,7 +253,7 @@ def test_paper_config_fetches_every_hub_source_before_any_gpu_job(tree):
     done = snakemake("-n", "--forceall", "-p", "--configfile", "config/paper.yaml", cwd=tree)
     assert jobs(done.stdout)["fetch_sources"] == 1
     gpu_jobs = [j for j in planned(done.stdout) if j["rule"] in GPU_RULES]
-    assert len(gpu_jobs) == 144 and all("resources/sources.json" in j["input"] for j in gpu_jobs)
+    assert len(gpu_jobs) == 168 and all("resources/sources.json" in j["input"] for j in gpu_jobs)  # 24 timing jobs
     fetch = next(line for line in done.stdout.splitlines() if "diversed fetch-sources" in line)
     for source in ("meta-llama/Llama-3.1-8B-Instruct", "google/gemma-3-4b-it", "Qwen/Qwen3-0.6B"):
         assert f"--model {source} " in fetch
@@ -274,3 +281,15 @@ def test_lambda_sweep_reuses_the_task_own_head_at_the_config_lambda(tree):
     (line,) = [line for line in done.stdout.splitlines() if "diversed generate" in line and "decode_lambda" in line]
     assert "head=results/heads/tiny/arith/head.safetensors label:method=dynamic label:lambda=0.1" in line
     assert "head=results/lambda/tiny/arith/lambda0.5/head.safetensors" in line
+
+
+def test_quality_decodes_are_batched_and_timing_decodes_interleaved_at_batch_1(tree):
+    """The decode, transfer, lambda and sweep jobs decode batch_size prompts together; the time job decodes the
+    first n_timing eval prompts at batch 1, every method interleaved prompt by prompt, in one job."""
+    done = snakemake("-n", "--forceall", "-p", "--configfile", "config/smoke.yaml", cwd=tree)
+    lines = re.findall(r"^Shell command: (diversed (?:generate|sweep-weight) .*)$", done.stdout, flags=re.M)
+    assert len(lines) == 4 + 4 + 1 + 1 + 5  # decode, time, transfer, lambda, sweep jobs
+    timing = [line for line in lines if "--label timing=1" in line]
+    assert len(timing) == 4 and all("--interleave" in line and "--limit 2" in line and "--batch-size" not in line
+                                    for line in timing)
+    assert all("--batch-size 2" in line for line in lines if line not in timing)

@@ -22,7 +22,7 @@ METHOD_NAMES = {"autoregressive": "Target only", "draft": "Draft only", "strict"
                 "finetuned": "SD with fine-tuned draft", "fixed": "Static ensemble (fixed w)",
                 "dynamic": "DIVERSED"}
 TABLE1_METHODS = ("strict", "finetuned", "dynamic")
-SPEEDUP_KEYS = ["pair", "task", "temperature", "seed"]  # what a run shares with its target-only baseline
+SPEEDUP_KEYS = ["pair", "task", "temperature", "seed", "timing"]  # what a run shares with its target-only baseline
 
 # Published numbers (the DIVERSED paper), T = 1.0, Llama-3.2-1B-Instruct drafting for Llama-3.1-8B-Instruct:
 # {(method, task): (acceptance %, quality)}; quality in the task's metric (accuracy/pass@1 as fractions).
@@ -34,7 +34,7 @@ PAPER = {("strict", "gsm8k"): (44.60, None), ("dynamic", "gsm8k"): (72.61, 0.67)
 
 # what a run's prompt rows carry of its record: the keys every table and claim selects on
 UNIT_KEYS = ["pair", "task", "method", "head_task", "lambda", "temperature", "K", "weight", "mixing", "hardware",
-             "metric"]
+             "metric", "timing", "batch_size"]
 
 
 def collect(run_dirs: list[str | Path]) -> pd.DataFrame:
@@ -46,9 +46,9 @@ def collect(run_dirs: list[str | Path]) -> pd.DataFrame:
 
 
 def speedup(df: pd.DataFrame) -> pd.Series:
-    """tokens/s of each run over that of the target-only run with the same pair, task, T and seed (one per
-    such key: it has no K), timed on the same hardware; nan where there is none, and where it ran on other
-    hardware (with a warning naming both)."""
+    """tokens/s of each run over that of the target-only run with the same pair, task, T and seed, of the same
+    kind (timing or quality; one per such key: it has no K), timed on the same hardware; nan where there is none,
+    where it ran on other hardware (with a warning naming both), and for a batched run (no tokens/s)."""
     target_only = df[df["method"] == "autoregressive"]
     twice = target_only[target_only.duplicated(SPEEDUP_KEYS, keep=False)]
     if len(twice):
@@ -80,6 +80,25 @@ def prompt_table(runs: pd.DataFrame) -> pd.DataFrame:
 def read_units(path: str | Path) -> pd.DataFrame:
     """A prompt table written by write_all (prompts.csv): head_task "" for a task's own head."""
     return pd.read_csv(path, dtype={"head_task": str}).fillna({"head_task": ""})
+
+
+def quality_units(units: pd.DataFrame) -> pd.DataFrame:
+    """The quality runs' units: every prompt of the eval set, whatever their batch size (not the timing runs)."""
+    return units[~is_timing(units)]
+
+
+def timed_units(units: pd.DataFrame) -> pd.DataFrame:
+    """The units whose times a speed table, a speedup or a speed claim may read: the timing runs' where there
+    are any (batch 1, methods interleaved in one job), else those of runs decoded at batch 1; never a batched
+    run's (its rows share the wall clock)."""
+    timing = is_timing(units)
+    batch = units["batch_size"] if "batch_size" in units else pd.Series(1, index=units.index)
+    return units[timing] if timing.any() else units[batch.fillna(1) == 1]
+
+
+def is_timing(units: pd.DataFrame) -> pd.Series:
+    """Whether each unit is a timing run's (False where the column is absent: runs before timing runs)."""
+    return units["timing"].fillna(False).astype(bool) if "timing" in units else pd.Series(False, index=units.index)
 
 
 def select(units: pd.DataFrame, **keys) -> pd.DataFrame:
@@ -177,13 +196,15 @@ SPEED_COLUMNS = (("tokens_per_s", 1, 1), ("speedup", 1, 2), ("draft_acceptance_r
 
 
 def speed_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per pair/task/T/method/K and hardware: tokens/s and the speedup over target-only decoding (ratios of totals
-    over the same prompts and seeds, timed in the same job on the same hardware), acceptance, tau, bias, quality
-    and its reference-free fidelity (target log p per token, target argmax agreement), each with its 95% interval
-    over prompts. Runs with another task's head (decoded in jobs without a target-only run) stay out."""
+    """Per pair/task/T/method/K and hardware, from the timed units (timed_units): tokens/s and the speedup over
+    target-only decoding (ratios of totals over the same prompts and seeds, timed in the same job on the same
+    hardware), acceptance, tau, bias, quality and its reference-free fidelity (target log p per token, target
+    argmax agreement), each with its 95% interval over prompts. Runs with another task's head (decoded in jobs
+    without a target-only run) stay out."""
     rows = []
     keys = ["pair", "task", "temperature", "method", "K", "hardware"]
-    own = units[(units["head_task"] == "") & units["lambda"].isna()]
+    timed = timed_units(units)
+    own = timed[(timed["head_task"] == "") & timed["lambda"].isna()]
     for key, g in own.groupby(keys, sort=True, dropna=False):
         row = dict(zip(keys, key, strict=True))
         row["K_text"] = "–" if pd.isna(row["K"]) else str(int(row["K"]))  # the baselines have no K
@@ -257,30 +278,35 @@ def sweep_units(sweeps: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str | Path] = (),
-              table3_temperature: float | None = None, lambda_dirs: list[str | Path] = ()) -> list[Path]:
-    """Under out/: runs.csv (one row per run, the lambda sweep's included), prompts.csv (one row per (run, prompt):
-    what the claims and figures read), sweeps.csv and sweep_prompts.csv (the static sweeps' points and their
-    prompt rows), weights.csv, the paper's tables, the speed table and the lambda table.
+              table3_temperature: float | None = None, lambda_dirs: list[str | Path] = (),
+              timing_dirs: list[str | Path] = ()) -> list[Path]:
+    """Under out/: runs.csv (one row per run, the lambda sweep's and the timing runs included), prompts.csv (one
+    row per (run, prompt): what the claims and figures read), sweeps.csv and sweep_prompts.csv (the static sweeps'
+    points and their prompt rows), weights.csv, the paper's tables, the speed table and the lambda table.
 
     table3_temperature: the temperature of Table 3 (default: that of the cross-task runs); lambda_dirs: the lambda
-    sweep's scored runs (their manifests carry a `lambda` label)."""
+    sweep's scored runs (their manifests carry a `lambda` label); timing_dirs: the timing runs (label timing=1),
+    which only the speed table reads."""
     out = Path(out)
-    runs = collect([*run_dirs, *lambda_dirs])
+    runs = collect([*run_dirs, *lambda_dirs, *timing_dirs])
     units = prompt_table(runs)
     sweeps = pd.concat([pd.read_csv(p) for p in sweep_csvs]) if sweep_csvs else pd.DataFrame(columns=SWEEP_COLUMNS)
     own = units[units["lambda"].isna()]
     written = {"runs.csv": runs, "prompts.csv": units, "sweeps.csv": sweeps, "sweep_prompts.csv": sweep_units(sweeps),
-               "weights.csv": learned_weights(runs[runs["lambda"].isna()])}
+               "weights.csv": learned_weights(runs[runs["lambda"].isna() & ~is_timing(runs)])}
     for name, frame in written.items():
         write_text(out / name, frame.to_csv(index=False))
     paths = [out / name for name in written]
-    paths += write_table(table1(own, 1.0, runs), out / "table1", "Table 1 (T = 1.0): acceptance rate % / quality")
-    paths += write_table(table1(own, 0.1, runs), out / "table2", "Table 2 (T = 0.1): acceptance rate % / quality")
+    quality = quality_units(own)
+    paths += write_table(table1(quality, 1.0, runs), out / "table1", "Table 1 (T = 1.0): acceptance rate % / quality")
+    paths += write_table(table1(quality, 0.1, runs), out / "table2", "Table 2 (T = 0.1): acceptance rate % / quality")
     t3 = transfer_temperature(runs) if table3_temperature is None else table3_temperature
-    paths += write_table(table3(own, t3, runs), out / "table3", f"Table 3 (T = {t3:g}): cross-task transfer of the "
-                                                                "DIVERSED head (acceptance % / quality)")
-    paths += write_table(speed_table(own, runs), out / "speed", "Speed: tokens/s, speedup over target-only, "
-                                                                "acceptance %, tau, bias TV, quality, fidelity")
-    paths += write_table(lambda_table(units, runs), out / "lambda", "Lambda sweep: the DIVERSED head trained at each "
-                         "lambda (weight of the acceptance term): acceptance %, mean w, quality, fidelity")
+    paths += write_table(table3(quality, t3, runs), out / "table3", f"Table 3 (T = {t3:g}): cross-task transfer of "
+                                                                    "the DIVERSED head (acceptance % / quality)")
+    paths += write_table(speed_table(own, runs), out / "speed", "Speed (timed at batch 1): tokens/s, speedup over "
+                                                                "target-only, acceptance %, tau, bias TV, quality, "
+                                                                "fidelity")
+    paths += write_table(lambda_table(quality_units(units), runs), out / "lambda", "Lambda sweep: the DIVERSED head "
+                         "trained at each lambda (weight of the acceptance term): acceptance %, mean w, quality, "
+                         "fidelity")
     return paths

@@ -1,34 +1,39 @@
-"""The decoding engine: speculative decoding with strict / fixed / dynamic verification, and the
-autoregressive baselines, for one sequence at a time (batch size 1).
+"""The decoding engine: speculative decoding with strict / fixed / dynamic verification, and the target-only and
+draft-only baselines, for B sequences advancing in lockstep (B = 1 for timing).
 
-Each model keeps a KV cache that holds every token of the sequence but the newest. A speculative step:
-draft_block (the draft proposes k tokens), score_block (one target forward over [newest, d_1..d_k]),
-WEIGHT_RULES (w at each drafted position), verify_step (verifiers.verify_on_device, then the step's one
-host transfer), Generation.record, roll_back (both caches cropped to the accepted prefix: accepted tokens
-are never re-encoded). Statistics live in diversed.decoding.stats.
+Each model keeps a KV cache of B rows (`Stepper`), each row at its own length, holding every token of its
+sequence but the newest. A speculative step, over the live rows at once: draft_block (the draft proposes k tokens
+per row), score_block (one target forward over [newest, d_1..d_k] per row), WEIGHT_RULES (w at each drafted
+position), verify_step (verifiers.verify_rows, then the step's one host transfer for the whole batch),
+Generation.record per row, roll_back (each row's caches cropped to its own accepted prefix: accepted tokens are
+never re-encoded). A row that ends (EOS, its token budget) leaves the batch and the next prompt takes its slot.
+
+A row's output does not depend on its batch: each prompt draws from its own generator in the order a batch of
+one would, and each row computes with its own positions and mask. Statistics live in diversed.decoding.stats.
 """
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import time
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from diversed.decoding import fastpath
+from diversed.decoding.fastpath import CAPTURES
 from diversed.decoding.models import context_length, draft_vocabulary, shared_width
 from diversed.decoding.models import vocab_size as vocab_width
 from diversed.decoding.stats import Generation, Step
-from diversed.decoding.verifiers import MIXINGS, logits_to_logprobs, synthetic_on_device, verify_on_device
+from diversed.decoding.verifiers import MIXINGS, logits_to_logprobs, synthetic_rows, verify_rows
 
-WEIGHT_RULES: dict[str, Callable[..., torch.Tensor]] = {  # verifier -> w [k]: the one place a verifier is added
-    "strict": lambda k, device, **_: torch.ones(k, device=device),  # w = 1: lossless
-    "fixed": lambda k, device, weight, **_: torch.full((k,), float(weight), device=device),  # a constant w
-    "dynamic": lambda k, head, h_target, h_draft, **_: head(h_target[:k], h_draft).float(),  # w_i = head(h_t, h_d)
+WEIGHT_RULES: dict[str, Callable[..., torch.Tensor]] = {  # verifier -> w [R, k]: the one place a verifier is added
+    "strict": lambda R, k, device, **_: torch.ones(R, k, device=device),  # w = 1: lossless
+    "fixed": lambda R, k, device, weight, **_: torch.full((R, k), float(weight), device=device),  # a constant w
+    "dynamic": lambda R, k, head, h_target, h_draft, **_: head(h_target[:, :k], h_draft).float(),  # head(h_t, h_d)
 }
 VERIFIERS = ("autoregressive", "draft", *WEIGHT_RULES)  # autoregressive: the target alone; draft: the draft alone
 
@@ -54,12 +59,70 @@ class Sampling:
         """logits [..., V] -> log-probabilities [..., V] after temperature (T = 1 when greedy) and top-p."""
         return logits_to_logprobs(logits, self.temperature, self.top_p)
 
-    def draw(self, scores: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        """scores [V] -> one token id [1] (long), on the device: the argmax when greedy (scores: any monotone
-        map of the log-probabilities), else a sample from exp(scores) (scores: log-probabilities)."""
+    def draw(self, scores: torch.Tensor, generators: list[torch.Generator | None],
+             live: list[bool] | None = None) -> torch.Tensor:
+        """scores [R, V] -> one token id per row [R] (long), on the device: the argmax when greedy (scores: any
+        monotone map of the log-probabilities), else a sample from exp(scores[r]) (log-probabilities) with row
+        r's own generator, as a batch of one draws it. live[r] False: the argmax, drawing nothing (a row
+        drafting past what its step needs)."""
         if self.greedy:
-            return scores.argmax(-1, keepdim=True)
-        return torch.multinomial(scores.exp(), 1, generator=generator)
+            return scores.argmax(-1)
+        best = scores.argmax(-1)
+        draws = [torch.multinomial(scores[r].exp(), 1, generator=g)[0] if live is None or live[r] else best[r]
+                 for r, g in enumerate(generators)]
+        return torch.stack(draws)
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """What a decode computes, validated when built, passed whole and recorded whole in a run's manifest.
+
+    verifier: one of VERIFIERS; K: draft length; weight: w of the fixed verifier; mixing: how nu mixes p and q;
+    eos_token_id: the ids that end a sequence (None: the target's generation config's; () never stops);
+    synthetic_acceptance = a replaces verification by accepting each draft with probability a (timing at real
+    sizes with random weights: verifiers.synthetic_rows)."""
+
+    verifier: str = "strict"
+    K: int = 5
+    max_new_tokens: int = 128
+    sampling: Sampling = Sampling()
+    weight: float | None = None
+    mixing: str = "linear"
+    eos_token_id: tuple[int, ...] | None = None
+    synthetic_acceptance: float | None = None
+
+    def __post_init__(self):
+        if self.eos_token_id is not None:
+            eos = (self.eos_token_id,) if isinstance(self.eos_token_id, int) else tuple(self.eos_token_id)
+            object.__setattr__(self, "eos_token_id", tuple(int(t) for t in eos))
+        v = self.verifier
+        if v not in VERIFIERS:
+            raise ValueError(f"unknown verifier {v!r}; allowed: {', '.join(VERIFIERS)}")
+        if self.mixing not in MIXINGS:
+            raise ValueError(f"unknown mixing {self.mixing!r}; allowed: {', '.join(MIXINGS)}")
+        n = self.max_new_tokens
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {n!r} (an integer)")
+        if not isinstance(self.sampling, Sampling):
+            raise TypeError(f"sampling must be an engine.Sampling, got {type(self.sampling).__name__}")
+        if v in WEIGHT_RULES and (isinstance(self.K, bool) or not isinstance(self.K, int) or self.K < 1):
+            raise ValueError(f"draft length K must be >= 1, got {self.K!r} (an integer)")
+        if v == "fixed" and self.weight is None:
+            raise ValueError("verifier 'fixed' needs --weight w in [0, 1] (weight= in Python)")
+        w = self.weight
+        if w is not None:
+            if v != "fixed":
+                raise ValueError(f"weight is only used by the 'fixed' verifier, not {v!r}")
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w <= 1:
+                raise ValueError(f"weight w must be in [0, 1], got {w!r}")
+        a = self.synthetic_acceptance
+        if a is not None and not 0 <= a <= 1:
+            raise ValueError(f"synthetic acceptance must be in [0, 1], got {a}")
+
+    def record(self) -> dict:
+        """The settings as a manifest records them."""
+        return dataclasses.asdict(self) | {"eos_token_id": None if self.eos_token_id is None
+                                           else list(self.eos_token_id)}
 
 
 @dataclass(frozen=True)
@@ -76,45 +139,21 @@ class Execution:
     threads: int | None = None
 
     @classmethod
-    def from_env(cls) -> Execution:
-        """$DIVERSED_CAPTURE (default none), $DIVERSED_FASTPATH (1 on, 0 off; default 1) and torch's thread
-        count, read once by an entry point (a run, the bench, the lm-eval model) and passed down."""
-        fast = os.environ.get("DIVERSED_FASTPATH", "1")
-        if fast not in ("0", "1"):
-            raise ValueError(f"DIVERSED_FASTPATH must be 0 or 1, got {fast!r}")
-        return cls(os.environ.get("DIVERSED_CAPTURE", "none"), fast == "1", torch.get_num_threads())
+    def here(cls, capture: str = "none", fastpath: bool = True) -> Execution:
+        """The settings an entry point was given (the --capture and --no-fastpath flags of generate, sweep-weight,
+        train and bench; the lm-eval model's args), with torch's thread count; resolved once and passed down."""
+        if capture not in CAPTURES:
+            raise ValueError(f"unknown capture {capture!r}; allowed: {', '.join(CAPTURES)}")
+        return cls(capture, bool(fastpath), torch.get_num_threads())
 
 
-def check_settings(verifier: str, *, K: int, max_new_tokens: int, sampling: Sampling, weight=None, head=None,
-                   mixing: str = "linear") -> None:
-    """The checks of the decoding settings, shared by the engine and RunConfig.validate (head: anything but
-    None when given). `sampling` checked itself when built."""
-    if verifier not in VERIFIERS:
-        raise ValueError(f"unknown verifier {verifier!r}; allowed: {', '.join(VERIFIERS)}")
-    if mixing not in MIXINGS:
-        raise ValueError(f"unknown mixing {mixing!r}; allowed: {', '.join(MIXINGS)}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens!r} (an integer)")
-    if not isinstance(sampling, Sampling):
-        raise TypeError(f"sampling must be an engine.Sampling, got {type(sampling).__name__}")
-    if verifier in WEIGHT_RULES and (isinstance(K, bool) or not isinstance(K, int) or K < 1):
-        raise ValueError(f"draft length K must be >= 1, got {K!r} (an integer)")
-    if verifier == "fixed" and weight is None:
-        raise ValueError("verifier 'fixed' needs --weight w in [0, 1] (weight= in Python)")
-    if weight is not None:
-        if verifier != "fixed":
-            raise ValueError(f"weight is only used by the 'fixed' verifier, not {verifier!r}")
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 1:
-            raise ValueError(f"weight w must be in [0, 1], got {weight!r}")
+def check_request(target, draft, prompt_len: int, decoding: Decoding, *, head, vocab_size: int | None,
+                  execution: Execution) -> None:
+    """Every check that can fail, before any compute: the head a verifier needs, then the models (prompt_len:
+    the longest prompt's)."""
+    verifier = decoding.verifier
     if verifier == "dynamic" and head is None:
         raise ValueError("verifier 'dynamic' needs --head, a trained weight head (head= in Python)")
-
-
-def check_request(target, draft, prompt_len: int, *, verifier: str, K: int, max_new_tokens: int, sampling: Sampling,
-                  weight, head, mixing: str, vocab_size: int | None, execution: Execution) -> None:
-    """Every check that can fail, before any compute: the settings, then the models they run on."""
-    check_settings(verifier, K=K, max_new_tokens=max_new_tokens, sampling=sampling, weight=weight, head=head,
-                   mixing=mixing)
     models = [("target", target)]
     if verifier != "autoregressive":
         if draft is None:
@@ -130,9 +169,9 @@ def check_request(target, draft, prompt_len: int, *, verifier: str, K: int, max_
     for role, model in models:
         fastpath.check_capture(execution.capture, model, role, enabled=execution.fastpath)
         ctx = context_length(model)
-        if ctx is not None and prompt_len + max_new_tokens > ctx:
-            raise ValueError(f"prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
-                             f"{role}'s context length {ctx}")
+        if ctx is not None and prompt_len + decoding.max_new_tokens > ctx:
+            raise ValueError(f"prompt ({prompt_len} tokens) + max_new_tokens ({decoding.max_new_tokens}) exceeds "
+                             f"the {role}'s context length {ctx}")
 
 
 _ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # lm_head -> (key, index [R], W rows [R, h])
@@ -151,7 +190,7 @@ def _vocabulary_rows(lm_head: nn.Module, rows: list[int]) -> tuple[torch.Tensor,
 
 
 def output_head(lm_head: nn.Module, rows: list[int] | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
-    """h [T, h] -> logits [T, V] through the output projection, with a faster kernel on CPU.
+    """h [N, h] -> logits [N, V] through the output projection, with a faster kernel on CPU.
 
     rows: a draft vocabulary (models.draft_vocabulary): only those rows of the projection are computed, every
     other logit is -inf (q = 0 there).
@@ -176,85 +215,198 @@ def output_head(lm_head: nn.Module, rows: list[int] | None = None) -> Callable[[
         W = W.detach()  # [V, h], shares the parameter's storage
 
     def head(h: torch.Tensor) -> torch.Tensor:
-        T = h.shape[0]
-        x = h if T > 1 or not cpu_f32 else torch.cat([h, h])  # [max(T, 2), h] on CPU
-        logits = (W @ x.T).T[:T]  # [T, V or R]
+        N = h.shape[0]
+        x = h if N > 1 or not cpu_f32 else torch.cat([h, h])  # [max(N, 2), h] on CPU
+        logits = (W @ x.T).T[:N] if cpu_f32 else torch.nn.functional.linear(x, W)  # [N, V or R]
         if rows is None:
             return logits.contiguous()
-        return logits.new_full((T, V), float("-inf")).index_copy_(1, index, logits)  # [T, V]
+        return logits.new_full((N, V), float("-inf")).index_copy_(1, index, logits)  # [N, V]
 
     return head
 
 
+class RowCache:
+    """transformers' cache interface over preallocated [B, heads, capacity, d] buffers per layer, each row written
+    at its own positions (the fast path's static cache, for every other architecture). Sliding-window layers keep
+    every position too: the mask (Stepper._masks) applies the window, so rejected drafts roll back at any length.
+    `at(rows, pos, window)` says where the next forward writes and how far it reads."""
+
+    def __init__(self, model: nn.Module, rows: int, capacity: int):
+        from transformers.cache_utils import Cache
+
+        layers = [_RowLayer(self) for _ in range(model.get_decoder().config.num_hidden_layers)]
+        self.cache = Cache(layers=layers)
+        self.B, self.capacity = rows, capacity
+        self.rows, self.pos, self.window = None, None, 0
+
+    def at(self, rows: torch.Tensor | None, pos: torch.Tensor, window: int) -> None:
+        self.rows, self.pos, self.window = rows, pos, window
+        if window > self.capacity:  # grow (a Stepper without max_len)
+            self.capacity = max(window, 2 * self.capacity)
+            for layer in self.cache.layers:
+                layer.grow(self.capacity)
+
+
+def _row_layer_class():
+    from transformers.cache_utils import DynamicLayer
+
+    class RowLayer(DynamicLayer):
+        """One layer of a RowCache."""
+
+        def __init__(self, owner: RowCache):
+            super().__init__()
+            self.owner = owner
+
+        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+            B, cap = self.owner.B, self.owner.capacity
+            self.keys = key_states.new_zeros(B, key_states.shape[1], cap, key_states.shape[3])
+            self.values = value_states.new_zeros(B, value_states.shape[1], cap, value_states.shape[3])
+            self.device, self.is_initialized = key_states.device, True
+
+        def grow(self, capacity: int) -> None:
+            if self.is_initialized:
+                pad = capacity - self.keys.shape[2]
+                self.keys = torch.nn.functional.pad(self.keys, (0, 0, 0, pad))
+                self.values = torch.nn.functional.pad(self.values, (0, 0, 0, pad))
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+            """key_states [R, heads, T, d] at the owner's rows and positions -> keys, values [R, heads, window, d]."""
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            o = self.owner
+            at = (torch.arange(key_states.shape[0], device=self.device) if o.rows is None else o.rows)[:, None]
+            self.keys[at, :, o.pos] = key_states.transpose(1, 2)  # [R, T, heads, d]
+            self.values[at, :, o.pos] = value_states.transpose(1, 2)
+            keys, values = self.keys[:, :, :o.window], self.values[:, :, :o.window]
+            if o.rows is not None:
+                keys, values = keys.index_select(0, o.rows), values.index_select(0, o.rows)
+            return keys, values
+
+        def get_seq_length(self) -> int:
+            return self.owner.window
+
+    return RowLayer
+
+
+def _RowLayer(owner: RowCache):
+    global _RowLayer
+    cls = _row_layer_class()
+    _RowLayer = cls
+    return cls(owner)
+
+
 class Stepper:
-    """One model with its KV cache: feed new tokens, get logits and last hidden states back."""
+    """One model with a KV cache of `rows` sequences, each at its own length (`held`): feed new tokens, get
+    logits and last hidden states back."""
 
     def __init__(self, model: nn.Module, vocab_size: int | None = None, shared: int | None = None,
-                 max_len: int | None = None, execution: Execution = Execution(), buckets: tuple[int, ...] = ()):
+                 max_len: int | None = None, execution: Execution = Execution(), buckets: tuple[int, ...] = (),
+                 rows: int = 1):
         """vocab_size: common logit width (pads with -inf); shared: ids at or past it get -inf (see check_vocab);
-        max_len: positions the sequence will reach, which enables the static-cache fast path where supported
-        and execution.fastpath allows; execution.capture: "none" / "graph" / "compile" for the fast path's steps
-        of the lengths in `buckets` (fastpath)."""
-        self.model = model
+        max_len: positions a row will reach, which enables the static-cache fast path where supported and
+        execution.fastpath allows; execution.capture: "none" / "graph" / "compile" for the fast path's steps of
+        the lengths in `buckets` (fastpath)."""
+        self.model, self.rows = model, rows
         self.decoder = model.get_decoder()
         lm_head = model.get_output_embeddings()
         self.device = lm_head.weight.device
         self.vocab = vocab_size or lm_head.out_features  # logit width V
-        self.empty_hidden = lm_head.weight.new_zeros(0, lm_head.weight.shape[1])  # [0, h]
+        self.empty_hidden = lm_head.weight.new_zeros(rows, 0, lm_head.weight.shape[1])  # [B, 0, h]
         # as the class's forward applies it: Gemma3ForConditionalGeneration applies no softcap of its text config
         softcap = getattr(model.config, "final_logit_softcapping", None)
         pad = self.vocab - lm_head.out_features
         shared = shared if shared is not None and shared < lm_head.out_features else None
-        rows = draft_vocabulary(model)
-        self.post = logits_fn(output_head(lm_head, rows), softcap, shared, pad)
+        vocabulary = draft_vocabulary(model)
+        self.post = logits_fn(output_head(lm_head, vocabulary), softcap, shared, pad)
         # checked here too, else an unsupported model would silently run uncaptured
         fastpath.check_capture(execution.capture, model, enabled=execution.fastpath)
         fast = bool(max_len) and execution.fastpath and fastpath.supported(model)
         self.fast = fastpath.acquire(model, max_len, self, execution.capture, buckets, self.post,
-                                     (softcap, shared, pad, rows and len(rows))) if fast else None
-        self.cache = None if self.fast else rollback_cache(model)
-        self.n = 0  # positions held in the cache
+                                     (softcap, shared, pad, vocabulary and len(vocabulary)), rows) if fast else None
+        self.cache = None if self.fast else RowCache(model, rows, (max_len or 64) + max(buckets, default=1))
+        self.held = self.fast.n if self.fast else [0] * rows  # positions held in the cache, per row
+
+    @property
+    def n(self) -> int:
+        """Positions held by a one-row cache."""
+        if self.rows != 1:
+            raise ValueError(f"a cache of {self.rows} rows holds one length per row: read .held")
+        return self.held[0]
 
     @torch.inference_mode()
-    def __call__(self, ids: list[int] | torch.Tensor, last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids [T] (a list, or a long tensor on the model's device) -> logits [T or 1, V] (float32), hidden."""
-        x = ids if isinstance(ids, torch.Tensor) else torch.tensor(ids, device=self.device)  # [T]
+    def __call__(self, ids: list[int] | torch.Tensor, rows: list[int] | None = None, lengths: list[int] | None = None,
+                 last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """ids [R, T] (long, on the model's device) for the cache rows `rows` (default: all, in order) -> logits
+        [R, T or 1, V] (float32) and hidden states [R, T or 1, h]. Row r takes lengths[r] tokens (default T),
+        ids[r, :lengths[r]], at its next positions; the rest is padding. last_only: each row's last real one.
+
+        A one-row cache also takes ids [T] (a list or a tensor) and returns logits [T or 1, V], hidden [T or 1, h]."""
+        single = not isinstance(ids, torch.Tensor) or ids.dim() == 1
+        x = torch.as_tensor(ids, device=self.device).view(1, -1) if single else ids  # [R, T]
         if self.fast is not None:
-            logits, h = self.fast(x, last_only)  # [T or 1, V], [T or 1, h]
+            logits, h = self.fast(x, rows, lengths, last_only)
         else:
-            h = self.decoder(input_ids=x[None], cache=self.cache, use_cache=True).last_hidden_state[0]  # [T, h]
-            h = h[-1:] if last_only else h
-            logits = self.post(h)
-        self.n += x.shape[0]
-        return logits, h
+            logits, h = self._forward(x, rows, lengths, last_only)
+        return (logits[0], h[0]) if single else (logits, h)
 
-    def crop(self, n: int) -> None:
-        """Keep the first n positions (rollback of rejected drafts)."""
-        if n < self.n:
-            if self.fast is not None:
-                self.fast.crop(n)
-            else:
-                self.cache.crop(n - self.n)
-            self.n = n
+    def _forward(self, x: torch.Tensor, rows: list[int] | None, lengths: list[int] | None,
+                 last_only: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """transformers' modules over a RowCache, with each row's positions and a mask of its own."""
+        R, T = x.shape
+        rows = list(range(self.rows)) if rows is None else rows
+        lengths = [T] * R if lengths is None else lengths
+        n = [self.held[r] for r in rows]
+        pos = torch.tensor(n, device=self.device)[:, None] + torch.arange(T, device=self.device)  # [R, T]
+        window = max(n) + T
+        index = None if rows == list(range(self.rows)) else torch.tensor(rows, device=self.device)
+        self.cache.at(index, pos, window)
+        h = self.decoder(input_ids=x, attention_mask=self._masks(pos, window), position_ids=pos,
+                         cache=self.cache.cache, use_cache=True).last_hidden_state  # [R, T, h]
+        if last_only:
+            at = torch.tensor([k - 1 for k in lengths], device=self.device)[:, None, None]  # [R, 1, 1]
+            h = h.gather(1, at.expand(R, 1, h.shape[-1]))  # [R, 1, h]
+        for r, k in zip(rows, lengths, strict=True):
+            self.held[r] += k
+        return self.post(h.reshape(-1, h.shape[-1])).view(*h.shape[:2], -1), h
 
+    def _masks(self, pos: torch.Tensor, window: int):
+        """Each row's attention mask [R, 1, T, window] over its cache positions: keys at or before the query's
+        position (and within the sliding window on sliding layers); one per layer type where the model has
+        several, in the form its attention takes (boolean for SDPA, additive for eager)."""
+        cfg = self.decoder.config
+        keys = torch.arange(window, device=self.device)
+        causal = keys <= pos[:, :, None]  # [R, T, window]
+        allowed = {"full_attention": causal}
+        if getattr(cfg, "sliding_window", None):
+            allowed["sliding_attention"] = causal & (pos[:, :, None] - keys < cfg.sliding_window)
+        impl = cfg._attn_implementation
+        if impl not in ("sdpa", "eager"):
+            raise ValueError(f"attention {impl!r} takes no custom mask; load the model with attn_implementation "
+                             "'sdpa' or 'eager'")
+        dtype = self.decoder.embed_tokens.weight.dtype
+        form = {k: m[:, None] if impl == "sdpa" else torch.zeros(m[:, None].shape, dtype=dtype, device=self.device)
+                .masked_fill(~m[:, None], torch.finfo(dtype).min) for k, m in allowed.items()}
+        types = getattr(cfg, "layer_types", None)  # models with layer types take one mask per type
+        if types:
+            return {t: form[t] for t in set(types)}
+        return form["sliding_attention" if "sliding_attention" in form else "full_attention"]
 
-def rollback_cache(model: nn.Module):
-    """transformers' DynamicCache for the model, whose sliding-window layers keep every position (the attention
-    mask does the windowing): a window-sized layer drops the positions a rollback past the window would need."""
-    from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+    def crop(self, n: int, row: int = 0) -> None:
+        """Keep row's first n positions (rollback of rejected drafts); later writes overwrite the others."""
+        self.held[row] = min(self.held[row], n)
 
-    cache = DynamicCache(config=model.config)
-    cache.layers = [DynamicLayer() if type(layer) is DynamicSlidingWindowLayer else layer for layer in cache.layers]
-    return cache
+    def reset(self, row: int) -> None:
+        """Empty a row for the next sequence."""
+        self.held[row] = 0
 
 
 def logits_fn(head: Callable[[torch.Tensor], torch.Tensor], softcap: float | None, shared: int | None,
               pad: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """h [T, h] -> logits [T, V + pad] (float32): the output head, its softcap, -inf past the shared
+    """h [N, h] -> logits [N, V + pad] (float32): the output head, its softcap, -inf past the shared
     vocabulary and for the padding."""
 
     def post(h: torch.Tensor) -> torch.Tensor:
-        logits = head(h).float()  # [T, V]
+        logits = head(h).float()  # [N, V]
         if softcap:
             logits = torch.tanh(logits / softcap) * softcap
         if shared is not None:  # ids past the smaller model's head are padding, never real tokens
@@ -273,31 +425,31 @@ def synchronize(device: torch.device) -> None:
 
 
 def _finite(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logits, ok []) without a host sync. NaN anywhere in a row, or a row without a finite value, makes
-    its max non-finite (one reduction). Broken logits are zeroed so that sampling can go on; the caller
-    raises at its next host sync (_raise_if_broken), and nothing sampled from them is ever emitted."""
-    ok = torch.isfinite(logits.amax(dim=-1)).all()
-    return torch.where(ok, logits, torch.zeros_like(logits)), ok
+    """logits [R, ..., V] -> (logits, ok [R]) without a host sync. NaN anywhere in a row's logits, or a position
+    without a finite value, makes its max non-finite (one reduction). Broken rows are zeroed so that sampling can
+    go on; the caller raises at its next host sync (_raise_if_broken), and nothing sampled from them is emitted."""
+    ok = torch.isfinite(logits.amax(dim=-1)).reshape(logits.shape[0], -1).all(dim=1)  # [R]
+    return torch.where(ok.view(-1, *[1] * (logits.dim() - 1)), logits, torch.zeros_like(logits)), ok
 
 
-def _raise_if_broken(ok: list[float], who: list[str], step: int) -> None:
-    for flag, name in zip(ok, who, strict=True):
-        if not flag:
-            raise FloatingPointError(f"{name} logits are not finite (NaN, +inf, or no finite value) at step {step}; "
-                                     "refusing to sample")
+def _raise_if_broken(ok: list[float], who: str, step: int) -> None:
+    if not all(ok):
+        raise FloatingPointError(f"{who} logits are not finite (NaN, +inf, or no finite value) at step {step}; "
+                                 "refusing to sample")
 
 
 def _fidelity(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference-free fidelity of tokens [m] under the target's raw logits [m, V] that predicted them:
-    (log p_target(token) at T = 1 [m], is it the target's argmax [m]), on the device."""
-    logprob = logits.log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
+    """Reference-free fidelity of tokens [...] under the target's raw logits [..., V] that predicted them:
+    (log p_target(token) at T = 1 [...], is it the target's argmax [...]), on the device."""
+    logprob = logits.log_softmax(-1).gather(-1, tokens[..., None])[..., 0]
     return logprob, logits.argmax(-1) == tokens
 
 
 def _to_host(*xs: torch.Tensor) -> list[list[float]]:
-    """Small device tensors to Python lists in one transfer: the host sync of a step.
+    """Small device tensors to Python lists in one transfer: the host sync of a step, for the whole batch.
 
-    Packed as float32, which holds token ids exactly (< 2^24) and the float32 statistics unchanged."""
+    Packed as float32, which holds token ids exactly (< 2^24) and the float32 statistics unchanged; each comes
+    back flat (row-major)."""
     flat = torch.cat([x.reshape(-1).float() for x in xs]).tolist()
     out, i = [], 0
     for x in xs:
@@ -308,11 +460,10 @@ def _to_host(*xs: torch.Tensor) -> list[list[float]]:
 
 class _Clock:
     """Timestamps inside a step without host syncs: CUDA events on a GPU (read after the final sync),
-    perf_counter elsewhere. marks: per step (draft start, verify start, done)."""
+    perf_counter elsewhere."""
 
     def __init__(self, device: torch.device):
         self.events = device.type == "cuda"
-        self.marks: list[tuple] = []
 
     def __call__(self):
         if not self.events:
@@ -324,17 +475,13 @@ class _Clock:
     def seconds(self, a, b) -> float:
         return a.elapsed_time(b) / 1000 if self.events else b - a
 
-    def totals(self) -> tuple[float, float]:
-        """(draft seconds, verify seconds) over the marked steps."""
-        return (sum(self.seconds(a, b) for a, b, _ in self.marks),
-                sum(self.seconds(b, c) for _, b, c in self.marks))
-
 
 def _prompt_ids(input_ids) -> list[int]:
     if isinstance(input_ids, torch.Tensor):
         if input_ids.dim() == 2:
             if input_ids.shape[0] != 1:
-                raise ValueError(f"batch size {input_ids.shape[0]} is not supported yet; decode one prompt at a time")
+                raise ValueError(f"input_ids holds {input_ids.shape[0]} sequences: pass a list of prompts to "
+                                 "engine.generate for a batch")
             input_ids = input_ids[0]
         input_ids = input_ids.tolist()
     ids = [int(t) for t in input_ids]
@@ -343,7 +490,7 @@ def _prompt_ids(input_ids) -> list[int]:
     return ids
 
 
-def eos_set(model: nn.Module, eos_token_id: int | list[int] | None = None) -> set[int]:
+def eos_set(model: nn.Module, eos_token_id: int | tuple[int, ...] | list[int] | None = None) -> set[int]:
     """The ids that end a sequence: eos_token_id, else the model's generation config's."""
     if eos_token_id is None:
         eos_token_id = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -352,191 +499,285 @@ def eos_set(model: nn.Module, eos_token_id: int | list[int] | None = None) -> se
     return {int(eos_token_id)} if isinstance(eos_token_id, int) else {int(t) for t in eos_token_id}
 
 
-@torch.inference_mode()
-def autoregressive_generate(model: nn.Module, input_ids, *, max_new_tokens: int, sampling: Sampling = Sampling(),
-                            generator: torch.Generator | None = None, eos_token_id: int | list[int] | None = None,
-                            fidelity: bool = True, execution: Execution = Execution(),
-                            shared: int | None = None) -> Generation:
-    """Plain one-token-per-forward decoding (the target-only and draft-only baselines).
+@dataclass
+class Row:
+    """A sequence in the batch: its prompt's index, its record and generator, its newest token (in neither cache),
+    what the draft has not seen, its step marks (draft start, verify start, done) and its start."""
 
-    fidelity: record log p(token) and argmax agreement under this model (turn off for a draft-only run);
-    execution.capture applies to the 1-token step (see fastpath); shared: ids at or past it are never emitted
-    (a draft whose head is wider than its target's).
-    """
-    ids = _prompt_ids(input_ids)
-    check_request(model, None, len(ids), verifier="autoregressive", K=1, max_new_tokens=max_new_tokens,
-                  sampling=sampling, weight=None, head=None, mixing="linear", vocab_size=None, execution=execution)
-    eos = eos_set(model, eos_token_id)
-    run = Stepper(model, shared=shared, max_len=len(ids) + max_new_tokens, execution=execution, buckets=(1,))
-    out = Generation(tokens=[], K=0)
-    synchronize(run.device)
-    t0 = time.perf_counter()
-    pending = ids
-    while len(out.tokens) < max_new_tokens:
-        logits, _ = run(pending, last_only=True)  # [1, V]
-        logits, ok = _finite(logits)
-        x = sampling.draw(logits[0] if sampling.greedy else sampling.logprobs(logits[0]), generator)  # [1]
-        (ok, token), logprob, is_max = _to_host(torch.cat([ok[None].long(), x]), *_fidelity(logits, x))  # one sync
-        _raise_if_broken([ok], ["model"], len(out.tokens))
-        token = int(token)
-        out.tokens.append(token)
-        if fidelity:
-            out.target_logprob.extend(logprob)
-            out.target_argmax.extend(bool(a) for a in is_max)
-        pending = x
-        if token in eos:
-            out.stop = "eos"
-            break
-    synchronize(run.device)
-    out.time_total = time.perf_counter() - t0
-    return out
+    index: int
+    out: Generation
+    generator: torch.Generator | None
+    last: int
+    pending: list[int]
+    started: float
+    marks: list[tuple] = field(default_factory=list)
 
 
-@torch.inference_mode()
-def draft_only_generate(target: nn.Module, draft: nn.Module, ids: list[int], *, max_new_tokens: int,
-                        sampling: Sampling, generator: torch.Generator | None, eos_token_id, vocab_size: int | None,
-                        execution: Execution) -> Generation:
-    """The draft alone (a baseline), stopping at the target's EOS; fidelity judged by the target in one pass."""
-    eos = eos_token_id if eos_token_id is not None else sorted(eos_set(target))
-    out = autoregressive_generate(draft, ids, max_new_tokens=max_new_tokens, sampling=sampling, generator=generator,
-                                  eos_token_id=eos, fidelity=False, execution=execution,
-                                  shared=shared_width(target, draft))
-    logits, _ = Stepper(target, vocab_size)(ids + out.tokens[:-1])  # [len(ids) + n - 1, V]
-    tokens = torch.tensor(out.tokens, device=logits.device)  # [n]
-    logprob, is_max = _to_host(*_fidelity(logits[len(ids) - 1:], tokens))
-    out.target_logprob, out.target_argmax = logprob, [bool(a) for a in is_max]
-    return out
+class Batch:
+    """B cache rows over a queue of prompts: the live rows (slot -> Row), refilled as rows end."""
+
+    def __init__(self, prompts: list[list[int]], steppers: list[Stepper], decoding: Decoding,
+                 generators: list[torch.Generator | None], size: int, eos: set[int],
+                 on_finish: Callable[[int], None] | None = None):
+        self.prompts, self.steppers, self.decoding, self.generators = prompts, steppers, decoding, generators
+        self.eos, self.on_finish = eos, on_finish  # the ids that end a row; called with each finished prompt
+        self.queue: Iterator[int] = iter(range(len(prompts)))
+        self.live: dict[int, Row] = {}
+        self.done: list[Generation | None] = [None] * len(prompts)
+        self.admit(list(range(size)))
+
+    def admit(self, slots: list[int]) -> None:
+        """The next prompts into the free slots, their prompts but the newest token prefilled together."""
+        joining = []
+        for slot in slots:
+            index = next(self.queue, None)
+            if index is None:
+                break
+            joining.append((slot, index))
+        for s in self.steppers:
+            for slot, _ in joining:
+                s.reset(slot)
+        prefill = [(slot, self.prompts[i][:-1]) for slot, i in joining if len(self.prompts[i]) > 1]
+        if prefill:
+            device = self.steppers[0].device
+            width = max(len(ids) for _, ids in prefill)
+            x = torch.tensor([ids + [0] * (width - len(ids)) for _, ids in prefill], device=device)  # [R, L]
+            for s in self.steppers:
+                s(x, [slot for slot, _ in prefill], [len(ids) for _, ids in prefill], last_only=True)
+        for slot, i in joining:
+            ids = self.prompts[i]
+            self.live[slot] = Row(i, Generation(tokens=[], K=self.decoding.K if self.decoding.verifier in
+                                                WEIGHT_RULES else 0), self.generators[i], ids[-1], ids[-1:],
+                                  time.perf_counter())
+
+    def finish(self, slot: int, clock: _Clock | None = None) -> None:
+        """A row that ended leaves (its times: from its admission, and its steps' draft and verify marks); its slot
+        takes the next prompt."""
+        row = self.live.pop(slot)
+        synchronize(self.steppers[0].device)
+        row.out.time_total = time.perf_counter() - row.started
+        if clock is not None:
+            row.out.time_draft = sum(clock.seconds(a, b) for a, b, _ in row.marks)
+            row.out.time_verify = sum(clock.seconds(b, c) for _, b, c in row.marks)
+        self.done[row.index] = row.out
+        if self.on_finish is not None:
+            self.on_finish(row.index)
+        self.admit([slot])
+
+    def rows(self) -> tuple[list[int], list[Row]]:
+        slots = sorted(self.live)
+        return slots, [self.live[s] for s in slots]
 
 
 @dataclass
 class Block:
-    """k draft tokens and what the draft computed for them, on the device."""
+    """Each row's draft tokens and what the draft computed for them, on the device (kmax: the longest k)."""
 
-    tokens: torch.Tensor  # [k] long
-    log_q: torch.Tensor  # [k, V]
-    h: torch.Tensor  # [k, h_d]: the draft hidden state that proposed each token
-    ok: list[torch.Tensor]  # k x []: finite draft logits
+    tokens: torch.Tensor  # [R, kmax] long
+    log_q: torch.Tensor  # [R, kmax, V]
+    h: torch.Tensor  # [R, kmax, h_d]: the draft hidden state that proposed each token
+    ok: torch.Tensor  # [R, kmax]: finite draft logits
 
 
 @dataclass
 class Scored:
-    """The target's forward over [newest, d_1..d_k], on the device."""
+    """The target's forward over [newest, d_1..d_k] of each row, on the device."""
 
-    logits: torch.Tensor  # [k + 1, V] raw (zeroed if not finite), for the fidelity statistics
-    log_p: torch.Tensor  # [k + 1, V] after temperature and top-p
-    h: torch.Tensor  # [k + 1, h_t]: the target hidden state predicting each position
-    ok: torch.Tensor  # []: finite target logits
+    logits: torch.Tensor  # [R, kmax + 1, V] raw (zeroed if not finite), for the fidelity statistics
+    log_p: torch.Tensor  # [R, kmax + 1, V] after temperature and top-p
+    h: torch.Tensor  # [R, kmax + 1, h_t]: the target hidden state predicting each position
+    ok: torch.Tensor  # [R]: finite target logits
 
 
-def draft_block(D: Stepper, pending: torch.Tensor, k: int, sampling: Sampling,
-                generator: torch.Generator | None) -> Block:
-    """The draft proposes k tokens one at a time, fed `pending` first (the tokens its cache has not seen)."""
+def _padded(seqs: list[list[int]], device: torch.device) -> tuple[torch.Tensor, list[int]]:
+    """Token lists -> ids [R, max length] (0-padded) and their lengths."""
+    width = max(len(s) for s in seqs)
+    return torch.tensor([s + [0] * (width - len(s)) for s in seqs], device=device), [len(s) for s in seqs]
+
+
+def draft_block(D: Stepper, slots: list[int], rows: list[Row], ks: list[int], sampling: Sampling) -> Block:
+    """The draft proposes k_r tokens for each row r, one forward per position for all rows, fed each row's
+    pending tokens first; rows that need fewer than the longest k draft on without drawing."""
+    kmax, R = max(ks), len(rows)
+    if not kmax:
+        return Block(torch.zeros(R, 0, dtype=torch.long, device=D.device), torch.full(
+            (R, 0, D.vocab), -torch.inf, device=D.device), D.empty_hidden[:R], torch.ones(R, 0, dtype=torch.bool))
+    x, lengths = _padded([r.pending for r in rows], D.device)  # [R, 1 or 2]
+    generators = [r.generator for r in rows]
     tokens, log_q, h, ok = [], [], [], []
-    for _ in range(k):
-        logits, h_i = D(pending, last_only=True)  # [1, V], [1, h_d]
-        logits, ok_i = _finite(logits)
-        log_q_i = sampling.logprobs(logits[0])  # [V]
-        pending = sampling.draw(log_q_i, generator)  # [1]
-        tokens.append(pending), log_q.append(log_q_i), h.append(h_i[0]), ok.append(ok_i)
-    if not k:
-        return Block(pending.new_zeros(0), torch.full((0, D.vocab), -torch.inf, device=D.device), D.empty_hidden, [])
-    return Block(torch.cat(tokens), torch.stack(log_q), torch.stack(h), ok)
+    for j in range(kmax):
+        logits, h_j = D(x, slots, lengths, last_only=True)  # [R, 1, V], [R, 1, h_d]
+        logits, ok_j = _finite(logits[:, 0])  # [R, V], [R]
+        log_q_j = sampling.logprobs(logits)  # [R, V]
+        x = sampling.draw(log_q_j, generators, [j < k for k in ks])[:, None]  # [R, 1]
+        tokens.append(x), log_q.append(log_q_j), h.append(h_j), ok.append(ok_j)
+        lengths = [1] * R
+    return Block(torch.cat(tokens, 1), torch.stack(log_q, 1), torch.cat(h, 1), torch.stack(ok, 1))
 
 
-def score_block(T: Stepper, last: torch.Tensor, tokens: torch.Tensor, sampling: Sampling) -> Scored:
-    """One target forward over [last, tokens]: row i predicts draft token i + 1 (row k, the bonus token)."""
-    logits, h = T(torch.cat([last, tokens]))  # [k + 1, V], [k + 1, h_t]
+def score_block(T: Stepper, slots: list[int], rows: list[Row], block: Block, ks: list[int],
+                sampling: Sampling) -> Scored:
+    """One target forward over [last, d_1..d_k] per row: position i predicts draft token i + 1 (k, the bonus)."""
+    last = torch.tensor([[r.last] for r in rows], device=T.device)  # [R, 1]
+    logits, h = T(torch.cat([last, block.tokens], 1), slots, [k + 1 for k in ks])  # [R, kmax + 1, V], [.., h_t]
     logits, ok = _finite(logits)
     return Scored(logits, sampling.logprobs(logits), h, ok)
 
 
-def verify_step(block: Block, scored: Scored, w: torch.Tensor, mixing: str, sampling: Sampling,
-                generator: torch.Generator | None, synthetic_acceptance: float | None,
-                index: int) -> tuple[Step, torch.Tensor]:
-    """Verify the block (verifiers.verify_on_device, or synthetic acceptance), then bring the step's record to
-    the host in one transfer; raises if any logits of step `index` were not finite. Returns the record and
-    candidates [k + 1], still on the device: every possible emission, the drafts up to n and next_token at n."""
-    k = block.tokens.shape[0]
-    p, q = scored.log_p.exp(), block.log_q.exp()  # [k + 1, V], [k, V]
-    if synthetic_acceptance is None:
-        logs = {"log_p": scored.log_p, "log_q": block.log_q} if mixing == "logit" else {}
-        n, next_token, bias = verify_on_device(block.tokens, q, p, w, mixing=mixing, greedy=sampling.greedy,
-                                               generator=generator, **logs)
+def verify_step(block: Block, scored: Scored, w: torch.Tensor, ks: list[int], rows: list[Row],
+                decoding: Decoding) -> tuple[list[Step], list[list[int]]]:
+    """Verify every row's block (verifiers.verify_rows, or synthetic acceptance), then bring the step's records to
+    the host in one transfer for the whole batch; raises if any logits a row used were not finite. Returns per
+    row its Step and its candidates [k + 1]: every possible emission, the drafts up to n and next_token at n."""
+    kmax = block.tokens.shape[1]
+    sampling, generators = decoding.sampling, [r.generator for r in rows]
+    p, q = scored.log_p.exp(), block.log_q.exp()  # [R, kmax + 1, V], [R, kmax, V]
+    if decoding.synthetic_acceptance is None:
+        logs = {"log_p": scored.log_p, "log_q": block.log_q} if decoding.mixing == "logit" else {}
+        n, next_token, bias = verify_rows(block.tokens, q, p, w, ks, mixing=decoding.mixing, greedy=sampling.greedy,
+                                          generators=generators, **logs)  # [R], [R], [R, kmax + 1]
     else:
-        n, next_token, bias = synthetic_on_device(k, p, synthetic_acceptance, greedy=sampling.greedy,
-                                                  generator=generator)
-    candidates = torch.cat([block.tokens, next_token.view(1)])  # [k + 1]
-    candidates = torch.where(torch.arange(k + 1, device=p.device) == n, next_token, candidates)
-    n, ok, tokens, ws, bias, logprob, is_max = _to_host(
-        n.view(1), torch.stack([*block.ok, scored.ok]), candidates, w, bias, *_fidelity(scored.logits, candidates))
-    _raise_if_broken(ok, ["draft"] * k + ["target"], index)
-    m = int(n[0]) + 1  # emitted
-    step = Step(drafted=k, accepted=m - 1, tokens=[int(t) for t in tokens[:m]], weights=ws, bias_tv=bias[:m],
-                target_logprob=logprob[:m], target_argmax=[bool(a) for a in is_max[:m]])
-    return step, candidates
+        n, next_token, bias = synthetic_rows(ks, p, decoding.synthetic_acceptance, greedy=sampling.greedy,
+                                             generators=generators)
+    at = torch.arange(kmax + 1, device=p.device)
+    candidates = torch.where(at == n[:, None], next_token[:, None], torch.cat([block.tokens, next_token[:, None]], 1))
+    live = at[:kmax] < torch.tensor(ks, device=p.device)[:, None]  # [R, kmax]
+    ok = (block.ok.to(p.device) | ~live).all(1)  # [R]: the draft logits each row used
+    n, ok, ok_t, tokens, ws, bias, logprob, is_max = _to_host(
+        n, ok, scored.ok, candidates, w, bias, *_fidelity(scored.logits, candidates))
+    steps, emitted = [], []
+    for r, k in enumerate(ks):
+        _raise_if_broken([ok[r]], "draft", len(rows[r].out.drafted))
+        _raise_if_broken([ok_t[r]], "target", len(rows[r].out.drafted))
+        m, span = int(n[r]) + 1, slice(r * (kmax + 1), (r + 1) * (kmax + 1))
+        cand = [int(t) for t in tokens[span][:k + 1]]
+        steps.append(Step(drafted=k, accepted=m - 1, tokens=cand[:m], weights=ws[r * kmax:r * kmax + k],
+                          bias_tv=bias[span][:m], target_logprob=logprob[span][:m],
+                          target_argmax=[bool(a) for a in is_max[span][:m]]))
+        emitted.append(cand)
+    return steps, emitted
 
 
-def roll_back(T: Stepper, D: Stepper, candidates: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keep the step's first m candidates [k + 1]: both caches keep the sequence but its newest token. Returns
-    (newest token [1], what the draft has not seen [1], or [2] when it never saw its own k-th draft)."""
-    start = T.n - (candidates.shape[0] - 1)  # sequence position of candidates[0]: T holds all of them but one
-    T.crop(start + m - 1)
-    D.crop(start + m - 1)
-    return candidates[m - 1:m], candidates[D.n - start:m]
+def roll_back(T: Stepper, D: Stepper, slot: int, row: Row, candidates: list[int], m: int) -> None:
+    """Keep the step's first m candidates [k + 1]: both caches keep the sequence but its newest token, which
+    becomes row.last; row.pending is what the draft has not seen of it."""
+    start = T.held[slot] - (len(candidates) - 1)  # sequence position of candidates[0]: T holds all of them but one
+    T.crop(start + m - 1, slot)
+    D.crop(start + m - 1, slot)
+    row.last, row.pending = candidates[m - 1], candidates[D.held[slot] - start:m]
+
+
+def speculative_step(T: Stepper, D: Stepper, batch: Batch, head: nn.Module | None, clock: _Clock) -> None:
+    """One draft-score-verify step for every live row, then each row's record and rollback."""
+    decoding = batch.decoding
+    slots, rows = batch.rows()
+    ks = [min(decoding.K, decoding.max_new_tokens - len(r.out.tokens) - 1) for r in rows]  # k + 1 tokens at most
+    t_draft = clock()
+    block = draft_block(D, slots, rows, ks, decoding.sampling)  # tokens [R, kmax], log_q [R, kmax, V]
+    t_verify = clock()
+    scored = score_block(T, slots, rows, block, ks, decoding.sampling)  # log_p [R, kmax + 1, V]
+    w = WEIGHT_RULES[decoding.verifier](len(rows), block.tokens.shape[1], device=T.device, weight=decoding.weight,
+                                        head=head, h_target=scored.h, h_draft=block.h)  # [R, kmax]
+    steps, candidates = verify_step(block, scored, w, ks, rows, decoding)
+    t_done = clock()
+    for slot, row, step, cand in zip(slots, rows, steps, candidates, strict=True):
+        row.marks.append((t_draft, t_verify, t_done))
+        m = row.out.record(step, batch.eos)
+        if row.out.stop == "eos" or len(row.out.tokens) >= decoding.max_new_tokens:
+            batch.finish(slot, clock)
+        else:
+            roll_back(T, D, slot, row, cand, m)
+
+
+def alone_step(M: Stepper, batch: Batch, fidelity: bool) -> None:
+    """One token for every live row from one model alone (the baselines); fidelity: its log p and argmax
+    agreement under this model (off for the draft alone, which the target judges)."""
+    slots, rows = batch.rows()
+    sampling = batch.decoding.sampling
+    x, lengths = _padded([r.pending for r in rows], M.device)
+    logits, _ = M(x, slots, lengths, last_only=True)  # [R, 1, V]
+    logits, ok = _finite(logits[:, 0])  # [R, V]
+    tokens = sampling.draw(logits if sampling.greedy else sampling.logprobs(logits), [r.generator for r in rows])
+    ok, tokens, logprob, is_max = _to_host(ok, tokens, *_fidelity(logits, tokens))  # one sync for the batch
+    for r, (slot, row) in enumerate(zip(slots, rows, strict=True)):
+        _raise_if_broken([ok[r]], "model", len(row.out.tokens))
+        token = int(tokens[r])
+        row.out.tokens.append(token)
+        if fidelity:
+            row.out.target_logprob.append(logprob[r])
+            row.out.target_argmax.append(bool(is_max[r]))
+        row.pending = [token]
+        if token in batch.eos:
+            row.out.stop = "eos"
+        if row.out.stop == "eos" or len(row.out.tokens) >= batch.decoding.max_new_tokens:
+            batch.finish(slot)
 
 
 @torch.inference_mode()
-def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, *, verifier: str, K: int = 5,
-                         max_new_tokens: int = 128, sampling: Sampling = Sampling(), weight: float | None = None,
-                         head: nn.Module | None = None, mixing: str = "linear",
-                         generator: torch.Generator | None = None, eos_token_id: int | list[int] | None = None,
-                         vocab_size: int | None = None, synthetic_acceptance: float | None = None,
-                         execution: Execution = Execution()) -> Generation:
-    """Decode one prompt with `verifier` (VERIFIERS); returns the new tokens and per-step statistics.
+def generate(target: nn.Module, draft: nn.Module | None, prompts: list, decoding: Decoding, *,
+             head: nn.Module | None = None, generators: list[torch.Generator | None] | None = None,
+             batch_size: int = 1, vocab_size: int | None = None, execution: Execution = Execution(),
+             on_finish: Callable[[int], None] | None = None) -> list[Generation]:
+    """Decode every prompt (token ids) with decoding.verifier (VERIFIERS), batch_size rows at a time in lockstep;
+    returns one Generation per prompt, in order. generators[i]: prompt i's (None: torch's global one);
+    on_finish(i): called as prompt i ends (a progress bar).
 
-    strict: w = 1 (lossless); fixed: constant `weight`; dynamic: w_i = head(h_target_i, h_draft_i) (WEIGHT_RULES).
-    synthetic_acceptance = a replaces verification by accepting each draft with probability a (timing at real
-    sizes with random weights; see verifiers.synthetic_verify). execution.capture applies to the fixed-shape
-    steps: the draft's 1- and 2-token steps, the target's K + 1-token verification (see fastpath).
-    """
-    ids = _prompt_ids(input_ids)
-    check_request(target, draft, len(ids), verifier=verifier, K=K, max_new_tokens=max_new_tokens, sampling=sampling,
-                  weight=weight, head=head, mixing=mixing, vocab_size=vocab_size, execution=execution)
-    common = {"max_new_tokens": max_new_tokens, "sampling": sampling, "generator": generator,
-              "eos_token_id": eos_token_id, "execution": execution}
-    if verifier == "autoregressive":
-        return autoregressive_generate(target, ids, **common)
-    if verifier == "draft":
-        return draft_only_generate(target, draft, ids, vocab_size=vocab_size, **common)
-    eos = eos_set(target, eos_token_id)
+    strict: w = 1 (lossless); fixed: constant weight; dynamic: w_i = head(h_target_i, h_draft_i) (WEIGHT_RULES).
+    execution.capture applies to the fixed-shape steps: the draft's 1- and 2-token steps, the target's
+    K + 1-token verification (see fastpath)."""
+    prompts = [_prompt_ids(p) for p in prompts]
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch size must be >= 1, got {batch_size!r} (an integer)")
+    if not prompts:
+        raise ValueError("no prompts to decode")
+    generators = [None] * len(prompts) if generators is None else list(generators)
+    if len(generators) != len(prompts):
+        raise ValueError(f"{len(generators)} generators for {len(prompts)} prompts")
+    check_request(target, draft, max(len(p) for p in prompts), decoding, head=head, vocab_size=vocab_size,
+                  execution=execution)
+    B = min(batch_size, len(prompts))
+    max_len = max(len(p) for p in prompts) + decoding.max_new_tokens + 1
+    if decoding.verifier in ("autoregressive", "draft"):
+        return _alone(target, draft, prompts, decoding, generators, B, max_len, vocab_size, execution, on_finish)
     shared = shared_width(target, draft)
-    max_len = len(ids) + max_new_tokens + 1
     # the target verifies K + 1 tokens (fewer at the end: padded); the draft takes 1, or 2 after a full acceptance
-    T = Stepper(target, vocab_size, shared, max_len, execution, buckets=(K + 1,))
-    D = Stepper(draft, vocab_size, shared, max_len, execution, buckets=(1, 2))
+    T = Stepper(target, vocab_size, shared, max_len, execution, buckets=(decoding.K + 1,), rows=B)
+    # a row whose step needs fewer than K drafts drafts on with the others (untouched draws, rolled back): K more
+    D = Stepper(draft, vocab_size, shared, max_len + decoding.K, execution, buckets=(1, 2), rows=B)
     head = head.to(T.device) if head is not None else None
-    out, clock = Generation(tokens=[], K=K), _Clock(T.device)
+    clock = _Clock(T.device)
     synchronize(T.device)
-    t0 = time.perf_counter()
-    if len(ids) > 1:  # prefill: caches hold all tokens but the newest
-        T(ids[:-1], last_only=True)
-        D(ids[:-1], last_only=True)
-    last = pending = torch.tensor(ids[-1:], device=T.device)  # [1] the newest token; pending: what D has not seen
-    while len(out.tokens) < max_new_tokens:  # one host sync per step, in verify_step
-        k = min(K, max_new_tokens - len(out.tokens) - 1)  # the step emits at most k + 1 tokens
-        t_draft = clock()
-        block = draft_block(D, pending, k, sampling, generator)  # tokens [k], log_q [k, V], h [k, h_d]
-        t_verify = clock()
-        scored = score_block(T, last, block.tokens, sampling)  # log_p [k + 1, V], h [k + 1, h_t]
-        w = WEIGHT_RULES[verifier](k, device=T.device, weight=weight, head=head, h_target=scored.h, h_draft=block.h)
-        step, candidates = verify_step(block, scored, w, mixing, sampling, generator, synthetic_acceptance,
-                                       index=len(out.drafted))
-        clock.marks.append((t_draft, t_verify, clock()))
-        m = out.record(step, eos)
-        last, pending = roll_back(T, D, candidates, m)
-        if out.stop == "eos":
-            break
-    synchronize(T.device)
-    out.time_total = time.perf_counter() - t0
-    out.time_draft, out.time_verify = clock.totals()
-    return out
+    batch = Batch(prompts, [T, D], decoding, generators, B, eos_set(target, decoding.eos_token_id), on_finish)
+    while batch.live:  # one host sync per step, in verify_step
+        speculative_step(T, D, batch, head, clock)
+    return batch.done
+
+
+def _alone(target: nn.Module, draft: nn.Module | None, prompts: list[list[int]], decoding: Decoding,
+           generators: list, B: int, max_len: int, vocab_size: int | None, execution: Execution,
+           on_finish: Callable[[int], None] | None) -> list[Generation]:
+    """The baselines: the target alone, or the draft alone stopping at the target's EOS, its fidelity judged by
+    the target in one pass per prompt."""
+    alone = decoding.verifier == "draft"
+    model = draft if alone else target
+    M = Stepper(model, shared=shared_width(target, draft) if alone else None, max_len=max_len, execution=execution,
+                buckets=(1,), rows=B)
+    synchronize(M.device)
+    batch = Batch(prompts, [M], decoding, generators, B, eos_set(target, decoding.eos_token_id), on_finish)
+    while batch.live:
+        alone_step(M, batch, fidelity=not alone)
+    if alone:
+        for ids, out in zip(prompts, batch.done, strict=True):
+            logits, _ = Stepper(target, vocab_size)(ids + out.tokens[:-1])  # [len(ids) + n - 1, V]
+            tokens = torch.tensor(out.tokens, device=logits.device)  # [n]
+            logprob, is_max = _to_host(*_fidelity(logits[len(ids) - 1:], tokens))
+            out.target_logprob, out.target_argmax = logprob, [bool(a) for a in is_max]
+    return batch.done
+
+
+def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, decoding: Decoding, *,
+                         head: nn.Module | None = None, generator: torch.Generator | None = None,
+                         vocab_size: int | None = None, execution: Execution = Execution()) -> Generation:
+    """Decode one prompt (generate with a batch of one): the new tokens and per-step statistics."""
+    return generate(target, draft, [input_ids], decoding, head=head, generators=[generator], vocab_size=vocab_size,
+                    execution=execution)[0]

@@ -154,21 +154,22 @@ def check_capture(capture: str, model: nn.Module, role: str = "model", enabled: 
         raise ValueError(f"capture 'graph' (CUDA graphs) needs a CUDA device, not {device.type}; "
                          "use 'compile' (torch.compile) or 'none'")
     if capture != "none" and not (enabled and supported(model)):
-        why = f"the {role} is {model.config.model_type!r}" if enabled else "it is off (DIVERSED_FASTPATH=0)"
+        why = f"the {role} is {model.config.model_type!r}" if enabled else "it is off (--no-fastpath)"
         raise ValueError(f"capture {capture!r} needs the static-cache fast path (Llama / Qwen3); {why}: "
                          "use capture 'none'")
 
 
 class FastDecoder:
-    """The decoder of one model with a static KV cache of `max_len` positions.
+    """The decoder of one model with a static KV cache of `rows` sequences x `max_len` positions, each row at its
+    own length (`n`).
 
     capture: "none", "graph" or "compile" (see the module docstring); buckets: the step lengths to
-    capture (a step of T tokens runs in the smallest bucket >= T); post: h [T, h] -> logits [T, V],
+    capture (a step of T tokens runs in the smallest bucket >= T); post: h [N, h] -> logits [N, V],
     the output head, captured with the step.
     """
 
     def __init__(self, model: nn.Module, max_len: int, capture: str = "none", buckets: tuple[int, ...] = (),
-                 post: Callable[[torch.Tensor], torch.Tensor] | None = None):
+                 post: Callable[[torch.Tensor], torch.Tensor] | None = None, rows: int = 1):
         cfg = model.config
         decoder = model.get_decoder()
         self.layers = layer_weights(model)
@@ -182,100 +183,129 @@ class FastDecoder:
         self.capture = capture
         self.buckets = tuple(sorted(set(buckets))) if capture != "none" else ()
         self.post = post
-        self.max_len = max_len
-        self.capacity = max_len + max(self.buckets, default=0)  # room for a padded step at the end
+        self.max_len, self.rows = max_len, rows
+        self.capacity = max_len + max(self.buckets, default=1)  # room for a padded step at the end
         self.key_pos = torch.arange(self.capacity, device=device)  # [capacity]
         cos, sin = decoder.rotary_emb(self.embed[None, :1], self.key_pos[None])  # [1, capacity, d] each
         self.cos, self.sin = cos[0], sin[0]  # [capacity, d]
-        shape = (self.n_kv, self.capacity, self.d)
-        self.k = [torch.zeros(shape, dtype=self.embed.dtype, device=device) for _ in self.layers]  # L x [n_kv, cap, d]
+        shape = (rows, self.n_kv, self.capacity, self.d)
+        self.k = [torch.zeros(shape, dtype=self.embed.dtype, device=device)
+                  for _ in self.layers]  # L x [B, n_kv, cap, d]
         self.v = [torch.zeros_like(k) for k in self.k]
         self.steps: dict[int, CapturedStep] = {}
-        self.n = 0  # positions filled
+        self.n = [0] * rows  # positions filled, per row
         self.key, self.owner = None, None  # set by acquire() for pooled decoders
 
     @torch.inference_mode()
-    def __call__(self, ids: torch.Tensor, last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids [T] -> (post(h) [T or 1, V], h [T or 1, h]): the last hidden states after the final norm and
-        their logits; appends T positions to the cache."""
-        T, n = ids.shape[0], self.n
-        if n + T > self.max_len:
-            raise ValueError(f"static KV cache of {self.max_len} positions is full ({n} + {T})")
+    def __call__(self, ids: torch.Tensor, rows: list[int] | None = None, lengths: list[int] | None = None,
+                 last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """ids [R, T] for the cache rows `rows` (default: all, in order) -> (post(h) [R, T or 1, V], h [R, T or
+        1, h]): hidden states after the final norm and their logits. Row r takes lengths[r] tokens (default T):
+        ids[r, :lengths[r]] at its next positions; the rest is padding, written past its end and never attended
+        to. last_only: each row's last real position."""
+        R, T = ids.shape
+        rows = list(range(self.rows)) if rows is None else rows
+        lengths = [T] * R if lengths is None else lengths
+        n = [self.n[r] for r in rows]
+        if max(a + b for a, b in zip(n, lengths, strict=True)) > self.max_len:
+            raise ValueError(f"static KV cache of {self.max_len} positions is full ({max(n)} + {T})")
+        device = self.embed.device
+        pos = (torch.tensor(n, device=device)[:, None] + torch.arange(T, device=device)).clamp_max(self.capacity - 1)
         P = next((b for b in self.buckets if b >= T), None)
-        if P is None:  # eager: attend over the filled positions only
-            h = forward(self, ids, self.key_pos[n:n + T], n + T, masked=T > 1)
-            h = h[-1:] if last_only else h
-            logits = self.post(h) if self.post else h
-        else:
+        if P is None or rows != list(range(self.rows)):  # eager: attend over the filled positions only
+            index = None if self.rows == R and rows == list(range(R)) else torch.tensor(rows, device=device)
+            window = min(max(n) + T, self.capacity)  # a padded row's tail is clamped to the last position
+            h = forward(self, ids, pos, index, window, masked=T > 1 or R > 1)  # [R, T, h]
+            logits = None
+        else:  # every row, in the bucket's fixed shape
             step = self.steps.get(P) or self.steps.setdefault(P, CapturedStep(self, P))
-            logits, h = step(ids, self.key_pos[n:n + P])  # [P, V], [P, h]: static buffers, reused by the next call
-            rows = slice(T - 1, T) if last_only else slice(0, T)
-            logits, h = logits[rows].clone(), h[rows].clone()
-        self.n = n + T
+            logits, h = step(ids, pos)  # [B, P, V], [B, P, h]: static buffers, reused by the next call
+            logits, h = logits[:, :T], h[:, :T]
+        if last_only:
+            at = torch.tensor([k - 1 for k in lengths], device=device)[:, None, None]  # [R, 1, 1]
+            h = h.gather(1, at.expand(R, 1, h.shape[-1]))  # [R, 1, h]
+            logits = None if logits is None else logits.gather(1, at.expand(R, 1, logits.shape[-1]))
+        if logits is None:
+            logits = self.post(h.reshape(-1, h.shape[-1])).view(*h.shape[:2], -1) if self.post else h
+        elif P is not None:
+            logits, h = logits.clone(), h.clone()
+        for r, k in zip(rows, lengths, strict=True):
+            self.n[r] += k
         return logits, h
 
-    def crop(self, n: int) -> None:
-        self.n = min(self.n, n)  # later writes overwrite the rolled-back positions
+    def crop(self, row: int, n: int) -> None:
+        """Keep row's first n positions (later writes overwrite the rolled-back ones)."""
+        self.n[row] = min(self.n[row], n)
 
 
-def forward(dec: FastDecoder, ids: torch.Tensor, pos: torch.Tensor, window: int, masked: bool,
-            layer: Callable | None = None) -> torch.Tensor:
-    """ids [T] at positions pos [T] -> h [T, h] after the final norm. Writes the T keys/values into the cache
-    at pos and attends over cache positions [0, window), keys at or before each query's position when masked
-    (else all of them). Only tensors change between calls, so a fixed T and window can be captured.
-    layer: decoder_layer, or its compiled form (one compilation serves every layer: they share shapes)."""
+def forward(dec: FastDecoder, ids: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor | None, window: int,
+            masked: bool, layer: Callable | None = None) -> torch.Tensor:
+    """ids [R, T] at positions pos [R, T] of cache rows `rows` [R] (None: every row) -> h [R, T, h] after the final
+    norm. Writes the keys/values into the cache at pos and attends over cache positions [0, window), keys at or
+    before each query's position when masked (else all of them). Only tensors change between calls, so a fixed
+    shape and window can be captured. layer: decoder_layer, or its compiled form (one compilation serves every
+    layer: they share shapes)."""
     layer = layer or decoder_layer
-    x = F.embedding(ids, dec.embed)  # [T, h]
-    cos, sin = dec.cos[pos][:, None], dec.sin[pos][:, None]  # [T, 1, d]
+    x = F.embedding(ids, dec.embed)  # [R, T, h]
+    cos, sin = dec.cos[pos][:, :, None], dec.sin[pos][:, :, None]  # [R, T, 1, d]
+    R, T = ids.shape
     group = dec.n_q // dec.n_kv  # query heads per key/value head
-    mask = (dec.key_pos[None, :window] <= pos[:, None]).repeat(group, 1) if masked else None  # [group T, window]
+    mask = None
+    if masked:  # [R, 1, group T, window]: query row g T + t of head group g sees the keys at or before pos[r, t]
+        mask = (dec.key_pos[:window] <= pos[:, :, None])[:, None].expand(R, group, T, window)
+        mask = mask.reshape(R, 1, group * T, window)
     for w, k_cache, v_cache in zip(dec.layers, dec.k, dec.v, strict=True):
-        x = layer(dec, w, k_cache, v_cache, x, pos, cos, sin, mask, window)
+        x = layer(dec, w, k_cache, v_cache, x, rows, pos, cos, sin, mask, window)
     return rms_norm(x, dec.norm, dec.eps)
 
 
 def decoder_layer(dec: FastDecoder, w: LayerWeights, k_cache: torch.Tensor, v_cache: torch.Tensor, x: torch.Tensor,
-                  pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
-                  window: int) -> torch.Tensor:
-    """One pre-norm decoder layer: x [T, h] -> [T, h]; k_cache, v_cache [n_kv, capacity, d] get the T new
-    positions. Attention runs as n_kv heads over group * T query rows: query head j group + i attends with
-    key/value head j, as transformers' repeat_kv, without expanding the cache."""
-    T = x.shape[0]
+                  rows: torch.Tensor | None, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                  mask: torch.Tensor | None, window: int) -> torch.Tensor:
+    """One pre-norm decoder layer: x [R, T, h] -> [R, T, h]; k_cache, v_cache [B, n_kv, capacity, d] get the new
+    positions of rows `rows` (None: all B). Attention runs as n_kv heads over group * T query rows: query head
+    j group + i attends with key/value head j, as transformers' repeat_kv, without expanding the cache."""
+    R, T, _ = x.shape
     nq, nkv, d = dec.n_q, dec.n_kv, dec.d
     h = rms_norm(x, w.ln1, dec.eps)
-    q, k, v = w.qkv(h).split([nq * d, nkv * d, nkv * d], dim=-1)  # [T, nq d], [T, nkv d] x 2
-    q, k, v = q.view(T, nq, d), k.view(T, nkv, d), v.view(T, nkv, d)
+    q, k, v = w.qkv(h).split([nq * d, nkv * d, nkv * d], dim=-1)  # [R, T, nq d], [R, T, nkv d] x 2
+    q, k, v = q.view(R, T, nq, d), k.view(R, T, nkv, d), v.view(R, T, nkv, d)
     if w.q_norm is not None:
         q, k = rms_norm(q, w.q_norm, dec.eps), rms_norm(k, w.k_norm, dec.eps)
-    q = (q * cos + rotate_half(q) * sin).transpose(0, 1)  # [nq, T, d]
-    k = (k * cos + rotate_half(k) * sin).transpose(0, 1)  # [nkv, T, d]
-    k_cache.index_copy_(1, pos, k)
-    v_cache.index_copy_(1, pos, v.transpose(0, 1))
-    attn = F.scaled_dot_product_attention(q.reshape(nkv, nq // nkv * T, d), k_cache[:, :window],
-                                          v_cache[:, :window], attn_mask=mask)  # [nkv, group T, d]
-    x = x + w.o(attn.view(nq, T, d).transpose(0, 1).reshape(T, nq * d))
-    gate, up = w.gate_up(rms_norm(x, w.ln2, dec.eps)).chunk(2, dim=-1)  # [T, I] each
+    q = (q * cos + rotate_half(q) * sin).transpose(1, 2)  # [R, nq, T, d]
+    k = k * cos + rotate_half(k) * sin  # [R, T, nkv, d]
+    at = (torch.arange(R, device=x.device) if rows is None else rows)[:, None]  # [R, 1]
+    k_cache[at, :, pos] = k  # [R, T, nkv, d] into [B, nkv, cap, d]
+    v_cache[at, :, pos] = v
+    keys, values = k_cache[:, :, :window], v_cache[:, :, :window]  # [B, nkv, window, d]
+    if rows is not None:
+        keys, values = keys.index_select(0, rows), values.index_select(0, rows)  # [R, nkv, window, d]
+    attn = F.scaled_dot_product_attention(q.reshape(R, nkv, nq // nkv * T, d), keys, values,
+                                          attn_mask=mask)  # [R, nkv, group T, d]
+    x = x + w.o(attn.view(R, nq, T, d).transpose(1, 2).reshape(R, T, nq * d))
+    gate, up = w.gate_up(rms_norm(x, w.ln2, dec.eps)).chunk(2, dim=-1)  # [R, T, I] each
     return x + w.down(F.silu(gate) * up)
 
 
 def acquire(model: nn.Module, max_len: int, owner: object, capture: str = "none", buckets: tuple[int, ...] = (),
-            post: Callable[[torch.Tensor], torch.Tensor] | None = None, post_key: tuple = ()) -> FastDecoder:
-    """A decoder with an empty cache for `owner` (a Stepper) while it lives. Captured decoders are pooled per
-    model and reused across sequences, so their graphs and compiled code are built once, not per prompt;
+            post: Callable[[torch.Tensor], torch.Tensor] | None = None, post_key: tuple = (),
+            rows: int = 1) -> FastDecoder:
+    """A decoder of `rows` empty cache rows for `owner` (a Stepper) while it lives. Captured decoders are pooled
+    per model and reused across batches, so their graphs and compiled code are built once, not per prompt;
     post_key names what `post` computes (decoders are shared only between equal keys)."""
     if capture == "none":
-        return FastDecoder(model, max_len, post=post)
-    key = (capture, tuple(sorted(set(buckets))), post_key)
+        return FastDecoder(model, max_len, post=post, rows=rows)
+    key = (capture, tuple(sorted(set(buckets))), post_key, rows)
     state = model_state(model)  # a fresh one, with an empty pool, when the weights changed
     free = [d for d in state.decoders if d.key == key and d.owner() is None]  # pooled decoders always have an owner
     dec = next((d for d in free if d.max_len >= max_len), None)
     if dec is None:
         state.decoders = [d for d in state.decoders if d not in free]  # a larger one replaces this key's free ones
         # capacities in powers of two (>= 256): room for varying prompts, few shapes to compile
-        dec = FastDecoder(model, max(256, 1 << (max_len - 1).bit_length()), capture, buckets, post)
+        dec = FastDecoder(model, max(256, 1 << (max_len - 1).bit_length()), capture, buckets, post, rows)
         dec.key = key
         state.decoders.append(dec)
-    dec.owner, dec.n = weakref.ref(owner), 0
+    dec.owner, dec.n = weakref.ref(owner), [0] * rows
     return dec
 
 
@@ -289,9 +319,9 @@ def _compiled(fn: Callable) -> Callable:
 
 
 def _step(dec: FastDecoder, ids: torch.Tensor, pos: torch.Tensor, layer: Callable) -> tuple[torch.Tensor, torch.Tensor]:
-    """A fixed-shape step: ids, pos [P] -> (logits [P, V], h [P, h]) over the whole cache."""
-    h = forward(dec, ids, pos, dec.capacity, masked=True, layer=layer)
-    return (dec.post(h) if dec.post else h), h
+    """A fixed-shape step of every row: ids, pos [B, P] -> (logits [B, P, V], h [B, P, h]) over the whole cache."""
+    h = forward(dec, ids, pos, None, dec.capacity, masked=True, layer=layer)  # [B, P, h]
+    return (dec.post(h.reshape(-1, h.shape[-1])).view(*h.shape[:2], -1) if dec.post else h), h
 
 
 class CapturedStep:
@@ -303,8 +333,8 @@ class CapturedStep:
     def __init__(self, dec: FastDecoder, P: int):
         self.dec = dec
         device = dec.embed.device
-        self.ids = torch.zeros(P, dtype=torch.long, device=device)  # [P] (the tail past T stays padding)
-        self.pos = torch.zeros(P, dtype=torch.long, device=device)  # [P]
+        self.ids = torch.zeros(dec.rows, P, dtype=torch.long, device=device)  # [B, P] (the tail past T: padding)
+        self.pos = torch.zeros(dec.rows, P, dtype=torch.long, device=device)  # [B, P]
         self.layer = _compiled(decoder_layer) if dec.capture == "compile" else decoder_layer
         self.use_graph = device.type == "cuda"
         self.graph, self.out = None, None
@@ -313,8 +343,11 @@ class CapturedStep:
         return _step(self.dec, self.ids, self.pos, self.layer)
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        self.ids[:ids.shape[0]].copy_(ids)
-        self.pos.copy_(pos)
+        """ids, pos [B, T <= P]: the padding's positions continue each row's (clamped to the cache)."""
+        T = ids.shape[1]
+        self.ids[:, :T].copy_(ids)
+        self.pos.copy_((pos[:, :1] + torch.arange(self.pos.shape[1], device=pos.device)).clamp_max(
+            self.dec.capacity - 1))
         if not self.use_graph:
             return self.run()
         if self.graph is None:

@@ -37,33 +37,34 @@ def logits_to_logprobs(logits: torch.Tensor, temperature: float = 1.0, top_p: fl
     return logits.log_softmax(dim=-1)
 
 
-def _as_weight(w: float | torch.Tensor, K: int, device: torch.device, *, check: bool = True) -> torch.Tensor:
-    """w as a [K, 1] float tensor; check: that it lies in [0, 1] (a host sync for a device tensor)."""
+def _as_weight(w: float | torch.Tensor, shape: torch.Size, device: torch.device, *, check: bool = True) -> torch.Tensor:
+    """w as a float tensor of `shape` + [1] (shape: p's without its last dimension, e.g. [K] or [R, K]); check:
+    that it lies in [0, 1] (a host sync for a device tensor)."""
     w = torch.as_tensor(w, dtype=torch.float32, device=device)
     if w.dim() == 0:
-        w = w.expand(K)
-    if w.shape != (K,):
-        raise ValueError(f"weight must be a float or a [K={K}] tensor, got shape {tuple(w.shape)}")
+        w = w.expand(shape)
+    if w.shape != shape:
+        raise ValueError(f"weight must be a float or a {list(shape)} tensor, got shape {tuple(w.shape)}")
     if check and not bool(((w >= 0) & (w <= 1)).all()):
         raise ValueError(f"weight w must lie in [0, 1], got {w.tolist()}")
-    return w[:, None]
+    return w[..., None]
 
 
 def ensemble(p: torch.Tensor, q: torch.Tensor, w: float | torch.Tensor, mixing: str = "linear", *,
              log_p: torch.Tensor | None = None, log_q: torch.Tensor | None = None, check: bool = True) -> torch.Tensor:
-    """Verification distribution nu from p, q: [K, V] each, w float or [K] -> [K, V].
+    """Verification distribution nu from p, q: [..., K, V] each, w float or [..., K] -> [..., K, V].
 
     linear: nu = w p + (1 - w) q;  logit: nu = softmax(w log p + (1 - w) log q). Pass log_p / log_q
     (from logits_to_logprobs) for logit mixing at low temperature, where p and q underflow to 0.
     """
-    w = _as_weight(w, p.shape[0], p.device, check=check)
+    w = _as_weight(w, p.shape[:-1], p.device, check=check)
     if mixing == "linear":
         return w * p + (1 - w) * q
     if mixing == "logit":
         lp = torch.log(p) if log_p is None else log_p
         lq = torch.log(q) if log_q is None else log_q
         # w log p with w = 0 is 0 even where p = 0 (a token filtered by the ignored model stays possible)
-        mixed = torch.where(w == 0, 0.0, w * lp) + torch.where(w == 1, 0.0, (1 - w) * lq)  # [K, V]
+        mixed = torch.where(w == 0, 0.0, w * lp) + torch.where(w == 1, 0.0, (1 - w) * lq)  # [..., K, V]
         # supports that do not overlap (top-p) leave no finite logit: the linear mixture is the only answer
         none = torch.isinf(mixed).all(dim=-1, keepdim=True)
         return torch.where(none, w * p + (1 - w) * q, mixed.softmax(dim=-1))
@@ -109,7 +110,7 @@ def verify(
     w = 1 is exactly standard speculative sampling (Leviathan et al. 2023, Algorithm 1).
     log_p [K + 1, V] / log_q [K, V]: optional log-probabilities, used by logit mixing (no underflow).
     """
-    _as_weight(w, q.shape[0], q.device)  # the range check; verify_on_device trusts its caller
+    _as_weight(w, q.shape[:1], q.device)  # the range check; verify_on_device trusts its caller
     n, next_token, bias = verify_on_device(draft_tokens, q, p, w, mixing=mixing, greedy=greedy, generator=generator,
                                            log_p=log_p, log_q=log_q)
     n, next_token = torch.stack([n, next_token]).tolist()  # the one host sync
@@ -131,8 +132,7 @@ def verify_on_device(
     """verify() without a host sync: (n_accepted [] long, next_token [] long, bias_tv [K + 1]) on the device.
 
     bias_tv[i] = TV(nu_i, p_i) for i < K and 0 for the bonus position; the emitted tokens' biases are
-    bias_tv[:n + 1]. The outcome of every possible stopping point is computed, then the one at n taken,
-    so nothing waits for n. w is trusted to lie in [0, 1] (verify checks it).
+    bias_tv[:n + 1]. One row of verify_rows; w is trusted to lie in [0, 1] (verify checks it).
     """
     K, V = q.shape
     if draft_tokens.shape != (K,) or p.shape != (K + 1, V):
@@ -140,25 +140,63 @@ def verify_on_device(
             f"shapes disagree: draft_tokens {tuple(draft_tokens.shape)}, q {tuple(q.shape)}, p {tuple(p.shape)}; "
             "expected [K], [K, V], [K + 1, V]"
         )
-    nu = ensemble(p[:K], q, w, mixing, log_p=None if log_p is None else log_p[:K], log_q=log_q, check=False)  # [K, V]
-    idx = torch.arange(K, device=q.device)
+    w = torch.as_tensor(w, dtype=torch.float32, device=q.device).expand(K)
+    one = None if log_p is None else log_p[None]
+    n, next_token, bias = verify_rows(draft_tokens[None], q[None], p[None], w[None], [K], mixing=mixing,
+                                      greedy=greedy, generators=[generator], log_p=one,
+                                      log_q=None if log_q is None else log_q[None])
+    return n[0], next_token[0], bias[0]
+
+
+def verify_rows(
+    draft_tokens: torch.Tensor,
+    q: torch.Tensor,
+    p: torch.Tensor,
+    w: torch.Tensor,
+    k: list[int],
+    *,
+    mixing: str = "linear",
+    greedy: bool = False,
+    generators: list[torch.Generator | None],
+    log_p: torch.Tensor | None = None,
+    log_q: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """verify() for R rows at once, row r with its own k[r] <= K drafts (the rest padding) and its own generator,
+    drawing as a batch of one would: draft_tokens [R, K], q [R, K, V], p [R, K + 1, V], w [R, K] ->
+    (n_accepted [R], next_token [R], bias_tv [R, K + 1]) on the device, bias 0 from k[r] on.
+
+    The outcome of every possible stopping point is computed, then the one at n taken, so nothing waits for n.
+    """
+    R, K, V = q.shape
+    dev = q.device
+    nu = ensemble(p[:, :K], q, w, mixing, log_p=None if log_p is None else log_p[:, :K], log_q=log_q,
+                  check=False)  # [R, K, V]
+    k_t = torch.tensor(k, device=dev)  # [R]
+    live = torch.arange(K, device=dev) < k_t[:, None]  # [R, K]: the positions each row drafted
     if greedy:
-        accepted = draft_tokens == nu.argmax(dim=-1)  # [K]
-        stop_dist = nu  # [K, V]: the correction is argmax nu_n
+        accepted = draft_tokens == nu.argmax(dim=-1)  # [R, K]
+        stop_dist = nu  # [R, K, V]: the correction is argmax nu_n
     else:
-        nu_x, q_x = nu[idx, draft_tokens], q[idx, draft_tokens]  # [K]
-        r = torch.rand(K, generator=generator, device=q.device)
+        nu_x, q_x = nu.gather(-1, draft_tokens[..., None])[..., 0], q.gather(-1, draft_tokens[..., None])[..., 0]
+        r = torch.stack([torch.cat([torch.rand(k[i], generator=g, device=dev), q.new_ones(K - k[i])])
+                         for i, g in enumerate(generators)])  # [R, K]: row i draws k[i] uniforms
         accepted = r * q_x < nu_x  # r < nu/q without dividing; a draft always has q_x > 0
         # residual: for linear mixing nu - q = w (p - q), so norm(max(0, p - q)) is exact and better conditioned
-        residual = ((p[:K] if mixing == "linear" else nu) - q).clamp_min(0)  # [K, V]
+        residual = ((p[:, :K] if mixing == "linear" else nu) - q).clamp_min(0)  # [R, K, V]
         # nu == q up to rounding leaves no residual mass; then a draw from nu is exact
-        empty = residual.sum(dim=-1, keepdim=True) <= torch.finfo(residual.dtype).tiny  # [K, 1]
-        stop_dist = torch.where(empty, nu, residual)  # [K, V]
-    n = accepted.long().cumprod(dim=0).sum()  # [] first rejection, K if none
-    dist = torch.cat([stop_dist, p[K:]]).index_select(0, n.view(1))[0]  # [V]: row n, the bonus p_{K+1} at n = K
-    next_token = dist.argmax() if greedy else torch.multinomial(dist, 1, generator=generator)[0]
-    bias = torch.cat([total_variation(nu, p[:K]), p.new_zeros(1)])  # [K + 1]
-    return n, next_token, bias
+        empty = residual.sum(dim=-1, keepdim=True) <= torch.finfo(residual.dtype).tiny  # [R, K, 1]
+        stop_dist = torch.where(empty, nu, residual)  # [R, K, V]
+    n = (accepted & live).long().cumprod(dim=1).sum(dim=1)  # [R]: first rejection, k if none
+    at = torch.arange(K + 1, device=dev)[None, :, None]  # [1, K + 1, 1]
+    # row n of each: stop_dist where n < k, the bonus p_{k+1} at n = k
+    rows = torch.where(at < k_t[:, None, None], torch.cat([stop_dist, q.new_zeros(R, 1, V)], 1), p)  # [R, K+1, V]
+    dist = rows.gather(1, n[:, None, None].expand(R, 1, V))[:, 0]  # [R, V]
+    if greedy:
+        next_token = dist.argmax(dim=-1)
+    else:
+        next_token = torch.stack([torch.multinomial(dist[i], 1, generator=g)[0] for i, g in enumerate(generators)])
+    bias = torch.cat([total_variation(nu, p[:, :K]), p.new_zeros(R, 1)], 1)  # [R, K + 1]
+    return n, next_token, torch.where(at[..., 0] < k_t[:, None], bias, 0.0)
 
 
 def synthetic_verify(K: int, p: torch.Tensor, acceptance: float, *, greedy: bool = False,
@@ -176,11 +214,23 @@ def synthetic_verify(K: int, p: torch.Tensor, acceptance: float, *, greedy: bool
 
 def synthetic_on_device(K: int, p: torch.Tensor, acceptance: float, *, greedy: bool = False,
                         generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """synthetic_verify without a host sync, shaped as verify_on_device's result."""
+    """synthetic_verify without a host sync, shaped as verify_on_device's result (one row of synthetic_rows)."""
+    n, next_token, bias = synthetic_rows([K], p[None], acceptance, greedy=greedy, generators=[generator])
+    return n[0], next_token[0], bias[0]
+
+
+def synthetic_rows(k: list[int], p: torch.Tensor, acceptance: float, *, greedy: bool = False,
+                   generators: list[torch.Generator | None]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Synthetic acceptance for R rows, row r with k[r] drafts and its own generator: p [R, K + 1, V] ->
+    (n [R], next_token [R], bias [R, K + 1] zeros), as verify_rows."""
     if not 0 <= acceptance <= 1:
         raise ValueError(f"synthetic acceptance must be in [0, 1], got {acceptance}")
-    r = torch.rand(K, generator=generator, device=p.device)
-    n = (r < acceptance).long().cumprod(dim=0).sum()  # []
-    dist = p.index_select(0, n.view(1))[0]  # [V]
-    next_token = dist.argmax() if greedy else torch.multinomial(dist, 1, generator=generator)[0]
-    return n, next_token, p.new_zeros(K + 1)
+    R, K1, V = p.shape
+    n = torch.stack([(torch.rand(k[i], generator=g, device=p.device) < acceptance).long().cumprod(dim=0).sum()
+                     for i, g in enumerate(generators)])  # [R]
+    dist = p.gather(1, n[:, None, None].expand(R, 1, V))[:, 0]  # [R, V]
+    if greedy:
+        next_token = dist.argmax(dim=-1)
+    else:
+        next_token = torch.stack([torch.multinomial(dist[i], 1, generator=g)[0] for i, g in enumerate(generators)])
+    return n, next_token, p.new_zeros(R, K1)

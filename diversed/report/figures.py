@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from diversed.analysis.tables import METHOD_NAMES, quality, read_units
+from diversed.analysis.tables import METHOD_NAMES, is_timing, quality, quality_units, read_units, timed_units
 from diversed.utils import atomic_path
 
 METHODS = ("autoregressive", "draft", "strict", "finetuned", "fixed", "dynamic")  # the order of every legend
@@ -98,22 +98,27 @@ def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
 def quality_vs_time_points(units: pd.DataFrame, runs: pd.DataFrame, sweeps: pd.DataFrame,
                            temperature: float) -> pd.DataFrame:
     """What the quality-vs-time figure plots, per pair at one temperature and the largest K, on two panels per
-    task that never mix splits: "{task}: eval" holds each method's seconds per sample (decode seconds over its
-    (seed, prompt) units) and quality with its 95% interval over prompts, all decoded in the same jobs; "{task}:
-    dev sweep" holds the static sweep's points (method "sweep", strict among them), decoded on the dev prompts."""
+    task that never mix splits. "{task}: eval" holds each method's seconds per sample, from its timed runs
+    (tables.timed_units: batch 1, the methods interleaved in one job, on the same prompts), against its quality
+    with its 95% interval over prompts, from its quality runs (every eval prompt, the same for every method).
+    "{task}: dev sweep" holds the static sweep's points (method "sweep", strict among them) on the dev prompts,
+    quality against acceptance (x_kind "acceptance"): the sweep decodes batched, untimed."""
     d = units[(units["temperature"] == temperature) & (units["head_task"] == "") & units["lambda"].isna()]
     K = d["K"].max()
     d = d[d["K"].isna() | (d["K"] == K)]  # the baselines have no K
-    cols = ["pair", "task", "method", "metric", "seconds_per_sample", "quality", "quality_low", "quality_high"]
+    timed, judged = timed_units(d), quality_units(d)
+    cols = ["pair", "task", "method", "metric", "x", "x_kind", "quality", "quality_low", "quality_high"]
     rows = []
-    for (pair, task, method), g in d.groupby(["pair", "task", "method"]):
+    for (pair, task, method), g in judged.groupby(["pair", "task", "method"]):
+        t = timed[(timed["pair"] == pair) & (timed["task"] == task) & (timed["method"] == method)]
         q = quality(g, runs)
         rows.append({"pair": pair, "task": f"{task}: eval", "method": method, "metric": g["metric"].iloc[0],
-                     "seconds_per_sample": g["seconds"].sum() / len(g), "quality": q.value, "quality_low": q.low,
-                     "quality_high": q.high})
+                     "x": t["seconds"].sum() / len(t) if len(t) else float("nan"), "x_kind": "seconds",
+                     "quality": q.value, "quality_low": q.low, "quality_high": q.high})
     s = sweeps[(sweeps["temperature"] == temperature) & (sweeps["K"] == K)]
     s = s.merge(d[["pair", "task"]].drop_duplicates(), on=["pair", "task"])
-    s = s.assign(method="sweep", task=s["task"] + ": dev sweep", quality_low=float("nan"), quality_high=float("nan"))
+    s = s.assign(method="sweep", task=s["task"] + ": dev sweep", x=s["draft_acceptance_rate"], x_kind="acceptance",
+                 quality_low=float("nan"), quality_high=float("nan"))
     return pd.concat([pd.DataFrame(rows, columns=cols), s[cols]], ignore_index=True).sort_values(
         ["pair", "task"], ignore_index=True)
 
@@ -122,21 +127,21 @@ def quality_vs_time(units: pd.DataFrame, runs: pd.DataFrame, sweeps: pd.DataFram
                     temperature: float) -> list[Path]:
     """Quality vs time per sample: per task, the methods on the eval prompts (target only, draft only, SD, the
     fine-tuned draft, the fixed w, DIVERSED, with 95% intervals) and, on its own panel, the static sweep on the
-    dev prompts with its front."""
+    dev prompts with its front (quality against acceptance)."""
     fig, panels = _panels(quality_vs_time_points(units, runs, sweeps, temperature), f" (T = {temperature:g})")
     for ax, _, _, g in panels:
         s = g[g["method"] == "sweep"]
         if len(s):
-            ax.scatter(s["seconds_per_sample"], s["quality"], c="0.6", s=14, label="static sweep (dev split)")
-            front = pareto_front(s, "seconds_per_sample", "quality")
-            ax.plot(front["seconds_per_sample"], front["quality"], c="0.4", lw=1, ls="--",
-                    label="static front (dev split)")
+            ax.scatter(s["x"], s["quality"], c="0.6", s=14, label="static sweep (dev split)")
+            front = pareto_front(s.assign(x=-s["x"]), "x", "quality")  # more acceptance, more quality
+            ax.plot(-front["x"], front["quality"], c="0.4", lw=1, ls="--", label="static front (dev split)")
+            ax.set(xlabel="acceptance rate (dev split)", ylabel=g["metric"].iloc[0])
         for method in sorted(set(g["method"]) - {"sweep"}, key=lambda m: (METHODS + (m,)).index(m)):
             r = g[g["method"] == method]
             err = [(r["quality"] - r["quality_low"]).fillna(0), (r["quality_high"] - r["quality"]).fillna(0)]
-            ax.errorbar(r["seconds_per_sample"], r["quality"], yerr=err, fmt=MARKERS.get(method, "o"), ms=8,
+            ax.errorbar(r["x"], r["quality"], yerr=err, fmt=MARKERS.get(method, "o"), ms=8,
                         c=COLORS.get(method, "k"), label=METHOD_NAMES.get(method, method), zorder=3, capsize=3)
-        ax.set(xlabel="seconds per sample", ylabel=g["metric"].iloc[0])
+            ax.set(xlabel="seconds per sample (timed at batch 1)", ylabel=g["metric"].iloc[0])
         ax.grid(alpha=0.3)
     _legend(fig)
     return _save(fig, stem)
@@ -146,7 +151,7 @@ def acceptance_by_position_bars(runs: pd.DataFrame, temperature: float) -> pd.Da
     """What the acceptance-by-position figure plots: per (pair, task, method, position i) at one temperature,
     P(draft token i accepted | 1..i-1 accepted), the mean over runs."""
     d = runs[(runs["temperature"] == temperature) & runs["head_task"].isna() & runs["lambda"].isna()
-             & runs["method"].isin(["strict", "finetuned", "fixed", "dynamic"])]
+             & ~is_timing(runs) & runs["method"].isin(["strict", "finetuned", "fixed", "dynamic"])]
     keys = ["pair", "task", "method", "position"]
     rows = [(r.pair, r.task, r.method, i + 1, a) for r in d.itertuples()
             for i, a in enumerate(json.loads(r.acceptance_by_position))]

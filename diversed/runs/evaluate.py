@@ -27,7 +27,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm.auto import tqdm
 
-from diversed.decoding.engine import Execution, Sampling, speculative_generate
+from diversed.decoding.engine import Execution, generate
 from diversed.decoding.head import load_head
 from diversed.decoding.models import encode_prompt, load_pair
 from diversed.runs.run import Run, RunConfig, prompt_hash
@@ -38,7 +38,8 @@ from diversed.utils import provenance, write_json, write_jsonl
 UTILS = "from diversed.runs.evaluate import corpus_score, process_results  # noqa: F401\n"
 BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 PROMPT_SET_FIELDS = ("task", "split", "n", "data_files")  # RunConfig fields that lm-eval's task decides instead
-LIVE_ARGS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.name not in PROMPT_SET_FIELDS)
+ENGINE_ARGS = {"batch_size": ("int", 1), "capture": ("str", "none"), "fastpath": ("bool", True)}  # not RunConfig's
+LIVE_ARGS = (*(f.name for f in dataclasses.fields(RunConfig) if f.name not in PROMPT_SET_FIELDS), *ENGINE_ARGS)
 LIVE_DEFAULTS = {"temperature": 0.0, "max_new_tokens": 256}  # lm-eval generation tasks decode greedily
 
 
@@ -103,20 +104,26 @@ class GenerationLM(LM):
 @register_model("diversed")
 class DiversedLM(GenerationLM):
     """lm-eval model `diversed`: decodes with our engine, `--model_args target=...,draft=...,verifier=fixed,
-    weight=0.5` (any decoding field of RunConfig). The models load on the first request."""
+    weight=0.5` (any decoding field of RunConfig; batch_size: the requests decoded together, as lm-eval's own HF
+    model, the same completions at any size; capture and fastpath: engine.Execution). The models load on the
+    first request."""
 
-    def __init__(self, cfg: RunConfig):
+    def __init__(self, cfg: RunConfig, batch_size: int = 1, execution: Execution | None = None):
         super().__init__()
-        self.cfg = cfg
+        self.cfg, self.batch_size, self.execution = cfg, batch_size, execution or Execution.here()
 
     @classmethod
     def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> DiversedLM:
-        """lm-eval's --device/--batch_size (additional_config) are ignored: the device is a model_arg here."""
+        """lm-eval's --device and --batch_size (additional_config) are ignored: both are model_args here."""
         check_model_args("diversed", arg_dict, LIVE_ARGS)
+        arg_dict = dict(arg_dict)
+        engine = {k: _cast(k, arg_dict.pop(k, default), kind) for k, (kind, default) in ENGINE_ARGS.items()}
+        if engine["batch_size"] < 1:
+            raise ValueError(f"batch_size must be >= 1, got {engine['batch_size']}")
         kinds = {f.name: f.type for f in dataclasses.fields(RunConfig)}
         cfg = RunConfig(**LIVE_DEFAULTS | {k: _cast(k, v, kinds[k]) for k, v in arg_dict.items()})
         cfg.validate()
-        return cls(cfg)
+        return cls(cfg, engine["batch_size"], Execution.here(engine["capture"], engine["fastpath"]))
 
     @cached_property
     def pair(self):
@@ -128,26 +135,28 @@ class DiversedLM(GenerationLM):
         return load_head(self.cfg.head, self.pair.target, self.pair.draft) if self.cfg.verifier == "dynamic" else None
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        out = []
-        for i, req in enumerate(tqdm(requests, desc="generate", disable=disable_tqdm)):
-            context, gen_kwargs = req.args
-            out.append(_cut(self.decode(context, gen_kwargs, i), gen_kwargs))
-        return out
-
-    def decode(self, context: str, gen_kwargs: dict, index: int) -> str:
+        """Request i decodes from its own generator (seed, i); requests with the same token budget decode
+        batch_size at a time."""
         import torch
 
-
         c, pair = self.cfg, self.pair
-        ids = encode_prompt(pair.tokenizer, context, chat=c.chat)
-        generator = torch.Generator(device=c.device).manual_seed(c.seed * 1_000_003 + index)
-        gen = speculative_generate(pair.target, pair.draft, ids, verifier=c.verifier, K=c.K,
-                                   max_new_tokens=int(gen_kwargs.get("max_gen_toks", c.max_new_tokens)),
-                                   sampling=Sampling(c.temperature, c.top_p),
-                                   weight=c.weight if c.verifier == "fixed" else None, head=self.head,
-                                   mixing=c.mixing, generator=generator, vocab_size=pair.vocab_size,
-                                   execution=Execution.from_env())
-        return pair.tokenizer.decode(gen.tokens, skip_special_tokens=True)
+        budgets: dict[int, list[int]] = {}
+        for i, req in enumerate(requests):
+            budgets.setdefault(int(req.args[1].get("max_gen_toks", c.max_new_tokens)), []).append(i)
+        out: list[str | None] = [None] * len(requests)
+        execution = self.execution
+        with tqdm(total=len(requests), desc="generate", disable=disable_tqdm) as bar:
+            for budget, indices in budgets.items():
+                ids = [encode_prompt(pair.tokenizer, requests[i].args[0], chat=c.chat) for i in indices]
+                generators = [torch.Generator(device=c.device).manual_seed(c.seed * 1_000_003 + i) for i in indices]
+                decoding = dataclasses.replace(c, max_new_tokens=budget).decoding()
+                gens = generate(pair.target, pair.draft, ids, decoding, head=self.head, generators=generators,
+                                batch_size=self.batch_size, vocab_size=pair.vocab_size, execution=execution,
+                                on_finish=lambda _: bar.update())
+                for i, gen in zip(indices, gens, strict=True):
+                    text = pair.tokenizer.decode(gen.tokens, skip_special_tokens=True)
+                    out[i] = _cut(text, requests[i].args[1])
+        return out
 
 
 @register_model("diversed-replay")

@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from diversed.decoding.engine import Execution, Sampling, check_request, check_settings, speculative_generate
+from diversed.decoding.engine import Decoding, Execution, Sampling, check_request, generate
 from diversed.decoding.head import load_head
 from diversed.decoding.models import DEFAULT_DRAFT_LAYERS, DTYPES, encode_prompt, load_pair
-from diversed.decoding.stats import summarize
+from diversed.decoding.stats import Generation, summarize
 from diversed.tasks import SPLITS, get_task, registry
 from diversed.tracking import decode_tracker
 from diversed.utils import (
@@ -67,12 +67,16 @@ class RunConfig:
     n: int | None = option(None, "seeded subsample size of the task split (default: all)", flag="-n")
     data_files: str | None = option(None, "local JSONL for the task (offline use of hub tasks)")
 
+    def decoding(self) -> Decoding:
+        """The engine's settings of this run (engine.Decoding checks them, so each message exists once)."""
+        return Decoding(self.verifier, K=self.K, max_new_tokens=self.max_new_tokens,
+                        sampling=Sampling(self.temperature, self.top_p), weight=self.weight, mixing=self.mixing)
+
     def validate(self) -> None:
-        """Checks that need no model: fail before anything is loaded. The decoding settings are the engine's
-        checks (engine.check_settings), so each message exists once."""
-        check_settings(self.verifier, K=self.K, max_new_tokens=self.max_new_tokens,
-                       sampling=Sampling(self.temperature, self.top_p), weight=self.weight, head=self.head or None,
-                       mixing=self.mixing)
+        """Checks that need no model: fail before anything is loaded."""
+        self.decoding()
+        if self.verifier == "dynamic" and not self.head:
+            raise ValueError("verifier 'dynamic' needs --head, a trained weight head (head= in Python)")
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; allowed: {', '.join(DTYPES)}")
         if self.verifier == "dynamic" and not Path(self.head).is_file():
@@ -115,74 +119,132 @@ def run_id(cfg: RunConfig, prompts: list[dict]) -> str:
     return config_hash(resolved)
 
 
+@dataclass
+class Decoder:
+    """One run's config resolved against its models, ready to decode any of its prompts (prompt i from its own
+    generator (seed, i): the same tokens at any batch size and in any order)."""
+
+    cfg: RunConfig
+    prompts: list[dict]
+    run_id: str
+    pair: typing.Any  # models.Pair
+    head: typing.Any  # head.WeightHead or None
+    encoded: list[list[int]]
+    decoding: Decoding
+    execution: Execution
+
+    @classmethod
+    def prepare(cls, cfg: RunConfig, prompts: list[dict], models: dict | None = None,
+                execution: Execution | None = None) -> Decoder:
+        """Every check, then the models (shared through `models`, models.load_pair's cache) and the prompts'
+        token ids; execution: how the engine runs (default Execution.here())."""
+        cfg.validate()
+        decoding, execution = cfg.decoding(), execution or Execution.here()
+        if not prompts:
+            raise ValueError("no prompts to decode")
+        for i, row in enumerate(prompts):
+            if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
+                raise ValueError(f"prompt {i + 1} is empty")
+        pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers,
+                         cache=models)
+        head = load_head(cfg.head, pair.target, pair.draft) if cfg.verifier == "dynamic" else None
+        encoded = [encode_prompt(pair.tokenizer, row["prompt"], chat=cfg.chat) for row in prompts]
+        check_request(pair.target, pair.draft, max(len(ids) for ids in encoded), decoding, head=head,
+                      vocab_size=pair.vocab_size, execution=execution)
+        return cls(cfg, prompts, run_id(cfg, prompts), pair, head, encoded, decoding, execution)
+
+    def __call__(self, indices: list[int], batch_size: int = 1, on_finish=None,
+                 decoding: Decoding | None = None) -> list[Generation]:
+        """The prompts `indices`, batch_size at a time (decoding: other settings, e.g. a warm-up's budget)."""
+        generators = [torch.Generator(device=self.cfg.device).manual_seed(self.cfg.seed * 1_000_003 + i)
+                      for i in indices]
+        return generate(self.pair.target, self.pair.draft, [self.encoded[i] for i in indices],
+                        decoding or self.decoding, head=self.head, generators=generators, batch_size=batch_size,
+                        vocab_size=self.pair.vocab_size, execution=self.execution, on_finish=on_finish)
+
+    def warm_up(self, batch_size: int = 1) -> None:
+        """A short decode before anything is timed: allocations and kernel choice."""
+        short = dataclasses.replace(self.decoding, max_new_tokens=min(8, self.cfg.max_new_tokens))
+        self(list(range(min(batch_size, len(self.prompts)))), batch_size, decoding=short)
+
+    def write(self, gens: list[Generation], run_dir: Path, labels: dict, batch_size: int, started: float) -> Path:
+        """The run folder: generations.jsonl, then manifest.json (renamed into place when complete), and its W&B
+        entry. Only a batch of one times its prompts (prompt_seconds, tokens/s)."""
+        cfg, rid = self.cfg, self.run_id
+        rows = []
+        for row, ids, gen in zip(self.prompts, self.encoded, gens, strict=True):
+            rows.append({"id": row["id"], "prompt": row["prompt"], "prompt_hash": prompt_hash(row["prompt"]),
+                         **({"task": row["task"], "reference": row["reference"]} if "task" in row else {}),
+                         "completion": self.pair.tokenizer.decode(gen.tokens, skip_special_tokens=True),
+                         "tokens": gen.tokens, "prompt_tokens": len(ids), "drafted": gen.drafted,
+                         "accepted": gen.accepted, "weights": gen.weights, "bias_tv_per_token": gen.bias_tv,
+                         "target_logprobs": gen.target_logprob, "target_argmax": gen.target_argmax,
+                         # timings live in the manifest only, so generations.jsonl is byte-identical on a rerun
+                         **{k: v for k, v in gen.stats().items() if k in DETERMINISTIC_STATS}})
+        summary = summarize(gens)
+        timed = batch_size == 1
+        if not timed:  # a batch's wall clock is shared by its rows: no tokens/s
+            summary |= {k: None for k in ("tokens_per_s", "time_total", "time_draft", "time_verify")}
+        manifest = {"run_id": rid, "config": dataclasses.asdict(cfg), "decoding": self.decoding.record(),
+                    "labels": labels, "seed": cfg.seed, "batch_size": batch_size,
+                    "execution": dataclasses.asdict(self.execution), "summary": summary, "started": started,
+                    # per prompt, in the order of generations.jsonl; only a batch of one times its prompts
+                    "prompt_seconds": [g.time_total for g in gens] if timed else None,
+                    "finished": time.time(), **provenance()}
+        tracker = decode_tracker(rid, cfg.task, cfg.verifier, labels,
+                                 config=dataclasses.asdict(cfg) | {"run_id": rid, **labels})
+        tracker.log({k: v for k, v in summary.items() if isinstance(v, (int, float))})
+        tracker.table("generations", ["id", "prompt", "completion"],
+                      [[r["id"], r["prompt"][:1000], r["completion"][:1000]] for r in rows[:20]])
+        tracker.finish()
+        with atomic_dir(run_dir) as tmp:
+            write_jsonl(tmp / "generations.jsonl", rows)
+            write_json(tmp / "manifest.json", manifest)  # last: its presence marks a complete run
+        return run_dir
+
+
 def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs", *, progress: bool = True,
-            run_dir: str | Path | None = None, labels: dict | None = None, models: dict | None = None) -> Path:
+            run_dir: str | Path | None = None, labels: dict | None = None, models: dict | None = None,
+            batch_size: int = 1, execution: Execution | None = None) -> Path:
     """Decode every prompt into out/{run_id} (or exactly run_dir); returns the run directory.
 
     All checks happen before the first decode; one short warm-up decode precedes the timed ones.
-    labels (pair name, experiment, ...) and the execution settings (engine.Execution, from the environment) are
+    batch_size: prompts decoded together in lockstep (each prompt's tokens are those of a batch of one; only a
+    batch of one times its prompts: a batched run's manifest has no prompt_seconds). labels (pair name,
+    experiment, ...), the batch size and the execution settings (engine.Execution, default Execution.here()) are
     stored in the manifest and do not enter the run_id. models: the models and tokenizers shared by the runs of
     one process (models.load_pair's cache).
     """
-    cfg.validate()
-    execution = Execution.from_env()
-    if not prompts:
-        raise ValueError("no prompts to decode")
-    for i, row in enumerate(prompts):
-        if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
-            raise ValueError(f"prompt {i + 1} is empty")
-    rid = run_id(cfg, prompts)
-    pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers,
-                     cache=models)
-    head = None
-    if cfg.verifier == "dynamic":
-        head = load_head(cfg.head, pair.target, pair.draft)
-    sampling = Sampling(cfg.temperature, cfg.top_p)
-    encoded = [encode_prompt(pair.tokenizer, row["prompt"], chat=cfg.chat) for row in prompts]
-    for ids in encoded:
-        check_request(pair.target, pair.draft, len(ids), verifier=cfg.verifier, K=cfg.K,
-                      max_new_tokens=cfg.max_new_tokens, sampling=sampling, weight=cfg.weight, head=head,
-                      mixing=cfg.mixing, vocab_size=pair.vocab_size, execution=execution)
-
-    def decode(i, ids, max_new_tokens):
-        generator = torch.Generator(device=cfg.device).manual_seed(cfg.seed * 1_000_003 + i)
-        return speculative_generate(pair.target, pair.draft, ids, verifier=cfg.verifier, K=cfg.K,
-                                    max_new_tokens=max_new_tokens, sampling=sampling, weight=cfg.weight, head=head,
-                                    mixing=cfg.mixing, generator=generator, vocab_size=pair.vocab_size,
-                                    execution=execution)
-
-    decode(0, encoded[0], min(8, cfg.max_new_tokens))  # warm-up: allocations and kernel choice, not timed
-    labels = dict(labels or {})
-    tracker = decode_tracker(rid, cfg.task, cfg.verifier, labels,
-                             config=dataclasses.asdict(cfg) | {"run_id": rid, **labels})
-    rows, gens = [], []
+    decoder = Decoder.prepare(cfg, prompts, models, execution)
+    decoder.warm_up(batch_size)
     started = time.time()
-    for i, (row, ids) in enumerate(tqdm(list(zip(prompts, encoded, strict=True)), desc=f"decode {rid}",
-                                        unit="prompt", disable=not progress)):
-        gen = decode(i, ids, cfg.max_new_tokens)
-        gens.append(gen)
-        rows.append({"id": row["id"], "prompt": row["prompt"], "prompt_hash": prompt_hash(row["prompt"]),
-                     **({"task": row["task"], "reference": row["reference"]} if "task" in row else {}),
-                     "completion": pair.tokenizer.decode(gen.tokens, skip_special_tokens=True),
-                     "tokens": gen.tokens, "prompt_tokens": len(ids), "drafted": gen.drafted,
-                     "accepted": gen.accepted, "weights": gen.weights, "bias_tv_per_token": gen.bias_tv,
-                     "target_logprobs": gen.target_logprob, "target_argmax": gen.target_argmax,
-                     # timings live in the manifest only, so generations.jsonl is byte-identical on a rerun
-                     **{k: v for k, v in gen.stats().items() if k in DETERMINISTIC_STATS}})
-    summary = summarize(gens)
-    manifest = {"run_id": rid, "config": dataclasses.asdict(cfg), "labels": labels, "seed": cfg.seed,
-                "execution": dataclasses.asdict(execution), "summary": summary, "started": started,
-                "prompt_seconds": [g.time_total for g in gens],  # per prompt, in the order of generations.jsonl
-                "finished": time.time(), **provenance()}
-    tracker.log({k: v for k, v in summary.items() if isinstance(v, (int, float))})
-    tracker.table("generations", ["id", "prompt", "completion"],
-                  [[r["id"], r["prompt"][:1000], r["completion"][:1000]] for r in rows[:20]])
-    tracker.finish()
-    run_dir = Path(run_dir) if run_dir is not None else Path(out) / rid
-    with atomic_dir(run_dir) as tmp:
-        write_jsonl(tmp / "generations.jsonl", rows)
-        write_json(tmp / "manifest.json", manifest)  # last: its presence marks a complete run
-    return run_dir
+    with tqdm(total=len(prompts), desc=f"decode {decoder.run_id} (batch {batch_size})", unit="prompt",
+              disable=not progress) as bar:
+        gens = decoder(list(range(len(prompts))), batch_size, on_finish=lambda _: bar.update())
+    run_dir = Path(run_dir) if run_dir is not None else Path(out) / decoder.run_id
+    return decoder.write(gens, run_dir, dict(labels or {}), batch_size, started)
+
+
+def execute_interleaved(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, labels: dict | None = None,
+                        progress: bool = True, execution: Execution | None = None) -> list[Path]:
+    """Timing runs: the runs of one setting on the same prompts, at batch 1, interleaved prompt by prompt (prompt
+    1 with every run, then prompt 2, ...), so that a drift of the machine's speed falls on every run alike. Run i
+    is base with specs[i].changes, written to specs[i].run_dir; the models load once."""
+    configs = [dataclasses.replace(base, **spec.changes) for spec in specs]
+    for cfg in configs:
+        cfg.validate()
+    if len({spec.run_dir.resolve() for spec in specs}) != len(specs):
+        raise ValueError("two runs of a batch write the same folder")
+    models: dict = {}
+    decoders = [Decoder.prepare(cfg, prompts, models, execution) for cfg in configs]
+    for decoder in decoders:
+        decoder.warm_up()
+    started, gens = time.time(), [[] for _ in decoders]
+    for i in tqdm(range(len(prompts)), desc="timing (interleaved)", unit="prompt", disable=not progress):
+        for decoder, out in zip(decoders, gens, strict=True):
+            out += decoder([i])
+    return [decoder.write(g, spec.run_dir, (labels or {}) | spec.labels, 1, started)
+            for decoder, g, spec in zip(decoders, gens, specs, strict=True)]
 
 
 PROMPT_FIELDS = ("task", "split", "n", "data_files")  # what the runs of one batch must share
@@ -244,10 +306,10 @@ def with_weight_file(changes: dict, path: str | Path) -> dict:
 
 
 def execute_all(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, labels: dict | None = None,
-                progress: bool = True) -> list[Path]:
+                progress: bool = True, batch_size: int = 1, execution: Execution | None = None) -> list[Path]:
     """The runs of one setting in one process, one after another on the same prompts and hardware: run i is
     base with specs[i].changes, written to specs[i].run_dir. Every config is checked before the first decode,
-    and each (target, draft) loads once."""
+    and each (target, draft) loads once; batch_size as in execute."""
     configs = [dataclasses.replace(base, **spec.changes) for spec in specs]
     for cfg in configs:
         cfg.validate()
@@ -255,7 +317,8 @@ def execute_all(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, l
         raise ValueError("two runs of a batch write the same folder")
     models: dict = {}
     return [execute(cfg, prompts, run_dir=spec.run_dir, labels=(labels or {}) | spec.labels, progress=progress,
-                    models=models) for cfg, spec in zip(configs, specs, strict=True)]
+                    models=models, batch_size=batch_size, execution=execution)
+            for cfg, spec in zip(configs, specs, strict=True)]
 
 
 BASELINES = ("autoregressive", "draft")  # one model decoding alone: no draft length K
@@ -307,6 +370,11 @@ class Run:
         return self.manifest.get("labels", {})
 
     @property
+    def batch_size(self) -> int:
+        """The prompts decoded together (1: timed prompt by prompt)."""
+        return self.manifest.get("batch_size", 1)
+
+    @property
     def method(self) -> str:
         """What the tables call it: the workflow's label (e.g. finetuned, a strict run), else the verifier."""
         return self.labels.get("method", self.config["verifier"])
@@ -325,14 +393,15 @@ class Run:
             "pair": labels.get("pair", f"{c['target']}|{c['draft']}"), "task": labels.get("task", c.get("task")),
             "split": c.get("split", "eval"), "method": self.method, "head_task": labels.get("head_task"),
             "lambda": float(labels["lambda"]) if "lambda" in labels else None,
+            "timing": labels.get("timing") == "1",  # a timing run (batch 1, interleaved), not a quality run
             "verifier": c["verifier"], "temperature": c["temperature"],
             "K": None if c["verifier"] in BASELINES else c["K"], "seed": c["seed"], "target": c["target"],
             "draft": c["draft"], "weight": 1.0 if c["verifier"] == "strict" else c.get("weight"), "mixing": c["mixing"],
             "prompts": s["prompts"], "new_tokens": s["new_tokens"],
             "draft_acceptance_rate": s["draft_acceptance_rate"], "mean_acceptance_length": s["mean_acceptance_length"],
             "acceptance_by_position": json.dumps(s["acceptance_by_position"]), "mean_weight": s["mean_weight"],
-            "bias_tv": s["bias_tv"], "tokens_per_s": s["tokens_per_s"],
-            "seconds_per_sample": s["time_total"] / max(s["prompts"], 1),
+            "bias_tv": s["bias_tv"], "tokens_per_s": s["tokens_per_s"], "batch_size": self.batch_size,
+            "seconds_per_sample": math.nan if s["time_total"] is None else s["time_total"] / max(s["prompts"], 1),
             "hardware": hardware_label(self.manifest.get("hardware"), c.get("device", "cpu")),
             "metric": scores["metric"], "quality": scores["quality"],
             "target_logprob": scores["fidelity"]["target_logprob"],

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from diversed import statistics
+from diversed.decoding.engine import Execution
 from diversed.runs.evaluate import score_run
 from diversed.runs.run import Run, RunConfig, execute, run_id, task_prompts
 from diversed.tasks import get_task, metric_spec
@@ -77,9 +78,10 @@ def point_name(weight: float, mixing: str) -> str:
 
 
 def sweep_point(base: RunConfig, weight: float, mixing: str, run_dir: str | Path, *, progress: bool = True,
-                labels: dict | None = None, models: dict | None = None) -> Path:
-    """Decode + score base's task split at one point into run_dir: w = 1 is strict, w < 1 the fixed verifier.
-    A run_dir that already holds this point's scored run is kept as it is."""
+                labels: dict | None = None, models: dict | None = None, batch_size: int = 1,
+                execution: Execution | None = None) -> Path:
+    """Decode + score base's task split at one point into run_dir, batch_size prompts at a time: w = 1 is strict,
+    w < 1 the fixed verifier. A run_dir that already holds this point's scored run is kept as it is."""
     if base.task is None:
         raise ValueError("a sweep needs a task (a split of it is decoded and scored)")
     if weight == 1:
@@ -89,7 +91,8 @@ def sweep_point(base: RunConfig, weight: float, mixing: str, run_dir: str | Path
     prompts = task_prompts(cfg)
     if Run(run_dir).holds(run_id(cfg, prompts)):
         return Path(run_dir)
-    run_dir = execute(cfg, prompts, run_dir=run_dir, progress=progress, labels=labels, models=models)
+    run_dir = execute(cfg, prompts, run_dir=run_dir, progress=progress, labels=labels, models=models,
+                      batch_size=batch_size, execution=execution)
     score_run(run_dir)
     return run_dir
 
@@ -116,11 +119,12 @@ def choose_runs(run_dirs: list[str | Path], out: str | Path, tolerance: float | 
 
 
 def sweep_weight(base: RunConfig, out: str | Path, *, weights=WEIGHTS, mixings=MIXINGS,
-                 tolerance: float | None = None, progress: bool = True, labels: dict | None = None) -> dict:
+                 tolerance: float | None = None, progress: bool = True, labels: dict | None = None,
+                 batch_size: int = 1, execution: Execution | None = None) -> dict:
     """Every point of the grid, then the choice: out/{point}/ runs, out/sweep.csv/.md and out/choice.json."""
     out, models = Path(out), {}
-    runs = [sweep_point(base, w, m, out / point_name(w, m), progress=progress, labels=labels, models=models)
-            for w, m in grid(weights, mixings)]
+    runs = [sweep_point(base, w, m, out / point_name(w, m), progress=progress, labels=labels, models=models,
+                        batch_size=batch_size, execution=execution) for w, m in grid(weights, mixings)]
     return choose_runs(runs, out, tolerance)
 
 

@@ -53,6 +53,7 @@ class DraftRecipe:
     general_prompts: int = option(len(GENERAL_PROMPTS), "general instructions (the first N)")
     arith_prompts: int = option(160, "arith train prompts")
     open_prompts: int = option(12, "open train prompts (all of them)")
+    capitals_prompts: int = option(51, "capitals train prompts (all of them)")
     max_new_tokens: int = option(48, "tokens the target samples per prompt")
     temperature: float = option(1.0, "temperature of the target's samples")
     batch_size: int = option(32, "prompts sampled at once")
@@ -66,7 +67,8 @@ class DraftRecipe:
         return config_hash(dataclasses.asdict(self))
 
     def prompts(self) -> list[str]:
-        tasks = [ex.prompt for name, n in (("arith", self.arith_prompts), ("open", self.open_prompts))
+        tasks = [ex.prompt for name, n in (("arith", self.arith_prompts), ("open", self.open_prompts),
+                                           ("capitals", self.capitals_prompts))
                  for ex in get_task(name).examples("train", n, seed=self.seed)]
         return GENERAL_PROMPTS[: self.general_prompts] + tasks
 

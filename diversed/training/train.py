@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from diversed.decoding.engine import Execution, Sampling, Stepper, autoregressive_generate, eos_set
+from diversed.decoding.engine import Decoding, Execution, Sampling, Stepper, eos_set, generate
 from diversed.decoding.head import WeightHead
 from diversed.decoding.models import (
     DEFAULT_DRAFT_LAYERS,
@@ -41,6 +41,7 @@ from diversed.tracking import Tracker
 from diversed.utils import atomic_dir, atomic_path, config_hash, option, provenance, write_json, write_text
 
 REWARDS = ("task", "fidelity")
+TEXT_BATCH = 16  # prompts the target decodes together for a fine-tuned draft's text
 
 
 @dataclass
@@ -124,32 +125,45 @@ class Rollout:
 
 
 @torch.no_grad()
-def rollout(target: nn.Module, draft: nn.Module, head: WeightHead, ids: list[int], *, max_new_tokens: int,
-            temperature: float, mixing: str, greedy: bool, generator: torch.Generator | None,
-            eos: set[int], vocab_size: int | None = None, execution: Execution | None = None) -> Rollout:
-    """Decode from nu_t = ensemble(p_t, q_t, head(h_t)) one token at a time, with KV caches.
+def rollouts(target: nn.Module, draft: nn.Module, head: WeightHead, prompts: list[list[int]], *,
+             max_new_tokens: int, temperature: float, mixing: str, greedy: bool,
+             generators: list[torch.Generator | None], eos: set[int], vocab_size: int | None = None,
+             execution: Execution | None = None) -> list[Rollout]:
+    """Decode every prompt from nu_t = ensemble(p_t, q_t, head(h_t)) one token at a time, all prompts together
+    with KV caches (one host transfer per token for the batch), row r drawing from generators[r] and stopping at
+    its own EOS: a rollout does not depend on its batch.
 
     vocab_size: the pair's common logit width (Pair.vocab_size) when the two heads differ by padding."""
     shared = shared_width(target, draft)
-    max_len = len(ids) + max_new_tokens
-    execution = execution or Execution()
-    T = Stepper(target, vocab_size, shared, max_len, execution=execution)
-    D = Stepper(draft, vocab_size, shared, max_len, execution=execution)
-    ps, qs, hts, hds, tokens = [], [], [], [], []
-    pending = ids
+    B, execution = len(prompts), execution or Execution()
+    max_len = max(len(ids) for ids in prompts) + max_new_tokens
+    T = Stepper(target, vocab_size, shared, max_len, execution=execution, rows=B)
+    D = Stepper(draft, vocab_size, shared, max_len, execution=execution, rows=B)
+    out = [{"tokens": [], "log_p": [], "log_q": [], "h_target": [], "h_draft": []} for _ in prompts]
+    pending, live = [list(ids) for ids in prompts], list(range(B))
     for _ in range(max_new_tokens):
-        lt, h_t = T(pending, last_only=True)  # [1, V], [1, h_t]
-        ld, h_d = D(pending, last_only=True)
-        lp, lq = logits_to_logprobs(lt, temperature), logits_to_logprobs(ld, temperature)  # [1, V]
-        w = head(h_t, h_d).float()  # [1]
-        nu = ensemble(lp.exp(), lq.exp(), w, mixing, log_p=lp, log_q=lq)[0]  # [V]
-        y = int(nu.argmax()) if greedy else int(torch.multinomial(nu, 1, generator=generator))
-        ps.append(lp[0]), qs.append(lq[0]), hts.append(h_t[0]), hds.append(h_d[0]), tokens.append(y)
-        pending = [y]
-        if y in eos:
+        width = max(len(pending[r]) for r in live)
+        x = torch.tensor([pending[r] + [0] * (width - len(pending[r])) for r in live], device=T.device)  # [R, L]
+        lengths = [len(pending[r]) for r in live]
+        lt, h_t = T(x, live, lengths, last_only=True)  # [R, 1, V], [R, 1, h_t]
+        ld, h_d = D(x, live, lengths, last_only=True)
+        lp, lq = logits_to_logprobs(lt, temperature), logits_to_logprobs(ld, temperature)  # [R, 1, V]
+        w = head(h_t, h_d).float()  # [R, 1]
+        nu = ensemble(lp.exp(), lq.exp(), w, mixing, log_p=lp, log_q=lq)[:, 0]  # [R, V]
+        if greedy:
+            y = nu.argmax(-1)
+        else:
+            y = torch.stack([torch.multinomial(nu[i], 1, generator=generators[r])[0] for i, r in enumerate(live)])
+        for i, (r, token) in enumerate(zip(live, y.tolist(), strict=True)):  # one transfer for the batch
+            o = out[r]
+            o["tokens"].append(token), o["log_p"].append(lp[i, 0]), o["log_q"].append(lq[i, 0])
+            o["h_target"].append(h_t[i, 0]), o["h_draft"].append(h_d[i, 0])
+            pending[r] = [token]
+        live = [r for r in live if pending[r][0] not in eos]
+        if not live:
             break
-    return Rollout(torch.tensor(tokens), torch.stack(ps), torch.stack(qs), torch.stack(hts).float(),
-                   torch.stack(hds).float())
+    return [Rollout(torch.tensor(o["tokens"]), torch.stack(o["log_p"]), torch.stack(o["log_q"]),
+                    torch.stack(o["h_target"]).float(), torch.stack(o["h_draft"]).float()) for o in out]
 
 
 def sequence_terms(head: WeightHead, r: Rollout, mixing: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -200,8 +214,9 @@ class Interrupted(Exception):
 
 
 def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=None, progress: bool = True,
-               on_step=None) -> Path:
-    """Train one head for cfg.task; resumable from out/checkpoint.pt. Returns out/head.safetensors."""
+               on_step=None, execution: Execution | None = None) -> Path:
+    """Train one head for cfg.task; resumable from out/checkpoint.pt. Returns out/head.safetensors.
+    execution: how the rollouts run (default Execution.here())."""
     cfg.validate()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -233,7 +248,7 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
         baseline, start, log_rows, samples = ckpt["baseline"], ckpt["step"], ckpt["log"], ckpt["samples"]
 
     reward_fn = task_reward(task, cfg.reward)
-    execution = Execution.from_env()
+    execution = execution or Execution.here()
     eos = eos_set(pair.target)
     tracker = Tracker(name=f"train-head-{cfg.task}-{cid}", group=f"train-{cfg.task}", job_type="train-head",
                       config=dataclasses.asdict(cfg) | {"config_id": cid})
@@ -245,19 +260,21 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
         epoch, b = divmod(step, steps_per_epoch)
         order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(cfg.seed * 7919 + epoch))
         batch = order[b * cfg.batch_size:(b + 1) * cfg.batch_size].tolist()
-        gen = torch.Generator(device=device).manual_seed(cfg.seed * 1_000_003 + step)
+        generators = [torch.Generator(device=device).manual_seed(cfg.seed * 1_000_003 + step * 1_009 + j)
+                      for j in range(len(batch))]
         head.eval()
-        rollouts = [rollout(pair.target, pair.draft, head, encoded[i], max_new_tokens=cfg.max_new_tokens,
-                            temperature=cfg.temperature, mixing=cfg.mixing, greedy=cfg.rollout == "greedy",
-                            generator=gen, eos=eos, vocab_size=pair.vocab_size, execution=execution) for i in batch]
-        completions = [pair.tokenizer.decode(r.tokens.tolist(), skip_special_tokens=True) for r in rollouts]
+        rolled = rollouts(pair.target, pair.draft, head, [encoded[i] for i in batch],
+                          max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, mixing=cfg.mixing,
+                          greedy=cfg.rollout == "greedy", generators=generators, eos=eos,
+                          vocab_size=pair.vocab_size, execution=execution)
+        completions = [pair.tokenizer.decode(r.tokens.tolist(), skip_special_tokens=True) for r in rolled]
         samples = [[examples[i].prompt[:500], c[:500]] for i, c in zip(batch, completions, strict=True)]
-        rewards = torch.tensor([reward_fn(c, examples[i], r) for c, i, r in zip(completions, batch, rollouts,
+        rewards = torch.tensor([reward_fn(c, examples[i], r) for c, i, r in zip(completions, batch, rolled,
                                                                                  strict=True)], device=device)
         if baseline is None:
             baseline = float(rewards.mean())
         head.train()
-        loss, stats = reinforce_loss(head, rollouts, rewards, baseline, acceptance_weight=cfg.acceptance_weight,
+        loss, stats = reinforce_loss(head, rolled, rewards, baseline, acceptance_weight=cfg.acceptance_weight,
                                      mixing=cfg.mixing)
         opt.zero_grad()
         loss.backward()
@@ -411,16 +428,17 @@ class AdamW16(torch.optim.Optimizer):
 
 
 def target_text(target: nn.Module, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
-                seed: int = 0, progress: bool = True, desc: str = "target text") -> list[tuple[list[int], list[int]]]:
+                seed: int = 0, progress: bool = True, desc: str = "target text", batch_size: int = TEXT_BATCH,
+                execution: Execution | None = None) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, the target's completion) for each prompt: greedy at temperature 0, else sampled, prompt i from
-    its own generator (seed, i), so that a completion does not depend on the others."""
-    execution, seqs = Execution.from_env(), []
-    for i, ids in enumerate(tqdm(prompts, desc=desc, unit="prompt", disable=not progress)):
-        generator = torch.Generator(device=target.device).manual_seed(seed * 1_000_003 + i)
-        gen = autoregressive_generate(target, ids, max_new_tokens=max_new_tokens, sampling=Sampling(temperature),
-                                      generator=generator, fidelity=False, execution=execution)
-        seqs.append((ids, gen.tokens))
-    return seqs
+    its own generator (seed, i), so that a completion does not depend on the others; batch_size prompts decode
+    together (the same completions at any size)."""
+    generators = [torch.Generator(device=target.device).manual_seed(seed * 1_000_003 + i) for i in range(len(prompts))]
+    decoding = Decoding("autoregressive", max_new_tokens=max_new_tokens, sampling=Sampling(temperature))
+    with tqdm(total=len(prompts), desc=desc, unit="prompt", disable=not progress) as bar:
+        gens = generate(target, None, prompts, decoding, generators=generators, batch_size=batch_size,
+                        execution=execution or Execution.here(), on_finish=lambda _: bar.update())
+    return [(ids, gen.tokens) for ids, gen in zip(prompts, gens, strict=True)]
 
 
 def fit_draft(student: nn.Module, target: nn.Module, seqs: list[tuple[list[int], list[int]]], *, epochs: int,
@@ -458,19 +476,20 @@ def fit_draft(student: nn.Module, target: nn.Module, seqs: list[tuple[list[int],
     return log_rows
 
 
-def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True) -> Path:
+def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True,
+                  execution: Execution | None = None) -> Path:
     """Fine-tune the pair's draft on the task's training prompts; saves a plain checkpoint at out.
 
     One copy of each model: the draft loaded with the pair is the student, in bfloat16 (AdamW16) when the pair
     is, else in float32 (AdamW; a float16 draft is converted in place: its gradients would underflow), with
     activation checkpointing where the model supports it. Memory per pair: diversed.cost."""
     cfg.validate()
-    out = Path(out)
+    out, execution = Path(out), execution or Execution.here()
     cid = config_hash(dataclasses.asdict(cfg))
     pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers)
     examples = get_task(cfg.task, cfg.data_files).examples("train", cfg.n_train, seed=cfg.seed)
     seqs = target_text(pair.target, [encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.chat) for ex in examples],
-                       max_new_tokens=cfg.max_new_tokens, progress=progress)  # greedy
+                       max_new_tokens=cfg.max_new_tokens, progress=progress, execution=execution)  # greedy
     student = pair.draft if pair.draft.dtype == torch.bfloat16 else pair.draft.float()  # in place
     student.train().requires_grad_(True)
     if student.supports_gradient_checkpointing:
@@ -488,7 +507,7 @@ def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True)
         write_json(tmp / "distill_manifest.json", {"config": dataclasses.asdict(cfg), "config_id": cid,
                                                    "prompts": len(examples), "steps": len(log_rows),
                                                    "seconds": time.perf_counter() - t_start,
-                                                   "execution": dataclasses.asdict(Execution.from_env()),
+                                                   "execution": dataclasses.asdict(execution),
                                                    **provenance()})
     tracker.finish()
     return out

@@ -25,6 +25,8 @@ config["train_head"] = {k: getattr(HeadTrainConfig, k) for k in ("epochs", "batc
 config["distill"] = {k: getattr(DistillConfig, k) for k in ("epochs", "lr", "max_new_tokens")} | config["distill"]
 
 EXPERIMENT = config["experiment"]
+# engine.Execution of every decode and training job, as flags (visible in each rule's shell command)
+EXECUTION = f"--capture {config['execution']['capture']}" + ("" if config["execution"]["fastpath"] else " --no-fastpath")
 PAIRS = config["pairs"]
 TASKS = config["tasks"]
 SWEEP = config["sweep"]
@@ -60,6 +62,9 @@ wildcard_constraints:
 
 RUN = "results/runs/{pair}/{task}/{method}/T{T}-K{K}-s{seed}"
 BASELINE_RUN = "results/runs/{pair}/{task}/{baseline}/T{T}-s{seed}"
+TIMING_RUN = "results/timing/{pair}/{task}/{method}/T{T}-K{K}"  # batch 1, the first n_timing eval prompts
+TIMING_BASELINE = "results/timing/{pair}/{task}/{baseline}/T{T}"
+TIMING_SEED = config["seeds"][0]
 SWEEP_DIR = "results/sweeps/{pair}/{task}/T{T}-K{K}"
 LAMBDA_HEAD = "results/lambda/{pair}/{task}/lambda{lam}"
 
@@ -81,6 +86,27 @@ def runs():
     for pair, t, K, seed in itertools.product(PAIRS, config["transfer"], config["K"], config["seeds"]):
         dirs.append(run_dir(pair, t["eval"], f"dynamic@{t['head']}", config["transfer_temperature"], K, seed))
     return dirs
+
+
+def timing_runs():
+    """The timing runs: every method at every (pair, task, T), the speculative ones at every K, one seed."""
+    return [timing_dir(pair, task, method, T, K)
+            for pair, task, method, T in itertools.product(PAIRS, TASKS, config["methods"], config["temperatures"])
+            for K in ([None] if method in BASELINES else config["K"])]
+
+
+def timing_dir(pair, task, method, T, K):
+    """A timing run's folder (T: a number, or the {T} wildcard); the baselines' have no K."""
+    T = T if T == "{T}" else temperature(T)
+    if method in BASELINES:
+        return TIMING_BASELINE.format(pair=pair, task=task, baseline=method, T=T)
+    return TIMING_RUN.format(pair=pair, task=task, method=method, T=T, K=K)
+
+
+def timing_outputs(name):
+    """A file of every run of time's (pair, task, T)."""
+    return [f"{timing_dir('{pair}', '{task}', m, '{T}', K)}/{name}" for m in config["methods"]
+            for K in ([None] if m in BASELINES else config["K"])]
 
 
 def sweeps():
@@ -162,10 +188,15 @@ def decode_inputs(wildcards):
     if "finetuned" in SPECULATIVE:
         inputs["draft"] = f"resources/drafts/{wildcards.pair}/{wildcards.task}"
     if "fixed" in SPECULATIVE:
-        inputs["weights"] = [f"{SWEEP_DIR.format(**dict(wildcards.items()), K=K)}/choice.json" for K in config["K"]]
+        inputs["weights"] = [f"{sweep_dir(wildcards, K)}/choice.json" for K in config["K"]]
     if "dynamic" in SPECULATIVE:
         inputs["head"] = f"results/heads/{wildcards.pair}/{wildcards.task}/head.safetensors"
     return inputs
+
+
+def sweep_dir(wildcards, K):
+    """The sweep whose choice.json gives the fixed w of (pair, task, T) at K."""
+    return SWEEP_DIR.format(pair=wildcards.pair, task=wildcards.task, T=wildcards.T, K=K)
 
 
 def run_spec(run, method, K, verifier=None, **changes):
@@ -175,16 +206,16 @@ def run_spec(run, method, K, verifier=None, **changes):
 
 
 def point_runs(wildcards, input, output):
-    """decode's --run list, in the order of its outputs (target only first)."""
+    """decode's (and time's) --run list, in the order of its outputs (target only first)."""
     specs = []
     for manifest in output.manifests:
         run = os.path.dirname(manifest)
         method = run.split("/")[-2]
-        K = None if method in BASELINES else int(re.search(r"-K(\d+)-s", run).group(1))
+        K = None if method in BASELINES else int(re.search(r"-K(\d+)(-s|$)", run).group(1))
         if method == "finetuned":
             specs.append(run_spec(run, method, K, verifier="strict", draft=input.draft))
         elif method == "fixed":
-            choice = os.path.join(SWEEP_DIR.format(**dict(wildcards.items()), K=K), "choice.json")
+            choice = os.path.join(sweep_dir(wildcards, K), "choice.json")
             specs.append(run_spec(run, method, K, weight_file=choice))
         elif method == "dynamic":
             specs.append(run_spec(run, method, K, head=input.head))

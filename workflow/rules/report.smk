@@ -3,6 +3,7 @@ rule aggregate:
     1-3, a speed table and the lambda sweep, every interval over prompts."""
     input:
         scores=[f"{run}/scores.json" for run in runs()],
+        timing_scores=[f"{run}/scores.json" for run in timing_runs()],
         sweeps=[f"{sweep}/sweep.csv" for sweep in sweeps()],
         lambda_scores=[f"{run}/scores.json" for run in lambda_runs()],
     output:
@@ -14,6 +15,7 @@ rule aggregate:
         tables=TABLES,
     params:
         runs=lambda wildcards, input: [os.path.dirname(s) for s in input.scores],
+        timing_runs=lambda wildcards, input: [os.path.dirname(s) for s in input.timing_scores],
         lambda_runs=lambda wildcards, input: " ".join(["--lambda-runs"] + [os.path.dirname(s) for s in
                                                                            input.lambda_scores])
         if input.lambda_scores else "",
@@ -25,7 +27,8 @@ rule aggregate:
     conda:
         "../../environment.yml"
     shell:
-        "diversed aggregate --runs {params.runs} --sweeps {input.sweeps} {params.lambda_runs} "
+        "diversed aggregate --runs {params.runs} --timing-runs {params.timing_runs} --sweeps {input.sweeps} "
+        "{params.lambda_runs} "
         "--transfer-temperature {params.transfer_temperature} --out {params.out} > {log} 2>&1"
 
 

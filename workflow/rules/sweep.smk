@@ -22,6 +22,8 @@ rule sweep:
         mixings=SWEEP["mixings"],
         tolerance=f"--tolerance {SWEEP['tolerance']}" if SWEEP["tolerance"] is not None else "",
         experiment=EXPERIMENT,
+        batch=config["batch_size"],
+        execution=EXECUTION,
         out=lambda wildcards, output: os.path.dirname(output.choice),
     threads: all_cores
     resources:
@@ -34,5 +36,7 @@ rule sweep:
         "diversed sweep-weight --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} --split dev "
         "-n {params.n} --max-new-tokens {params.max_new} --temperature {wildcards.T} -K {wildcards.K} --seed 0 "
-        "--weights {params.weights} --mixings {params.mixings} {params.tolerance} --out {params.out} "
+        "--weights {params.weights} --mixings {params.mixings} {params.tolerance} --batch-size {params.batch} "
+        "{params.execution} "
+        "--out {params.out} "
         "--label pair={wildcards.pair} --label experiment={params.experiment} > {log} 2>&1"

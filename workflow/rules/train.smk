@@ -22,6 +22,7 @@ rule train_head:
         temperature=config["train_head"]["temperature"],
         mixing=config["train_head"]["mixing"],
         reward=config["train_head"]["reward"],
+        execution=EXECUTION,
         out=lambda wildcards, output: os.path.dirname(output.head),
     threads: all_cores
     resources:
@@ -36,7 +37,7 @@ rule train_head:
         "--n-train {params.n_train} --max-new-tokens {params.max_new} --seed 0 --epochs {params.epochs} "
         "--batch-size {params.batch_size} --lr {params.lr} --acceptance-weight {params.acceptance_weight} "
         "--rollout {params.rollout} --temperature {params.temperature} --mixing {params.mixing} "
-        "--reward {params.reward} --out {params.out} > {log} 2>&1"
+        "--reward {params.reward} {params.execution} --out {params.out} > {log} 2>&1"
 
 
 rule distill_draft:
@@ -56,6 +57,7 @@ rule distill_draft:
         max_new=config["distill"]["max_new_tokens"],
         epochs=config["distill"]["epochs"],
         lr=config["distill"]["lr"],
+        execution=EXECUTION,
     threads: all_cores
     resources:
         gpu=gpus,
@@ -67,7 +69,7 @@ rule distill_draft:
         "diversed train draft --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} "
         "--n-train {params.n_train} --max-new-tokens {params.max_new} --seed 0 --epochs {params.epochs} "
-        "--lr {params.lr} --out {output.draft} > {log} 2>&1"
+        "--lr {params.lr} {params.execution} --out {output.draft} > {log} 2>&1"
 
 
 use rule train_head as train_head_lambda with:
