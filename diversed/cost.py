@@ -149,18 +149,22 @@ def crossover(target: str, draft: str, *, K: int = 5, tau: float = 3.0, context:
     return None
 
 
-def gpu_hours(config: dict, pair: str) -> dict[str, float]:
-    """GPU-hours of each GPU rule for one pair of a workflow config, every completion at full length: quality
-    decodes (decode, its transfer runs, sweep) at the config's batch_size, timing decodes (time) at batch 1 on the
-    first n_timing eval prompts, head rollouts train_head.batch_size at a time and the fine-tuned draft's text
-    TEXT_BATCH at a time; a speculative token costs token_ms at TAU, over each task's mean context."""
+RULES = ("decode", "time", "sweep", "train_head", "distill_draft")
+
+
+def job_ms(config: dict, pair: str) -> dict[str, list[float]]:
+    """GPU milliseconds of every job of each GPU rule for one pair of a workflow config, every completion at full
+    length: quality decodes (decode, its transfer runs, sweep) at the config's batch_size, timing decodes (time) at
+    batch 1 on the first n_timing eval prompts, head rollouts train_head.batch_size at a time and the fine-tuned
+    draft's text TEXT_BATCH at a time; a speculative token costs token_ms at TAU, over each task's mean context.
+    Transfer runs count under decode (their jobs are decode_transfer's)."""
     p, tasks = config["pairs"][pair], config["tasks"]
     dtype = p.get("dtype", "bfloat16")
     t, d = arch(p["target"]), arch(p["draft"])
     B = config.get("batch_size", 1)
     baselines = [m for m in config["methods"] if m in ("autoregressive", "draft")]
     speculative = [m for m in config["methods"] if m not in baselines]
-    ms = dict.fromkeys(("decode", "time", "sweep", "train_head", "distill_draft"), 0.0)
+    jobs: dict[str, list[float]] = {rule: [] for rule in RULES}
 
     def per_token(K, rows, ctx, model=None):
         if model is not None:  # one model alone
@@ -175,27 +179,39 @@ def gpu_hours(config: dict, pair: str) -> dict[str, float]:
         new = task["max_new_tokens"]
         ctx = PROMPT_TOKENS.get(name, 256) + new // 2
         tokens = task["n_eval"] * new
-        ms["decode"] += len(config["temperatures"]) * len(config["seeds"]) * tokens * point(B, ctx)
-        ms["decode"] += sum(len(config["seeds"]) * tokens * per_token(K, B, ctx) for x in config["transfer"]
-                            if x["eval"] == name for K in config["K"])
+        runs = len(config["temperatures"]) * len(config["seeds"])
+        jobs["decode"] += [tokens * point(B, ctx)] * runs
+        jobs["decode"] += [tokens * sum(per_token(K, B, ctx) for K in config["K"])] * (
+            len(config["seeds"]) * sum(x["eval"] == name for x in config["transfer"]))
         timed = min(task.get("n_timing", task["n_eval"]), task["n_eval"])
-        ms["time"] += len(config["temperatures"]) * timed * new * point(1, ctx)
+        jobs["time"] += [timed * new * point(1, ctx)] * len(config["temperatures"])
         h = config["train_head"]
-        rollout = h["max_new_tokens"]
-        ms["train_head"] += task["n_train"] * h["epochs"] * rollout * (
-            per_token(None, h["batch_size"], ctx, t) + per_token(None, h["batch_size"], ctx, d))
-        ms["distill_draft"] += task["n_train"] * config["distill"]["max_new_tokens"] * per_token(None, TEXT_BATCH,
-                                                                                                ctx, t)
+        jobs["train_head"].append(task["n_train"] * h["epochs"] * h["max_new_tokens"] * (
+            per_token(None, h["batch_size"], ctx, t) + per_token(None, h["batch_size"], ctx, d)))
+        jobs["distill_draft"].append(task["n_train"] * config["distill"]["max_new_tokens"]
+                                     * per_token(None, TEXT_BATCH, ctx, t))
     sweep = config["sweep"]
     points = 1 + len([w for w in sweep["weights"] if w != 1]) * len(sweep["mixings"])
     sweeps = {(task, float(T), K) for task in tasks for T in config["temperatures"] for K in config["K"]} \
         if "fixed" in config["methods"] else set()
     sweeps |= {(task, float(sweep.get("figure_temperature", 1.0)), K) for task in sweep.get("figure_tasks", [])
                for K in sweep.get("figure_K", [])}
-    ms["sweep"] = sum(points * tasks[task]["n_dev"] * tasks[task]["max_new_tokens"]
-                      * per_token(K, B, PROMPT_TOKENS.get(task, 256) + tasks[task]["max_new_tokens"] // 2)
-                      for task, _, K in sweeps)
-    return {rule: v / 3.6e6 for rule, v in ms.items()}
+    jobs["sweep"] = [points * tasks[task]["n_dev"] * tasks[task]["max_new_tokens"]
+                     * per_token(K, B, PROMPT_TOKENS.get(task, 256) + tasks[task]["max_new_tokens"] // 2)
+                     for task, _, K in sorted(sweeps)]
+    return jobs
+
+
+def gpu_hours(config: dict, pair: str) -> dict[str, float]:
+    """GPU-hours of each GPU rule for one pair of a workflow config: its jobs' job_ms, summed."""
+    return {rule: sum(ms) / 3.6e6 for rule, ms in job_ms(config, pair).items()}
+
+
+def longest_job_minutes(config: dict) -> dict[str, float]:
+    """GPU minutes of the longest job of each GPU rule over every pair of a workflow config (computed): what a
+    cluster profile's time limit per rule must cover."""
+    return {rule: max((max(job_ms(config, name)[rule], default=0.0) for name in config["pairs"]), default=0.0)
+            / 6e4 for rule in RULES}
 
 
 def disk_gb(config: dict, pair: str) -> float:
@@ -209,7 +225,7 @@ def disk_gb(config: dict, pair: str) -> float:
 
 def cost_table(config: dict) -> str:
     """Markdown: the computed GPU-hours of each pair by rule, and its disk."""
-    rules = ("decode", "time", "sweep", "train_head", "distill_draft")
+    rules = RULES
     rows = ["| pair | decode | time | sweep | train head | distill | GPU-hours | disk |",
             "|---|---|---|---|---|---|---|---|"]
     for name in config["pairs"]:

@@ -287,9 +287,32 @@ def test_quality_decodes_are_batched_and_timing_decodes_interleaved_at_batch_1(t
     """The decode, transfer, lambda and sweep jobs decode batch_size prompts together; the time job decodes the
     first n_timing eval prompts at batch 1, every method interleaved prompt by prompt, in one job."""
     done = snakemake("-n", "--forceall", "-p", "--configfile", "config/smoke.yaml", cwd=tree)
-    lines = re.findall(r"^Shell command: (diversed (?:generate|sweep-weight) .*)$", done.stdout, flags=re.M)
+    lines = re.findall(r"^Shell command: .*?(diversed (?:generate|sweep-weight) .*)$", done.stdout, flags=re.M)
     assert len(lines) == 4 + 4 + 1 + 1 + 5  # decode, time, transfer, lambda, sweep jobs
     timing = [line for line in lines if "--label timing=1" in line]
     assert len(timing) == 4 and all("--interleave" in line and "--limit 2" in line and "--batch-size" not in line
                                     for line in timing)
     assert all("--batch-size 2" in line for line in lines if line not in timing)
+
+
+def test_cluster_jobs_fit_a_partition_retry_and_never_wait_on_the_network(tree):
+    """Regression: sweep asked SLURM for 1,120 minutes (above many partitions' 24 h limit, so sbatch refused it),
+    one failed job stopped the DAG, and a GPU job with a W&B key on an offline node waited for the tracker's
+    timeout. Each GPU rule's time limit covers twice its longest job computed by diversed.cost for the paper
+    config, and stays within 24 h; failed jobs are retried and the others go on; GPU jobs run W&B and the hub
+    offline (a W&B mode set by the user, e.g. disabled, is kept)."""
+    from diversed.cost import longest_job_minutes
+
+    profile = yaml.safe_load((ROOT / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
+    assert profile["retries"] >= 1 and profile["keep-going"] is True
+    computed = longest_job_minutes(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()))
+    base = {"decode_transfer": "decode", "decode_lambda": "decode", "train_head_lambda": "train_head"}
+    limits = {rule: profile["set-resources"][rule]["runtime"] for rule in GPU_RULES}
+    for rule, minutes in limits.items():
+        assert 2 * computed[base.get(rule, rule)] <= minutes <= 24 * 60, (rule, minutes, computed)
+    done = snakemake("-n", "--forceall", "-p", "--configfile", with_config(tree, lambda_sweep={
+        "tasks": ["arith"], "values": [0.0, 0.5]}), cwd=tree)
+    commands = re.findall(r"^Shell command: (.*)$", done.stdout, flags=re.M)
+    gpu = [c for c in commands if re.search(r"diversed (generate|sweep-weight|train) ", c)]
+    assert len(gpu) == sum(n for rule, n in jobs(done.stdout).items() if rule in GPU_RULES)
+    assert all(c.startswith("WANDB_MODE=${WANDB_MODE:-offline} HF_HUB_OFFLINE=1 diversed ") for c in gpu), gpu

@@ -30,6 +30,7 @@ rule decode:
     conda:
         "../../environment.yml"
     shell:
+        "WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # jobs never wait on the network
         "diversed generate --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} -n {params.n} "
         "--max-new-tokens {params.max_new} --temperature {params.temperature} --seed {wildcards.seed} "
@@ -60,6 +61,7 @@ rule time:
     conda:
         "../../environment.yml"
     shell:
+        "WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # jobs never wait on the network
         "diversed generate --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} -n {params.n} "
         "--limit {params.n_timing} --max-new-tokens {params.max_new} --temperature {params.temperature} "

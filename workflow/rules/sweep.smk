@@ -33,6 +33,7 @@ rule sweep:
     conda:
         "../../environment.yml"
     shell:
+        "WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # jobs never wait on the network
         "diversed sweep-weight --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} --split dev "
         "-n {params.n} --max-new-tokens {params.max_new} --temperature {wildcards.T} -K {wildcards.K} --seed 0 "
