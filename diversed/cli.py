@@ -115,16 +115,19 @@ def cmd_generate(a: argparse.Namespace) -> None:
         prompts = prompts[:a.limit]
     if a.batch_size < 1:
         raise SystemExit(f"error: --batch-size must be >= 1, got {a.batch_size}")
+    if a.interleave and a.keep:
+        raise SystemExit("error: --keep resumes quality runs; timed runs (--interleave) are decoded together")
     if a.interleave and (not specs or a.batch_size != 1):
         raise SystemExit("error: --interleave times several --run runs at batch 1 (no --batch-size)")
     execution = _execution(a)
     if a.interleave:
         run_dirs = execute_interleaved(cfg, prompts, specs, labels=labels, execution=execution)
     elif specs:
-        run_dirs = execute_all(cfg, prompts, specs, labels=labels, batch_size=a.batch_size, execution=execution)
+        run_dirs = execute_all(cfg, prompts, specs, labels=labels, batch_size=a.batch_size, execution=execution,
+                               keep=a.keep)
     else:
         run_dirs = [execute(cfg, prompts, a.out, run_dir=a.run_dir, labels=labels, batch_size=a.batch_size,
-                            execution=execution)]
+                            execution=execution, keep=a.keep)]
     for run_dir in run_dirs:
         s = Run(run_dir).manifest["summary"]
         speed = "untimed (batched)" if s["tokens_per_s"] is None else f"{s['tokens_per_s']:.1f} tokens/s"
@@ -355,6 +358,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="decode only the first N of the prompts (e.g. timing a subset)")
     p.add_argument("--interleave", action="store_true",
                    help="timing: decode the --run runs at batch 1, interleaved prompt by prompt")
+    p.add_argument("--keep", metavar="DIR",
+                   help="hard-link each finished run into DIR/{run_id}, and take a run found there (decoded by "
+                   "the same code, same labels) instead of decoding it: a rerun of a failed job decodes only what "
+                   "it had not finished")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("train", help="train a task's verifiers: `train head` (DIVERSED) or `train draft`")

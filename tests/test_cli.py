@@ -84,6 +84,44 @@ def test_runs_of_one_setting_in_one_process_equal_separate_runs(tiny_dir, tmp_pa
     assert labels == {"pair": "tiny", "method": "fixed"}
 
 
+def test_kept_runs_are_taken_back_only_when_the_same_code_decoded_them_with_the_same_labels(tiny_dir, tmp_path,
+                                                                                          capsys):
+    """generate --keep DIR: each finished run is hard-linked into DIR/{run_id}; a rerun whose outputs were deleted
+    (a failed workflow job) takes back the kept runs, byte-identical, without loading a model, and decodes a run
+    whose labels or code differ."""
+    import os
+
+    import diversed.decoding.models
+    import diversed.runs.run
+
+    keep = tmp_path / "kept"
+    shared = ["--task", "arith", "-n", "2", "--temperature", "1.0", "--seed", "1", "--keep", str(keep)]
+    runs = ["--run", str(tmp_path / "a"), "verifier=strict", "K=2", "--run", str(tmp_path / "b"), "verifier=fixed",
+            "weight=0.5", "K=2"]
+    generate(tiny_dir, tmp_path, *shared, *runs)
+    first = {name: (tmp_path / name / "generations.jsonl").read_bytes() for name in "ab"}
+    kept = sorted(p for p in keep.iterdir())
+    assert len(kept) == 2 and all(os.stat(p / "generations.jsonl").st_nlink == 2 for p in kept)  # links, no copy
+    for name in "ab":  # Snakemake deletes a failed job's outputs
+        for f in (tmp_path / name).iterdir():
+            f.unlink()
+        (tmp_path / name).rmdir()
+    loads = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(diversed.decoding.models, "load_model", lambda name, **kw: loads.append(name))
+        generate(tiny_dir, tmp_path, *shared, *runs)
+    assert loads == [] and {name: (tmp_path / name / "generations.jsonl").read_bytes() for name in "ab"} == first
+    assert capsys.readouterr().out.count("taken from") == 2
+    generate(tiny_dir, tmp_path, *shared, "--label", "experiment=other", *runs)  # other labels: decoded
+    assert capsys.readouterr().out.count("taken from") == 0
+    with pytest.MonkeyPatch.context() as mp:  # other code: decoded
+        mp.setattr(diversed.runs.run, "code_hash", lambda: "another")
+        generate(tiny_dir, tmp_path, *shared, *runs)
+    assert capsys.readouterr().out.count("taken from") == 0
+    with pytest.raises(SystemExit, match="--keep resumes quality runs"):
+        generate(tiny_dir, tmp_path, *shared, "--interleave", *runs)
+
+
 @pytest.mark.parametrize(("run", "message"), [
     (["out/a", "verifer=strict"], "unknown key 'verifer'"),
     (["out/a", "task=open"], "unknown key 'task'"),  # the runs of one process share their prompts

@@ -123,3 +123,44 @@ def test_killed_workflow_resumes_to_identical_results(smoke_run, tmp_path):
         for ext in ("csv", "md", "tex"):
             rel = Path("results") / "tables" / f"{name}.{ext}"
             assert filecmp.cmp(ref / rel, wd / rel, shallow=False), rel
+
+
+def test_a_failed_decode_job_keeps_its_finished_runs_and_its_rerun_decodes_only_the_rest(smoke_run, tmp_path):
+    """Regression: a decode job killed after some of its runs lost them all (Snakemake deletes a failed job's
+    outputs) and its rerun decoded everything again. Each finished run is kept (hard links under results/kept);
+    the rerun takes back exactly those and decodes the rest, to the same bytes as an uninterrupted run."""
+    from conftest import snakemake, workflow_copy
+
+    wd = workflow_copy(tmp_path)
+    job = "results/runs/tiny/arith/autoregressive/T1.0-s0/scores.json"  # one decode job: 5 runs
+    kept = wd / "results" / "kept"
+    proc = start([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/smoke.yaml", job],
+                 cwd=wd)
+    decode_log = wd / "logs" / "decode" / "tiny" / "arith" / "T1.0-s0.log"
+
+    def two_runs_done():  # the decode job has kept 2 of its runs (earlier jobs keep none: only decode keeps)
+        return decode_log.is_file() and kept.is_dir() and len([p for p in kept.iterdir()
+                                                               if not p.name.startswith(".")]) >= 2
+
+    t0 = time.time()
+    while not two_runs_done():
+        assert proc.poll() is None and time.time() - t0 < 600, "the decode job never kept two runs"
+        time.sleep(0.05)
+    found = subprocess.run(["pgrep", "-f", "diversed generate"], capture_output=True, text=True).stdout.split()
+    decoders = [pid for pid in found if Path(f"/proc/{pid}/cwd").resolve() == wd.resolve()]  # this test's only
+    assert decoders
+    for pid in decoders:  # the job's process dies; Snakemake sees a failed job and deletes its outputs
+        os.kill(int(pid), signal.SIGKILL)
+    assert proc.wait(timeout=120) != 0
+    assert not (wd / job).exists()
+    finished = {p.name for p in kept.iterdir() if not p.name.startswith(".")}
+    snakemake("--cores", "2", "--configfile", "config/smoke.yaml", job, cwd=wd, timeout=600)
+    log = decode_log.read_text()
+    taken = set(re.findall(r"run (\w+): taken from", log))
+    decoded = set(re.findall(r"decode (\w+) \(batch", log))
+    assert taken == finished and len(taken) >= 2, (taken, finished)
+    assert decoded and not decoded & taken and len(decoded | taken) == 5, (decoded, taken)  # the rest decoded
+    ref = smoke_run
+    for rel in sorted(p.relative_to(wd) for p in (wd / "results" / "runs" / "tiny" / "arith").rglob(
+            "T1.0*-s0/generations.jsonl")):
+        assert filecmp.cmp(ref / rel, wd / rel, shallow=False), rel

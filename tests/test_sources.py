@@ -14,6 +14,7 @@ from conftest import ROOT, tiny_paper_model
 from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError
 
 from diversed.cli import main
+from diversed.decoding.models import char_tokenizer
 from diversed.decoding.sources import Sources, check, fetch, hub_sources, load_config
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
@@ -44,7 +45,7 @@ def hub(monkeypatch):
     """snapshot_download, datasets.load_dataset and AutoConfig.from_pretrained (of a hub id) go to a FakeHub."""
     import datasets
     import huggingface_hub
-    from transformers import AutoConfig, PretrainedConfig
+    from transformers import AutoConfig, AutoTokenizer, PretrainedConfig
 
     fake, read_config = FakeHub(), AutoConfig.from_pretrained
 
@@ -64,9 +65,17 @@ def hub(monkeypatch):
         fake.reach(name)
         return PretrainedConfig(architectures=["HubForCausalLM"])
 
+    def tokenizer(name, **kwargs):  # a hub model's tokenizer: the character tokenizer
+        if os.path.isdir(name):
+            return read_tokenizer(name, **kwargs)
+        fake.reach(name)
+        return char_tokenizer()
+
+    read_tokenizer = AutoTokenizer.from_pretrained
     monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
     monkeypatch.setattr(AutoConfig, "from_pretrained", from_pretrained)
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", tokenizer)
     return fake
 
 
@@ -146,6 +155,7 @@ def test_check_sources_reads_configs_of_the_paper_classes_and_one_row_per_hub_sp
     for kind in ("llama3", "qwen3", "gemma3"):
         paths[kind] = tmp_path / kind
         tiny_paper_model(kind).save_pretrained(paths[kind])
+        char_tokenizer().save_pretrained(paths[kind])
     config = {"pairs": {"llama": {"target": str(paths["llama3"]), "draft": str(paths["qwen3"])},
                         "gemma": {"target": str(paths["gemma3"]), "draft": "google/gemma-3-4b-it"},
                         "qwen": {"target": "Qwen/Qwen3-8B", "draft": str(paths["qwen3"])},
@@ -162,11 +172,16 @@ def test_check_sources_reads_configs_of_the_paper_classes_and_one_row_per_hub_sp
     assert status[("model", "resources/models/tiny/t")][0] == "built"
     assert status[("dataset", "wmt/wmt16 (de-en, validation)")] == ("OK", "de, en")  # flattened
     assert status[("dataset", "openai/gsm8k (main, train)")][0] == "OK" and status[("dataset", "arith eval")][0] == "OK"
-    assert len(failed) == 1 and "google/gemma-3-4b-it: gated" in failed[0]
+    assert status[("tokenizers", f"llama: {paths['llama3']} / {paths['qwen3']}")] == (
+        "OK", "identical, 101 tokens, chat template")
+    assert status[("tokenizers", f"qwen: Qwen/Qwen3-8B / {paths['qwen3']}")][0] == "OK"
+    assert status[("tokenizers", f"gemma: {paths['gemma3']} / google/gemma-3-4b-it")][0] == "FAILED"  # gated
+    assert len(failed) == 2 and "google/gemma-3-4b-it: gated" in failed[0], failed
+    assert failed[1].startswith("tokenizers of pair gemma: gated") and "google/gemma-3-4b-it" in failed[1]
 
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    with pytest.raises(SystemExit, match="1 source"):
+    with pytest.raises(SystemExit, match="2 source"):
         main(["check-sources", "--config", str(path)])
     out = capsys.readouterr().out
     assert "| model " in out and "Gemma3ForConditionalGeneration" in out
@@ -177,3 +192,26 @@ def test_a_hub_split_without_the_task_fields_fails_its_check(hub, monkeypatch):
     monkeypatch.setitem(HUB_ROWS, "openai/gsm8k", {"question": "a row without its answer"})
     _, failed = check({"tasks": {"gsm8k": {}}})
     assert failed and all("has no field(s) ['answer']" in line for line in failed)
+
+
+def test_check_sources_refuses_a_pair_whose_tokenizers_differ(hub, tmp_path):
+    """Regression: a target and draft with different tokenizers (or no chat template) passed check-sources and
+    failed only inside a GPU job."""
+    from transformers import AutoTokenizer
+
+    same, other, bare = tmp_path / "same", tmp_path / "other", tmp_path / "bare"
+    char_tokenizer().save_pretrained(same)
+    tok = char_tokenizer()
+    tok.add_tokens(["<extra>"])
+    tok.save_pretrained(other)
+    tok = char_tokenizer()
+    tok.chat_template = None
+    tok.save_pretrained(bare)
+    assert AutoTokenizer.from_pretrained(str(other)).get_vocab() != AutoTokenizer.from_pretrained(str(same)).get_vocab()
+    pairs = {"differ": {"target": str(same), "draft": str(other)}, "bare": {"target": str(bare), "draft": str(bare)},
+             "ok": {"target": str(same), "draft": str(same)}}
+    rows, failed = check({"pairs": pairs})
+    status = {source.split(":")[0]: s for kind, source, s, _ in rows if kind == "tokenizers"}
+    assert status["differ"] == "FAILED: the target's and the draft's tokenizers differ in vocabulary"
+    assert status["bare"].startswith("FAILED: no chat template") and status["ok"] == "OK"
+    assert sorted(line.split(":")[0] for line in failed if not line.startswith("model ")) == ["bare", "differ"]

@@ -137,7 +137,32 @@ def test_mbpp_scoring(tmp_path, completion, passed, monkeypatch):
     data.write_text(json.dumps(MBPP_ROW) + "\n")
     task = get_task("mbpp", {"eval": str(data)})
     (ex,) = task.examples("eval")
-    assert task.score(completion, ex) == {"pass@1": passed}
+    scores = task.score(completion, ex)
+    assert set(scores) == {"pass@1", "timed_out"} and scores["pass@1"] == passed
+    if "while True: pass" in completion:
+        assert scores["timed_out"] == 1.0  # each sample's status: passed, timed out, or its tests failed
+
+
+def test_a_sandbox_that_cannot_run_programs_stops_the_scoring(tmp_path, monkeypatch):
+    """Regression: a sandbox failure (bwrap refused, fork refused) scored as wrong code, silently. The sandbox
+    tool's own error is an infrastructure error, and scoring stops with a message naming it."""
+    import diversed.tasks.execution as execution
+    from diversed.tasks.code import SandboxFailed
+
+    execution.best_isolation()  # checked once per process, with the real tools, before they are broken here
+    broken = "echo 'bwrap: Creating new namespace failed: Operation not permitted' >&2; exit 1"
+    monkeypatch.setattr(execution, "_isolated", lambda isolation, cmd, work: ["/bin/sh", "-c", broken])
+    result = execution.run_untrusted("print(1)", isolation="bwrap")
+    assert result.status == "error" and not result.passed
+    data = tmp_path / "mbpp.jsonl"
+    data.write_text(json.dumps(MBPP_ROW) + "\n")
+    task = get_task("mbpp", {"eval": str(data)})
+    (ex,) = task.examples("eval")
+    with pytest.raises(SandboxFailed, match=r"code sandbox \(\w+\) could not run a program: bwrap: Creating new"):
+        task.score("def add(a, b):\n    return a + b", ex)
+    failing = "import sys; sys.stderr.write('bwrap? no: my own error'); sys.exit(1)"  # the candidate's own stderr
+    monkeypatch.undo()
+    assert execution.run_untrusted(failing).status == "failed"
 
 
 @pytest.mark.slow  # 164 sandboxed subprocesses
@@ -147,10 +172,11 @@ def test_humaneval_ships_164_problems_and_scores_canonical_solutions():
     rows = task.rows("eval")
     examples = task.examples("eval", 3, seed=0)
     for ex, row in zip(examples, [r for r in rows if r["task_id"] in {e.id for e in examples}], strict=True):
-        assert task.score(row["canonical_solution"], ex) == {"pass@1": 1.0}  # a bare body continues the prompt
+        passed, failed = {"pass@1": 1.0, "timed_out": 0.0}, {"pass@1": 0.0, "timed_out": 0.0}
+        assert task.score(row["canonical_solution"], ex) == passed  # a bare body continues the prompt
         full = f"```python\n{row['prompt']}{row['canonical_solution']}```"
-        assert task.score(full, ex) == {"pass@1": 1.0}
-        assert task.score("    return None\n", ex) == {"pass@1": 0.0}
+        assert task.score(full, ex) == passed
+        assert task.score("    return None\n", ex) == failed
 
 
 def test_code_block_extraction():

@@ -1,7 +1,7 @@
 """The Hugging Face hub sources of a workflow config: `fetch` puts every hub model and dataset into the local
 cache once (the workflow's fetch_sources rule, before any GPU job), `check` reads a model's config and a dataset's
-first row in seconds. A source that cannot be read is one line naming the fix (gated: accept the license and set
-HF_TOKEN; offline or unreachable: where to run instead)."""
+first row in seconds, and that each pair's two tokenizers are one. A source that cannot be read is one line naming
+the fix (gated: accept the license and set HF_TOKEN; offline or unreachable: where to run instead)."""
 
 from __future__ import annotations
 
@@ -171,6 +171,22 @@ def check_model(name: str) -> tuple[str, str]:
     return "OK", ", ".join(config.architectures or [config.model_type])
 
 
+def check_tokenizers(target: str, draft: str) -> tuple[str, str]:
+    """(status, detail) of a pair's tokenizers: speculative decoding needs one vocabulary, the same special tokens
+    and the same chat template (the prompts are encoded once, with the target's)."""
+    from transformers import AutoTokenizer
+
+    t, d = AutoTokenizer.from_pretrained(target), AutoTokenizer.from_pretrained(draft)
+    differ = [what for what, a, b in (("vocabulary", t.get_vocab(), d.get_vocab()),
+                                      ("special tokens", t.special_tokens_map, d.special_tokens_map),
+                                      ("chat template", t.chat_template, d.chat_template)) if a != b]
+    if differ:
+        return f"FAILED: the target's and the draft's tokenizers differ in {', '.join(differ)}", ""
+    if not t.chat_template:
+        return "FAILED: no chat template (prompts are encoded through it)", f"{len(t)} tokens"
+    return "OK", f"identical, {len(t)} tokens, chat template"
+
+
 def check_task(name: str, data_files: str | dict | None = None) -> list[tuple[str, str, str]]:
     """(source, status, detail) of each source of a task: a hub split's first row, or a local or built-in
     task's rows."""
@@ -198,6 +214,14 @@ def check(config: dict) -> tuple[list[tuple[str, str, str, str]], list[str]]:
             continue
         found = attempt(lambda name=name: check_model(name), f"model {name}", name if hub_model(name) else None)
         rows.append(("model", name, *(found or ("FAILED", ""))))
+    for name, pair in config.get("pairs", {}).items():
+        target, draft = pair["target"], pair["draft"]
+        if pair.get("prepare", "none") != "none" or draft in EMBEDDED_DRAFTS:
+            continue
+        repo = target if hub_model(target) else draft if hub_model(draft) else None
+        found = attempt(lambda target=target, draft=draft: check_tokenizers(target, draft),
+                        f"tokenizers of pair {name}", repo)
+        rows.append(("tokenizers", f"{name}: {target} / {draft}", *(found or ("FAILED", ""))))
     for name, t in config.get("tasks", {}).items():
         data_files = (t or {}).get("data_files")
         repo = get_task(name).hub[0] if hub_task(name, data_files) else None

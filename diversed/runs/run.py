@@ -29,9 +29,11 @@ from diversed.tasks import SPLITS, get_task, registry
 from diversed.tracking import decode_tracker
 from diversed.utils import (
     atomic_dir,
+    code_hash,
     config_hash,
     field_type,
     hardware_label,
+    link_or_copy,
     option,
     provenance,
     read_jsonl,
@@ -190,7 +192,7 @@ class Decoder:
                     "execution": dataclasses.asdict(self.execution), "summary": summary, "started": started,
                     # per prompt, in the order of generations.jsonl; only a batch of one times its prompts
                     "prompt_seconds": [g.time_total for g in gens] if timed else None,
-                    "finished": time.time(), **provenance()}
+                    "finished": time.time(), "code": code_hash(), **provenance()}
         tracker = decode_tracker(rid, cfg.task, cfg.verifier, labels,
                                  config=dataclasses.asdict(cfg) | {"run_id": rid, **labels})
         tracker.log({k: v for k, v in summary.items() if isinstance(v, (int, float))})
@@ -203,9 +205,36 @@ class Decoder:
         return run_dir
 
 
+def keep_run(run_dir: str | Path, keep: str | Path) -> Path:
+    """A finished run's files hard-linked (copied where links cannot be made) into keep/{run_id}: a failed
+    workflow job deletes its outputs, these links survive, and its rerun takes them back (restore_run)."""
+    run_dir = Path(run_dir)
+    rid = json.loads((run_dir / "manifest.json").read_text())["run_id"]
+    with atomic_dir(Path(keep) / rid) as tmp:
+        for name in ("generations.jsonl", "manifest.json"):
+            link_or_copy(run_dir / name, tmp / name)
+    return Path(keep) / rid
+
+
+def restore_run(rid: str, run_dir: str | Path, labels: dict, keep: str | Path) -> bool:
+    """Put the kept run `rid` at run_dir if the same code decoded it with the same labels; True if it did (a
+    run_id already fixes the config and the prompts, and a prompt's tokens do not depend on the batch size)."""
+    kept = Path(keep) / rid
+    try:
+        manifest = json.loads((kept / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if (manifest.get("run_id"), manifest.get("labels"), manifest.get("code")) != (rid, labels, code_hash()):
+        return False
+    with atomic_dir(run_dir) as tmp:
+        for name in ("generations.jsonl", "manifest.json"):  # the manifest last: it marks a complete run
+            link_or_copy(kept / name, tmp / name)
+    return True
+
+
 def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs", *, progress: bool = True,
             run_dir: str | Path | None = None, labels: dict | None = None, models: dict | None = None,
-            batch_size: int = 1, execution: Execution | None = None) -> Path:
+            batch_size: int = 1, execution: Execution | None = None, keep: str | Path | None = None) -> Path:
     """Decode every prompt into out/{run_id} (or exactly run_dir); returns the run directory.
 
     All checks happen before the first decode; one short warm-up decode precedes the timed ones.
@@ -213,16 +242,28 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
     batch of one times its prompts: a batched run's manifest has no prompt_seconds). labels (pair name,
     experiment, ...), the batch size and the execution settings (engine.Execution, default Execution.here()) are
     stored in the manifest and do not enter the run_id. models: the models and tokenizers shared by the runs of
-    one process (models.load_pair's cache).
+    one process (models.load_pair's cache). keep: a folder where each finished run is kept (keep_run) and from
+    which a run already decoded is taken instead of decoded again (restore_run).
     """
+    labels = dict(labels or {})
+    if keep is not None:
+        cfg.validate()
+        rid = run_id(cfg, prompts)
+        target = Path(run_dir) if run_dir is not None else Path(out) / rid
+        if restore_run(rid, target, labels, keep):
+            print(f"run {rid}: taken from {Path(keep) / rid} (decoded before by the same code)")
+            return target
     decoder = Decoder.prepare(cfg, prompts, models, execution)
     decoder.warm_up(batch_size)
     started = time.time()
     with tqdm(total=len(prompts), desc=f"decode {decoder.run_id} (batch {batch_size})", unit="prompt",
               disable=not progress) as bar:
         gens = decoder(list(range(len(prompts))), batch_size, on_finish=lambda _: bar.update())
-    run_dir = Path(run_dir) if run_dir is not None else Path(out) / decoder.run_id
-    return decoder.write(gens, run_dir, dict(labels or {}), batch_size, started)
+    run_dir = decoder.write(gens, Path(run_dir) if run_dir is not None else Path(out) / decoder.run_id, labels,
+                            batch_size, started)
+    if keep is not None:
+        keep_run(run_dir, keep)
+    return run_dir
 
 
 def execute_interleaved(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, labels: dict | None = None,
@@ -306,10 +347,11 @@ def with_weight_file(changes: dict, path: str | Path) -> dict:
 
 
 def execute_all(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, labels: dict | None = None,
-                progress: bool = True, batch_size: int = 1, execution: Execution | None = None) -> list[Path]:
+                progress: bool = True, batch_size: int = 1, execution: Execution | None = None,
+                keep: str | Path | None = None) -> list[Path]:
     """The runs of one setting in one process, one after another on the same prompts and hardware: run i is
     base with specs[i].changes, written to specs[i].run_dir. Every config is checked before the first decode,
-    and each (target, draft) loads once; batch_size as in execute."""
+    and each (target, draft) loads once; batch_size and keep as in execute."""
     configs = [dataclasses.replace(base, **spec.changes) for spec in specs]
     for cfg in configs:
         cfg.validate()
@@ -317,7 +359,7 @@ def execute_all(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, l
         raise ValueError("two runs of a batch write the same folder")
     models: dict = {}
     return [execute(cfg, prompts, run_dir=spec.run_dir, labels=(labels or {}) | spec.labels, progress=progress,
-                    models=models, batch_size=batch_size, execution=execution)
+                    models=models, batch_size=batch_size, execution=execution, keep=keep)
             for cfg, spec in zip(configs, specs, strict=True)]
 
 

@@ -42,7 +42,8 @@ class Arith(Task):
     name = "arith"
     metric = ACCURACY
     max_new_tokens = 64
-    sizes: ClassVar[dict[str, int]] = {"eval": 200, "train": 400, "dev": 200}  # drawn in this order
+    # drawn in this order; "draft": problems in no split, for the embedded draft's distillation text
+    sizes: ClassVar[dict[str, int]] = {"eval": 200, "train": 400, "dev": 200, "draft": 400}
     sources: ClassVar[dict[str, str]] = {"train": "train", "dev": "dev", "eval": "eval"}
 
     def __init__(self, data_files=None, steps: int = 2, top: int = 5):

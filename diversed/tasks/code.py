@@ -9,10 +9,25 @@ from typing import ClassVar
 
 from diversed.tasks.base import DataUnavailable, Example, Metric, Task
 from diversed.tasks.common import code_block
-from diversed.tasks.execution import run_untrusted
+from diversed.tasks.execution import ExecResult, run_untrusted
 
 TIMEOUT_S = 10.0
-PASS_AT_1 = Metric("pass@1", "fraction", tolerance=0.02)
+# per sample: pass@1 (1 passed), timed_out (1 ran out of time); neither: its tests failed. A sandbox that cannot
+# run the program is no sample's status: it stops the scoring (SandboxFailed).
+PASS_AT_1 = Metric("pass@1", "fraction", tolerance=0.02, also=("timed_out",))
+
+
+class SandboxFailed(RuntimeError):
+    """The sandbox, not the candidate, failed: scoring stops instead of counting the sample as wrong code."""
+
+
+def outcome(result: ExecResult) -> dict[str, float]:
+    """A program's per-sample scores; an infrastructure error raises SandboxFailed."""
+    if result.status == "error":
+        last = (result.detail.strip().splitlines() or ["no detail"])[-1]
+        raise SandboxFailed(f"the code sandbox ({result.isolation}) could not run a program: {last}. Nothing was "
+                            "scored; fix the sandbox (README, Troubleshooting: bubblewrap) and score again")
+    return {"pass@1": float(result.passed), "timed_out": float(result.status == "timeout")}
 
 
 class MBPP(Task):
@@ -34,7 +49,7 @@ class MBPP(Task):
         return "\n".join([ref["setup"], code_block(completion), "", *ref["tests"], ""])
 
     def score(self, completion: str, example: Example) -> dict[str, float]:
-        return {"pass@1": float(run_untrusted(self.program(completion, example), timeout=TIMEOUT_S).passed)}
+        return outcome(run_untrusted(self.program(completion, example), timeout=TIMEOUT_S))
 
 
 class HumanEval(Task):
@@ -70,4 +85,4 @@ class HumanEval(Task):
         return f"{code}\n\n{ref['test']}\n\ncheck({ref['entry_point']})\n"
 
     def score(self, completion: str, example: Example) -> dict[str, float]:
-        return {"pass@1": float(run_untrusted(self.program(completion, example), timeout=TIMEOUT_S).passed)}
+        return outcome(run_untrusted(self.program(completion, example), timeout=TIMEOUT_S))

@@ -35,6 +35,7 @@ NOBODY = 65534
 PATH = "/usr/bin:/bin"  # where the sandbox's tools and the candidate's commands are looked up
 MAX_PROCESSES = 32
 ISOLATIONS = ("bwrap", "unshare", "none")  # best first
+SANDBOX_TOOLS = ("bwrap:", "unshare:", "setpriv:")  # how the tools' own errors begin, before the candidate runs
 
 # Executed before the candidate; closes the doors a test program never needs. The process limit is set here,
 # inside the namespaces, so that it counts the candidate's processes only.
@@ -222,6 +223,8 @@ def run_untrusted(program: str, *, timeout: float = 10.0, memory_mb: int = 1024,
         detail = err.decode(errors="replace")[-2000:]
         if proc.returncode == 0:
             return ExecResult(True, "passed", detail, level)
+        if err.decode(errors="replace").lstrip().startswith(SANDBOX_TOOLS):  # the sandbox's own failure
+            return ExecResult(False, "error", detail, level)
         return ExecResult(False, "failed", detail or f"exit status {proc.returncode}", level)
 
 

@@ -1,8 +1,11 @@
 """The embedded draft: a small model distilled from the embedded target, by `diversed prepare-models`.
 
 Recipe (README "The embedded pair" has its measurements):
-1. text: the target samples a completion (T = 1) for each distillation prompt: general instructions (below) and the
-   train prompts of the built-in tasks, never their dev or eval prompts; the logits that sampled it are kept;
+1. text: the target samples a completion (T = 1) for each distillation prompt: general instructions (below) and
+   arith-style problems from arith's "draft" source, which no split holds. No prompt of any task's train, dev or
+   eval split: the head trains on a task's train prompts, and a draft fit to the target there would look better
+   to it than on the prompts the tables report (an off-the-shelf draft has never seen them either). The logits
+   that sampled each completion are kept;
 2. draft vocabulary R: the `vocab_rows` tokens the target wrote most often in that text (ties: lower id first,
    i.e. earlier BPE merges). The draft computes logits for those rows only and gives the others q = 0, as in
    frequency-ranked drafting (FR-Spec): the output projection is most of a small draft's cost. Verification
@@ -28,7 +31,7 @@ from diversed.tasks import get_task
 from diversed.training.train import kl_loss
 from diversed.utils import config_hash, option
 
-# general instructions (topics x requests), disjoint from every task's dev and eval prompts
+# general instructions (topics x requests), disjoint from every task's prompts
 TOPICS = ["the ocean", "volcanoes", "friendship", "the moon", "music", "a city park", "electricity", "honey bees",
           "the internet", "winter", "a long train journey", "gardening", "the human heart", "recycling",
           "mountains", "a rainy day", "chess", "dinosaurs", "coffee", "the solar system", "a small bakery",
@@ -51,9 +54,7 @@ class DraftRecipe:
     layers: int = option(2, "decoder blocks, the target's first ones")
     vocab_rows: int = option(4096, "draft vocabulary: the most frequent tokens of the distillation text")
     general_prompts: int = option(len(GENERAL_PROMPTS), "general instructions (the first N)")
-    arith_prompts: int = option(160, "arith train prompts")
-    open_prompts: int = option(12, "open train prompts (all of them)")
-    capitals_prompts: int = option(51, "capitals train prompts (all of them)")
+    arith_prompts: int = option(160, "arith-style problems of no arith split (the first N of its draft source)")
     max_new_tokens: int = option(48, "tokens the target samples per prompt")
     temperature: float = option(1.0, "temperature of the target's samples")
     batch_size: int = option(32, "prompts sampled at once")
@@ -67,10 +68,10 @@ class DraftRecipe:
         return config_hash(dataclasses.asdict(self))
 
     def prompts(self) -> list[str]:
-        tasks = [ex.prompt for name, n in (("arith", self.arith_prompts), ("open", self.open_prompts),
-                                           ("capitals", self.capitals_prompts))
-                 for ex in get_task(name).examples("train", n, seed=self.seed)]
-        return GENERAL_PROMPTS[: self.general_prompts] + tasks
+        arith = get_task("arith")
+        problems = [arith.to_example(row, str(i)).prompt
+                    for i, row in enumerate(arith.source_rows("draft")[: self.arith_prompts])]
+        return GENERAL_PROMPTS[: self.general_prompts] + problems
 
 
 @dataclass

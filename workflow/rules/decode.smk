@@ -35,7 +35,7 @@ rule decode:
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} -n {params.n} "
         "--max-new-tokens {params.max_new} --temperature {params.temperature} --seed {wildcards.seed} "
         "--label pair={wildcards.pair} --label task={wildcards.task} --label experiment={params.experiment} "
-        "{params.execution} --batch-size {params.batch} {params.runs} --score > {log} 2>&1"
+        "{params.execution} --batch-size {params.batch} --keep results/kept {params.runs} --score > {log} 2>&1"
 
 
 rule time:
