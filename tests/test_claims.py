@@ -184,3 +184,16 @@ def test_no_claim_holds_more_often_than_its_level_without_an_effect(name, claim)
     rng = np.random.default_rng(7)
     holds = sum(claim(rng).verdict == HOLDS for _ in range(SIMULATIONS))
     assert holds / SIMULATIONS <= NOMINAL + SLACK, name
+
+
+def test_a_summary_reads_an_underpowered_setting_whose_test_also_gives_another_reason():
+    """Regression: the default run's report failed with `invalid literal for int(): 'the interval includes 1;
+    underpowered: n = 51'`: statistics.both joins the reasons of its parts, and the summary parsed n from the first."""
+    from diversed.analysis.claims import Claim, Setting
+    from diversed.statistics import Test, both
+
+    joined = both(Test(0.4, 0.4, "the interval includes 1"), Test(0.3, 0.3, "underpowered: n = 51, needs ≈ 900", 900))
+    alone = Test(0.2, 0.2, "underpowered: n = 12, needs ≈ 4000", 4000)
+    claim = Claim("a claim", 1.0, every=False, settings=[Setting("a", "x", joined), Setting("b", "y", alone)])
+    assert claim.summary == ("inconclusive (holds on 0 of 2 settings; underpowered on 2: n = 12–51, needs ≈ "
+                             "900–4000; the interval includes 1)")

@@ -12,6 +12,7 @@ a claim about some setting holds when one holds and fails when all fail; otherwi
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -79,10 +80,12 @@ class Claim:
         parts = [f"holds on {self.holding} of {M} setting{'s' if M > 1 else ''}"]
         open_ = [s for s in self.settings if s.verdict == INCONCLUSIVE]
         if short := [s for s in open_ if s.test.need]:
-            ns = [s.test.why.split(",")[0].removeprefix("underpowered: n = ") for s in short]
+            ns = [re.search(r"underpowered: n = (\d+)", s.test.why).group(1) for s in short]
             where = "" if len(short) == len(open_) == 1 else f" on {len(short)}"
             parts.append(f"underpowered{where}: n = {_span(ns)}, needs ≈ {_span([s.test.need for s in short])}")
-        parts += sorted({s.test.why for s in open_ if s.test.why and not s.test.need})
+        # the other reasons, also those an underpowered setting gives beside it (statistics.both joins them)
+        parts += sorted({why for s in open_ for why in s.test.why.split("; ")
+                         if why and not why.startswith("underpowered")})
         return f"{self.verdict} ({'; '.join(parts)})"
 
     @property
