@@ -235,3 +235,17 @@ def claim_units(levels: dict, prompts: int = 12, seeds: int = 2, *, rng=None, ta
         "new_tokens": tokens, "seconds": tokens / (speed * rng.uniform(0.9, 1.1, rows)),
         "quality": (rng.random(rows) < np.clip(accuracy, 0, 1)).astype(float),
     })
+
+
+def host_syncs(monkeypatch) -> list[str]:
+    """Every tensor-to-host read from now on (tolist, item, bool/int/float/index), appended by name to the list."""
+    syncs: list[str] = []
+    for name in ("tolist", "item", "__bool__", "__int__", "__float__", "__index__"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _original=original, _name=name, **k):
+            syncs.append(_name)
+            return _original(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    return syncs

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny, tiny_paper_model
+from conftest import host_syncs, tiny, tiny_paper_model
 
 from diversed.decoding.engine import Decoding, Execution, Sampling, generate, speculative_generate
 from diversed.decoding.head import WeightHead
@@ -115,15 +115,7 @@ def test_rows_stop_at_their_own_eos_and_the_queue_refills_their_slots(llama_pair
 def test_one_host_transfer_per_step_for_the_whole_batch(llama_pair, monkeypatch):
     """A step of B rows reaches the host once (what a GPU needs not to stall), as a step of one row does."""
     target, draft = llama_pair
-    syncs = []
-    for name in ("tolist", "item", "__bool__", "__int__", "__float__", "__index__"):
-        original = getattr(torch.Tensor, name)
-
-        def counted(self, *a, _original=original, _name=name, **k):
-            syncs.append(_name)
-            return _original(self, *a, **k)
-
-        monkeypatch.setattr(torch.Tensor, name, counted)
+    syncs = host_syncs(monkeypatch)
     steps = []
     from diversed.decoding import engine
 

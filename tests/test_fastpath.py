@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import reference_speculative, tiny
+from conftest import host_syncs, reference_speculative, tiny
 
 from diversed.decoding import fastpath
 from diversed.decoding.engine import Decoding, Execution, Sampling, Stepper, speculative_generate
@@ -92,15 +92,7 @@ def test_one_host_sync_per_speculative_step(monkeypatch, capture):
     monkeypatch.setattr(fastpath, "_compiled", lambda fn: fn)
 
     target, draft = tiny("llama"), tiny("llama", seed=1)
-    syncs = []
-    for name in ("tolist", "item", "__bool__", "__int__", "__float__", "__index__"):
-        original = getattr(torch.Tensor, name)
-
-        def counted(self, *a, _original=original, _name=name, **k):
-            syncs.append(_name)
-            return _original(self, *a, **k)
-
-        monkeypatch.setattr(torch.Tensor, name, counted)
+    syncs = host_syncs(monkeypatch)
     from diversed.decoding.head import WeightHead
 
     head = WeightHead(64, 64).bind(target, draft)

@@ -266,16 +266,22 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
     return run_dir
 
 
-def execute_interleaved(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, labels: dict | None = None,
-                        progress: bool = True, execution: Execution | None = None) -> list[Path]:
-    """Timing runs: the runs of one setting on the same prompts, at batch 1, interleaved prompt by prompt (prompt
-    1 with every run, then prompt 2, ...), so that a drift of the machine's speed falls on every run alike. Run i
-    is base with specs[i].changes, written to specs[i].run_dir; the models load once."""
+def run_configs(base: RunConfig, specs: list[RunSpec]) -> list[RunConfig]:
+    """The runs of one setting: base with each spec's changes, every one checked, no two writing one folder."""
     configs = [dataclasses.replace(base, **spec.changes) for spec in specs]
     for cfg in configs:
         cfg.validate()
     if len({spec.run_dir.resolve() for spec in specs}) != len(specs):
         raise ValueError("two runs of a batch write the same folder")
+    return configs
+
+
+def execute_interleaved(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, labels: dict | None = None,
+                        progress: bool = True, execution: Execution | None = None) -> list[Path]:
+    """Timing runs: the runs of one setting on the same prompts, at batch 1, interleaved prompt by prompt (prompt
+    1 with every run, then prompt 2, ...), so that a drift of the machine's speed falls on every run alike. Run i
+    is base with specs[i].changes, written to specs[i].run_dir; the models load once."""
+    configs = run_configs(base, specs)
     models: dict = {}
     decoders = [Decoder.prepare(cfg, prompts, models, execution) for cfg in configs]
     for decoder in decoders:
@@ -352,11 +358,7 @@ def execute_all(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, l
     """The runs of one setting in one process, one after another on the same prompts and hardware: run i is
     base with specs[i].changes, written to specs[i].run_dir. Every config is checked before the first decode,
     and each (target, draft) loads once; batch_size and keep as in execute."""
-    configs = [dataclasses.replace(base, **spec.changes) for spec in specs]
-    for cfg in configs:
-        cfg.validate()
-    if len({spec.run_dir.resolve() for spec in specs}) != len(specs):
-        raise ValueError("two runs of a batch write the same folder")
+    configs = run_configs(base, specs)
     models: dict = {}
     return [execute(cfg, prompts, run_dir=spec.run_dir, labels=(labels or {}) | spec.labels, progress=progress,
                     models=models, batch_size=batch_size, execution=execution, keep=keep)
