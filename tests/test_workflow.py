@@ -54,7 +54,7 @@ def test_default_config_dry_run(tree):
     counts = dag(tree)
     # (capitals, open) x (T = 0.1, 1) x 2 seeds; the transfer runs at T = 1 only
     assert counts["prepare_models"] == 1 and counts["decode"] == 2 * 2 * 2 and counts["decode_transfer"] == 2 * 2
-    assert counts["sweep"] == 6  # (capitals, open) x (T = 0.1, 1) at K = 5, the figure's capitals at K = 3 and 7
+    assert counts["sweep"] == 5  # (capitals, open) x (T = 0.1, 1) at K = 5, the figure's capitals at K = 3
     assert counts["time"] == 2 * 2
 
 
