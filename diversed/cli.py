@@ -207,6 +207,7 @@ def _sweep_base(a: argparse.Namespace):
     from diversed.runs.run import RunConfig
 
     base = RunConfig(target=a.target, draft=a.draft, draft_layers=a.draft_layers, K=a.K, temperature=a.temperature,
+                     sampling=a.sampling, top_k=a.top_k, top_p=a.top_p, prompt_format=a.prompt_format,
                      max_new_tokens=a.max_new_tokens, seed=a.seed, dtype=a.dtype, device=a.device, task=a.task,
                      split=a.split, n=a.n, data_files=a.data_files)
     base.validate()
@@ -385,6 +386,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=int, help="prompts (seeded subsample of the split)")
     p.add_argument("-K", type=int, default=5)
     p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--sampling", default="full", help="full | model, as diversed generate (default %(default)s)")
+    p.add_argument("--top-k", type=int, default=0, help="as diversed generate (default %(default)s)")
+    p.add_argument("--top-p", type=float, default=1.0, help="as diversed generate (default %(default)s)")
+    p.add_argument("--prompt-format", default="chat", help="chat | raw, as diversed generate (default %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="stored in each run's manifest")

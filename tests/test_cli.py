@@ -209,5 +209,5 @@ def test_flags_default_to_the_config_dataclass(command):
     cls = {"head": HeadTrainConfig, "draft": DistillConfig, "generate": RunConfig}[command[1] if command[0] == "train"
                                                                                   else "generate"]
     assert config_from_args(cls, build_parser().parse_args(command)) == cls(task="arith")
-    changed = build_parser().parse_args([*command, "--seed", "3", "--no-chat"])
-    assert config_from_args(cls, changed) == cls(task="arith", seed=3, chat=False)
+    changed = build_parser().parse_args([*command, "--seed", "3", "--prompt-format", "raw"])
+    assert config_from_args(cls, changed) == cls(task="arith", seed=3, prompt_format="raw")

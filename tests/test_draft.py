@@ -123,3 +123,15 @@ def test_the_draft_is_distilled_on_no_prompt_of_any_task_split():
         task = get_task(name)
         for split in SPLITS:
             assert not prompts & {ex.prompt for ex in task.examples(split)}, (name, split)
+
+
+def test_sft_on_a_restricted_draft_learns_only_the_tokens_it_can_propose():
+    from diversed.training.train import sft_loss
+
+    logits = torch.randn(3, len(ROWS), generator=torch.Generator().manual_seed(0))  # [3, R]
+    tokens = torch.tensor([ROWS[4], 7, ROWS[1]])  # 7 is not in the draft's vocabulary
+    expected = torch.nn.functional.cross_entropy(logits[[0, 2]], torch.tensor([4, 1]))
+    assert sft_loss(logits, tokens, torch.tensor(ROWS)) == pytest.approx(expected.item(), rel=1e-6)
+    full = torch.randn(2, 96)
+    assert sft_loss(full, torch.tensor([5, 9])) == pytest.approx(
+        torch.nn.functional.cross_entropy(full, torch.tensor([5, 9])).item(), rel=1e-6)

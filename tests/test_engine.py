@@ -349,3 +349,36 @@ def test_draft_only_never_emits_ids_past_the_target_vocabulary():
     out = speculative_generate(target, wide, [1, 20, 30], Decoding(verifier="draft", max_new_tokens=12,
                                                                    sampling=Sampling(temperature=0)), vocab_size=96)
     assert len(out.tokens) == 12 and max(out.tokens) < 80
+
+
+def test_sampling_model_takes_the_target_generation_configs_filters(tiny_dir, tmp_path):
+    """sampling: model decodes with the top-k / top-p that transformers' generate would apply with the target's
+    generation config (recorded in the manifest), different tokens from the full vocabulary's; the filters come
+    from the generation config or from flags, never both."""
+    import shutil
+
+    from transformers import GenerationConfig
+
+    from diversed.runs.run import Run, RunConfig, execute
+
+    target = tmp_path / "target"
+    shutil.copytree(tiny_dir / "tiny-target", target)
+    GenerationConfig(do_sample=True, top_k=3, top_p=0.7, eos_token_id=None).save_pretrained(target)
+    prompts = [{"id": str(i), "prompt": f"ab{i}"} for i in range(4)]
+    base = dict(target=str(target), draft=str(tiny_dir / "tiny-draft-l1"), max_new_tokens=24, temperature=1.0)
+    runs = {s: Run(execute(RunConfig(sampling=s, **base), prompts, tmp_path / s, progress=False))
+            for s in ("model", "full")}
+    assert runs["model"].manifest["decoding"]["sampling"] == {"temperature": 1.0, "top_p": 0.7, "top_k": 3}
+    assert runs["full"].manifest["decoding"]["sampling"] == {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
+    tokens = {s: [g["tokens"] for g in run.generations] for s, run in runs.items()}
+    assert tokens["model"] != tokens["full"]
+    from diversed.runs.run import model_filters
+
+    assert model_filters(GenerationConfig()) == (50, 1.0)  # generate's defaults where the model's file sets none
+    assert model_filters(GenerationConfig(top_p=0.9)) == (50, 0.9)  # Llama 3's
+    with pytest.raises(ValueError, match="give --top-k / --top-p only with --sampling full"):
+        RunConfig(sampling="model", top_k=5, **base).validate()
+    with pytest.raises(ValueError, match="unknown sampling 'nucleus'; allowed: full, model"):
+        RunConfig(sampling="nucleus", **base).validate()
+    with pytest.raises(ValueError, match="top_k must be an integer >= 0"):
+        RunConfig(top_k=-1, **base).validate()

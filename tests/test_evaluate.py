@@ -122,7 +122,7 @@ def test_lm_eval_command_line_with_the_diversed_model(tiny_dir, tmp_path, capsys
     ("diversed", "verifer=fixed", "unknown model_args verifer for model diversed; allowed: target, draft,"),
     ("diversed", "replay=results/runs/x", "unknown model_args replay for model diversed; allowed:"),
     ("diversed", "K=three", "model_args K='three' must be of type int"),
-    ("diversed", "chat=maybe", "model_args chat='maybe' is not a bool"),
+    ("diversed", "prompt_format=plain", "unknown prompt format .plain.; allowed: chat, raw"),
     ("diversed", "verifier", "model_args must be name=value pairs"),
     ("diversed-replay", "run_dir=x", "unknown model_args run_dir for model diversed-replay; allowed: run"),
     ("diversed-replay", "", "needs model_args run=RUN_DIR"),

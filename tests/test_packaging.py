@@ -47,3 +47,9 @@ def test_ruff_clean():
 
     done = subprocess.run([sys.executable, "-m", "ruff", "check", str(ROOT)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_readme_stays_under_25_kb():
+    """The README explains and points to the generated results (results/REPORT.md, benchmarks/RESULTS.md)."""
+    size = len((ROOT / "README.md").read_bytes())
+    assert size < 25_000, f"README.md is {size} bytes"

@@ -18,6 +18,10 @@ pytestmark = pytest.mark.slow  # the whole paper DAG in Snakemake subprocesses (
 # Gemma 3 12B / 4B (Gemma3ForConditionalGeneration, sliding window 8 here: every prompt crosses it)
 PAIRS = {"llama": "llama3", "qwen": "qwen3", "gemma": "gemma3"}
 ROWS = {"train": range(0, 3), "dev": range(10, 13), "eval": range(20, 23)}
+# (top_k, top_p) of the real models' generation configs, which sampling: model applies; Llama 3's sets top-p only,
+# and generate's default top-k 50 applies
+SAVED = {"llama3": (None, 0.9), "qwen3": (20, 0.95), "gemma3": (64, 0.95)}
+FILTERS = {kind: (50 if k is None else k, p) for kind, (k, p) in SAVED.items()}
 
 
 def build_pair(root, name: str, kind: str) -> dict:
@@ -28,7 +32,10 @@ def build_pair(root, name: str, kind: str) -> dict:
     paths = {}
     for role, seed, hidden, layers in (("target", 0, 64, 3), ("draft", 1, 32, 2)):
         paths[role] = root / name / role
-        tiny_paper_model(kind, seed, hidden=hidden, layers=layers, ctx=4096).save_pretrained(paths[role])
+        model = tiny_paper_model(kind, seed, hidden=hidden, layers=layers, ctx=4096)
+        model.generation_config.do_sample = True  # as the real models' files: their filters are sampling flags
+        model.generation_config.top_k, model.generation_config.top_p = SAVED[kind]
+        model.save_pretrained(paths[role])
         tok.save_pretrained(paths[role])
     return {"target": str(paths["target"]), "draft": str(paths["draft"])}
 
@@ -117,3 +124,25 @@ def test_speed_is_compared_within_one_decode_job(rehearsal):
     assert speed["hardware"].nunique() == 1
     timed = speed[speed["timing"] & (speed["method"] != "autoregressive")]
     assert len(timed) and timed["speedup"].notna().all() and speed.loc[~speed["timing"], "speedup"].isna().all()
+
+
+def test_decodes_and_training_ran_with_the_authors_settings(rehearsal):
+    """sampling: model took each pair's generation-config filters, prompts are the authors' raw templates (no
+    chat template), the head trained with the relative acceptance term and the fine-tuned draft on references."""
+    wd, config = rehearsal
+    assert (config["sampling"], config["prompt_format"]) == ("model", "raw")
+    for name, kind in PAIRS.items():
+        manifests = [json.loads(p.read_text()) for p in (wd / "results" / "runs" / name).rglob("manifest.json")]
+        assert manifests
+        for m in manifests:
+            top_k, top_p = FILTERS[kind]
+            assert m["decoding"]["sampling"]["top_k"] == top_k and m["decoding"]["sampling"]["top_p"] == top_p
+            assert m["config"]["prompt_format"] == "raw"
+    gens = [json.loads(line) for line in next((wd / "results" / "runs" / "llama" / "gsm8k").rglob(
+        "generations.jsonl")).read_text().splitlines()]
+    assert all(g["prompt"].startswith("Question: ") and g["prompt"].endswith("\n\nAnswer:") for g in gens)
+    heads = [json.loads(p.read_text()) for p in (wd / "results" / "heads").rglob("manifest.json")]
+    assert heads and all(h["config"]["acceptance_term"] == "relative" and h["config"]["acceptance_weight"] == 0.05
+                         for h in heads)
+    drafts = [json.loads(p.read_text()) for p in (wd / "resources" / "drafts").rglob("distill_manifest.json")]
+    assert drafts and all(d["config"]["finetune"] == "sft" for d in drafts)

@@ -215,3 +215,14 @@ def test_check_sources_refuses_a_pair_whose_tokenizers_differ(hub, tmp_path):
     assert status["differ"] == "FAILED: the target's and the draft's tokenizers differ in vocabulary"
     assert status["bare"].startswith("FAILED: no chat template") and status["ok"] == "OK"
     assert sorted(line.split(":")[0] for line in failed if not line.startswith("model ")) == ["bare", "differ"]
+    raw, _ = check({"pairs": pairs, "prompt_format": "raw"})  # raw prompts never use the chat template
+    assert {source.split(":")[0]: s for kind, source, s, _ in raw if kind == "tokenizers"}["bare"] == "OK"
+
+
+def test_check_sources_refuses_a_raw_or_sft_task_that_cannot_have_one():
+    from diversed.decoding.sources import check
+
+    _, failed = check({"tasks": {"open": {}, "capitals": {}}, "prompt_format": "raw",
+                       "distill": {"finetune": "sft"}})
+    assert "open: FAILED: no raw prompt template (prompt_format raw)" in failed
+    assert "capitals: FAILED: no reference answers to fine-tune on (finetune sft)" in failed

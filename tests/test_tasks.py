@@ -339,3 +339,46 @@ def test_every_local_task_reads_its_hubs_own_row_format(tmp_path):
         path.write_text(json.dumps(hub_row(name, 7)) + "\n")
         (ex,) = get_task(name, {"eval": str(path)}).examples("eval")
         assert "7" in ex.prompt and ex.reference, name
+
+
+RAW = {  # the authors' prompt of row 7 of each paper task (their data loaders)
+    "gsm8k": "Question: Tom has 7 apples. How many apples does he have?\n\nAnswer:",
+    "cnndm": "Summarize the following article:\n\nArticle: (CNN) The council met on day 7 and voted.\n\nSummary:",
+    "xsum": "Write a concise summary of the following document:\n\nDocument: Rain fell in Wales on day 7.\n\nSummary:",
+    "mbpp": "Write a Python function to solve the following problem:\n\nWrite a function to add 7 to a number.\n\n"
+            "Your solution should pass these tests:\n['assert f(0) == 7']",
+    "wmt16-de-en": "Translate the following German text to English:\n\nGerman: Das ist Satz 7.\n\nEnglish:",
+    "humaneval": "Write a Python function to solve the following problem:\n\ndef f7(x):\n    \"\"\"Add 7.\"\"\"\n",
+}
+ANSWERS = {"gsm8k": "He has 7.\n#### 7", "cnndm": "Council voted on day 7.", "xsum": "Wet day 7 in Wales.",
+           "mbpp": "def f(x):\n    return x + 7", "wmt16-de-en": "This is sentence 7.", "humaneval": "    return x + 7"}
+
+
+@pytest.mark.parametrize("name", sorted(RAW))
+def test_raw_prompts_are_the_authors_templates_and_answers_the_references(name, tmp_path):
+    """prompt_format raw: the paper task's plain template (no instructions of ours); finetune sft learns the
+    reference answers, row by row as the examples; the references and scoring do not change."""
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text(json.dumps(hub_row(name, 7)) + "\n")
+    task = get_task(name, {"eval": str(path)})
+    (raw,), (chat,) = task.examples("eval", prompt_format="raw"), task.examples("eval")
+    assert raw.prompt == RAW[name] and chat.prompt != raw.prompt
+    assert raw.reference == chat.reference and raw.id == chat.id
+    assert task.answers("eval") == [ANSWERS[name]]
+
+
+def test_a_task_without_a_raw_template_or_answers_is_a_clear_error():
+    with pytest.raises(ValueError, match="task open has no raw prompt template: use prompt_format chat"):
+        get_task("open").examples("eval", prompt_format="raw")
+    with pytest.raises(ValueError, match="unknown prompt format 'plain'; allowed: chat, raw"):
+        get_task("capitals").examples("eval", prompt_format="plain")
+    with pytest.raises(ValueError, match="task open has no reference answer text: fine-tune its draft with distill"):
+        get_task("open").answers("train")
+
+
+def test_sft_answers_follow_the_subsample(tmp_path):
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text("".join(json.dumps(hub_row("gsm8k", i)) + "\n" for i in range(30)))
+    task = get_task("gsm8k", {s: str(path) for s in SPLITS})
+    examples, answers = task.examples("eval", 5, seed=3), task.answers("eval", 5, seed=3)
+    assert [e.reference for e in examples] == [a.split("####")[-1].strip() for a in answers]

@@ -317,3 +317,57 @@ def test_adamw16_is_adamw_with_unbiased_bfloat16_steps():
     p.grad = torch.ones(3)
     with pytest.raises(ValueError, match="bfloat16 weights, got torch.float32"):
         AdamW16([p], lr=1e-3).step()
+
+
+def test_relative_acceptance_term_is_a_fixed_fraction_of_the_reward_loss():
+    """acceptance_term relative (the authors'): every step lambda = f |L_reward| / |L_acc|, so the acceptance term
+    is f of the reward loss's magnitude whatever their scales; RELATIVE_AT_ZERO on a step without reward loss."""
+    from diversed.training.train import RELATIVE_AT_ZERO, acceptance_lambda, sequence_terms
+
+    gen = torch.Generator().manual_seed(0)
+    head = WeightHead(H, H)
+    rollouts = toy_rollouts(head, 8, gen)
+    rewards = torch.stack([(r.tokens == 0).float().mean() for r in rollouts])
+    loss, stats = reinforce_loss(head, rollouts, rewards, 0.3, acceptance_weight=0.05, mixing="linear",
+                                 acceptance_term="relative")
+    terms = [sequence_terms(head, r, "linear") for r in rollouts]
+    reward_loss = -(torch.stack([t[0] for t in terms]) * (rewards - 0.3)).mean()
+    acc = torch.stack([t[1] for t in terms]).mean()
+    assert stats["lambda"] * float(acc) == pytest.approx(0.05 * abs(float(reward_loss)), rel=1e-5)
+    assert float(loss) == pytest.approx(float(reward_loss) - 0.05 * abs(float(reward_loss)), rel=1e-5)
+    # the same rollouts, rewards 100 times larger: lambda follows the reward loss (a fixed lambda would not)
+    _, big = reinforce_loss(head, rollouts, 100 * rewards, 30.0, acceptance_weight=0.05, mixing="linear",
+                            acceptance_term="relative")
+    assert big["lambda"] == pytest.approx(100 * stats["lambda"], rel=1e-4)
+    _, fixed = reinforce_loss(head, rollouts, rewards, 0.3, acceptance_weight=0.05, mixing="linear")
+    assert fixed["lambda"] == 0.05
+    assert acceptance_lambda("relative", 0.05, torch.tensor(0.0), acc) == RELATIVE_AT_ZERO
+    with pytest.raises(ValueError, match="unknown acceptance term 'scaled'; allowed: fixed, relative"):
+        HeadTrainConfig(acceptance_term="scaled").validate()
+
+
+def test_sft_draft_learns_the_reference_answers(tiny_dir, tmp_path):
+    """finetune sft (the authors' fine-tuned draft): cross-entropy on the reference answers, no target text; the
+    draft's loss on them falls and the run records its recipe."""
+    import json as json_
+
+    from test_tasks import hub_row
+
+    from diversed.training.train import DistillConfig, distill_draft
+
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text("".join(json_.dumps(hub_row("gsm8k", i)) + "\n" for i in range(20)))
+    cfg = DistillConfig(task="gsm8k", target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"),
+                        data_files=str(data), n_train=4, max_new_tokens=16, epochs=4, lr=3e-3, finetune="sft",
+                        prompt_format="raw")
+    out = distill_draft(cfg, tmp_path / "sft", progress=False)
+    log = load_log(out / "train_log.csv")
+    assert len(log) == 16 and "ce" in log[0] and "kl" not in log[0]
+
+    def epoch_ce(e):
+        return sum(r["ce"] for r in log if r["epoch"] == e) / 4
+
+    assert epoch_ce(3) < 0.8 * epoch_ce(0)
+    assert json_.loads((out / "distill_manifest.json").read_text())["config"]["finetune"] == "sft"
+    with pytest.raises(ValueError, match="unknown finetune 'rl'; allowed: distill, sft"):
+        DistillConfig(finetune="rl").validate()

@@ -205,3 +205,33 @@ def test_logit_mixing_at_low_temperature_does_not_underflow():
     assert torch.isfinite(nu).all() and torch.allclose(nu.double(), ref, atol=1e-6)
     v = verify(torch.tensor([int(q[0].argmax())]), q, p, 0.5, mixing="logit", generator=g, log_p=log_p, log_q=log_q)
     assert 0 <= v.next_token < V
+
+
+def test_top_k_then_top_p_equal_transformers_warpers():
+    """sampling: model applies what transformers' generate applies: temperature, then top-k, then top-p."""
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    logits = 3 * torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+    for T, k, top_p in ((1.0, 20, 0.95), (0.7, 50, 0.9), (1.0, 5, 1.0), (0.1, 0, 0.9)):
+        scores = TemperatureLogitsWarper(T)(None, logits.clone())
+        if k:
+            scores = TopKLogitsWarper(k)(None, scores)
+        if top_p < 1:
+            scores = TopPLogitsWarper(top_p)(None, scores)
+        ours = logits_to_probs(logits, T, top_p, k)
+        assert torch.equal(ours > 0, scores.softmax(-1) > 0), (T, k, top_p)
+        assert torch.allclose(ours, scores.softmax(-1), atol=1e-6)
+        assert ((ours > 0).sum(-1) <= (k or 50)).all()
+
+
+def test_strict_is_exact_on_top_k_top_p_filtered_distributions():
+    """With the same filters on p and q, strict speculative sampling emits the filtered p (and relaxed
+    verification the filtered nu), though a draft token may lie outside p's support."""
+    g = torch.Generator().manual_seed(3)
+    lp, lq = 2 * torch.randn(2, V, generator=g), 2 * torch.randn(1, V, generator=g)
+    p, q = logits_to_probs(lp, 1.0, 0.9, 4), logits_to_probs(lq, 1.0, 0.9, 4)
+    assert (p[0] == 0).sum() >= V - 4 and (q[0] == 0).sum() >= V - 4 and ((p[0] > 0) != (q[0] > 0)).any()
+    for w in (1.0, 0.5):
+        counts, _, _ = emitted_histogram(q, p, w, "linear", position=0, seed=5)
+        assert chi_square_ok(counts, ensemble(p[:1], q, w, "linear")[0]), (w, counts / DRAWS)
+    assert counts[(p[0] == 0) & (q[0] == 0)].sum() == 0  # a token both filters drop is never emitted

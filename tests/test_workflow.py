@@ -316,3 +316,25 @@ def test_cluster_jobs_fit_a_partition_retry_and_never_wait_on_the_network(tree):
     gpu = [c for c in commands if re.search(r"diversed (generate|sweep-weight|train) ", c)]
     assert len(gpu) == sum(n for rule, n in jobs(done.stdout).items() if rule in GPU_RULES)
     assert all(c.startswith("WANDB_MODE=${WANDB_MODE:-offline} HF_HUB_OFFLINE=1 diversed ") for c in gpu), gpu
+
+
+def test_paper_config_runs_as_the_authors_did(tree):
+    """config/paper.yaml decodes with the models' own top-k / top-p and the authors' raw templates, trains the
+    head with their relative acceptance term and fine-tunes the draft on reference answers; the default config
+    keeps chat prompts, the full vocabulary, a fixed lambda and distillation."""
+    def commands(configfile):
+        done = snakemake("-n", "--forceall", "-p", "--configfile", configfile, cwd=tree)
+        return re.findall(r"^Shell command: .*?(diversed (?:generate|sweep-weight|train \w+) .*)$", done.stdout,
+                          flags=re.M)
+
+    paper, default = commands("config/paper.yaml"), commands("config/config.yaml")
+    # the default's lambda sweep trains heads at other weights: only the term is common to all its heads
+    for lines, (sampling, fmt, term, finetune) in ((paper, ("model", "raw", "relative --acceptance-weight 0.05",
+                                                            "sft")),
+                                                   (default, ("full", "chat", "fixed", "distill"))):
+        decodes = [c for c in lines if c.startswith(("diversed generate", "diversed sweep-weight"))]
+        assert decodes and all(f"--sampling {sampling} --prompt-format {fmt}" in c for c in decodes)
+        heads = [c for c in lines if c.startswith("diversed train head")]
+        assert heads and all(f"--acceptance-term {term}" in c and f"--prompt-format {fmt}" in c for c in heads)
+        drafts = [c for c in lines if c.startswith("diversed train draft")]
+        assert drafts and all(f"--finetune {finetune} --prompt-format {fmt}" in c for c in drafts)

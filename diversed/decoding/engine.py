@@ -40,24 +40,28 @@ VERIFIERS = ("autoregressive", "draft", *WEIGHT_RULES)  # autoregressive: the ta
 
 @dataclass(frozen=True)
 class Sampling:
-    """How a token is drawn from logits: temperature (0 = greedy) and nucleus top_p."""
+    """How a token is drawn from logits: temperature (0 = greedy), then top_k (0: every token) and nucleus top_p,
+    applied alike to p and q (strict speculative sampling is then exact for the filtered p)."""
 
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0
 
     def __post_init__(self):
         if not self.temperature >= 0:  # NaN included
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0: no top-k filter), got {self.top_k!r}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
 
     def logprobs(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits [..., V] -> log-probabilities [..., V] after temperature (T = 1 when greedy) and top-p."""
-        return logits_to_logprobs(logits, self.temperature, self.top_p)
+        """logits [..., V] -> log-probabilities [..., V] after temperature (T = 1 when greedy), top-k and top-p."""
+        return logits_to_logprobs(logits, self.temperature, self.top_p, self.top_k)
 
     def draw(self, scores: torch.Tensor, generators: list[torch.Generator | None],
              live: list[bool] | None = None) -> torch.Tensor:

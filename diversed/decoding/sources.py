@@ -171,9 +171,9 @@ def check_model(name: str) -> tuple[str, str]:
     return "OK", ", ".join(config.architectures or [config.model_type])
 
 
-def check_tokenizers(target: str, draft: str) -> tuple[str, str]:
+def check_tokenizers(target: str, draft: str, chat: bool = True) -> tuple[str, str]:
     """(status, detail) of a pair's tokenizers: speculative decoding needs one vocabulary, the same special tokens
-    and the same chat template (the prompts are encoded once, with the target's)."""
+    and the same chat template (the prompts are encoded once, with the target's), and chat prompts a template."""
     from transformers import AutoTokenizer
 
     t, d = AutoTokenizer.from_pretrained(target), AutoTokenizer.from_pretrained(draft)
@@ -182,9 +182,9 @@ def check_tokenizers(target: str, draft: str) -> tuple[str, str]:
                                       ("chat template", t.chat_template, d.chat_template)) if a != b]
     if differ:
         return f"FAILED: the target's and the draft's tokenizers differ in {', '.join(differ)}", ""
-    if not t.chat_template:
-        return "FAILED: no chat template (prompts are encoded through it)", f"{len(t)} tokens"
-    return "OK", f"identical, {len(t)} tokens, chat template"
+    if chat and not t.chat_template:
+        return "FAILED: no chat template (prompt_format chat encodes the prompts through it)", f"{len(t)} tokens"
+    return "OK", f"identical, {len(t)} tokens" + (", chat template" if t.chat_template else "")
 
 
 def check_task(name: str, data_files: str | dict | None = None) -> list[tuple[str, str, str]]:
@@ -219,10 +219,16 @@ def check(config: dict) -> tuple[list[tuple[str, str, str, str]], list[str]]:
         if pair.get("prepare", "none") != "none" or draft in EMBEDDED_DRAFTS:
             continue
         repo = target if hub_model(target) else draft if hub_model(draft) else None
-        found = attempt(lambda target=target, draft=draft: check_tokenizers(target, draft),
+        chat = config.get("prompt_format", "chat") == "chat"
+        found = attempt(lambda target=target, draft=draft, chat=chat: check_tokenizers(target, draft, chat),
                         f"tokenizers of pair {name}", repo)
         rows.append(("tokenizers", f"{name}: {target} / {draft}", *(found or ("FAILED", ""))))
     for name, t in config.get("tasks", {}).items():
+        task = get_task(name)
+        if config.get("prompt_format") == "raw" and task.raw is None:
+            rows.append(("task", name, "FAILED: no raw prompt template (prompt_format raw)", ""))
+        if (config.get("distill") or {}).get("finetune") == "sft" and task.answer_field is None:
+            rows.append(("task", name, "FAILED: no reference answers to fine-tune on (finetune sft)", ""))
         data_files = (t or {}).get("data_files")
         repo = get_task(name).hub[0] if hub_task(name, data_files) else None
         found = attempt(lambda name=name, data_files=data_files: check_task(name, data_files), f"task {name}", repo,

@@ -13,20 +13,26 @@ import torch
 MIXINGS = ("linear", "logit")
 
 
-def logits_to_probs(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0) -> torch.Tensor:
-    """[..., V] logits -> [..., V] probabilities after temperature and nucleus (top-p) filtering.
+def logits_to_probs(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0,
+                    top_k: int = 0) -> torch.Tensor:
+    """[..., V] logits -> [..., V] probabilities after temperature, then top-k and nucleus (top-p) filtering, in
+    transformers' order (its TopKLogitsWarper, then TopPLogitsWarper); top_k 0 keeps every token.
 
     temperature == 0 means greedy decoding; the distribution used for mixing is then the plain
     softmax (T = 1), as in transformers' assisted generation.
     """
-    return logits_to_logprobs(logits, temperature, top_p).exp()
+    return logits_to_logprobs(logits, temperature, top_p, top_k).exp()
 
 
-def logits_to_logprobs(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0) -> torch.Tensor:
+def logits_to_logprobs(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0,
+                       top_k: int = 0) -> torch.Tensor:
     """As logits_to_probs, in log space (-inf for filtered tokens; no underflow at low temperature)."""
     logits = logits.float()
     if temperature > 0:
         logits = logits / temperature
+    if 0 < top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]  # [..., 1]: the k-th largest logit
+        logits = logits.masked_fill(logits < kth, float("-inf"))  # ties with the k-th stay, as transformers'
     if top_p < 1.0:
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
         cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)

@@ -60,7 +60,8 @@ def heads(runs: pd.DataFrame) -> pd.DataFrame:
             if "final" in t:  # a head's manifest (a distilled draft's has none)
                 final = t["final"]
                 rows[t["path"]] = {"head": t["path"], "task": t["config"]["task"],
-                                   "lambda": t["config"]["acceptance_weight"], "steps": t["steps"],
+                                   "lambda": t["config"]["acceptance_weight"],
+                                   "acceptance term": t["config"].get("acceptance_term", "fixed"), "steps": t["steps"],
                                    "final mean w": round(final.get("mean_w", float("nan")), 3),
                                    "steps with varied rewards": f"{100 * final.get('reward_varied', 0):.0f}%",
                                    "collapsed": t.get("collapsed") or "no"}

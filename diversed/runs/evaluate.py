@@ -147,9 +147,10 @@ class DiversedLM(GenerationLM):
         execution = self.execution
         with tqdm(total=len(requests), desc="generate", disable=disable_tqdm) as bar:
             for budget, indices in budgets.items():
-                ids = [encode_prompt(pair.tokenizer, requests[i].args[0], chat=c.chat) for i in indices]
+                ids = [encode_prompt(pair.tokenizer, requests[i].args[0], chat=c.prompt_format == "chat")
+                       for i in indices]
                 generators = [torch.Generator(device=c.device).manual_seed(c.seed * 1_000_003 + i) for i in indices]
-                decoding = dataclasses.replace(c, max_new_tokens=budget).decoding()
+                decoding = dataclasses.replace(c, max_new_tokens=budget).decoding(pair.target.generation_config)
                 gens = generate(pair.target, pair.draft, ids, decoding, head=self.head, generators=generators,
                                 batch_size=self.batch_size, vocab_size=pair.vocab_size, execution=execution,
                                 on_finish=lambda _: bar.update())

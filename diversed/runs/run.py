@@ -25,7 +25,7 @@ from diversed.decoding.engine import Decoding, Execution, Sampling, check_reques
 from diversed.decoding.head import load_head
 from diversed.decoding.models import DEFAULT_DRAFT_LAYERS, DTYPES, encode_prompt, load_pair
 from diversed.decoding.stats import Generation, summarize
-from diversed.tasks import SPLITS, get_task, registry
+from diversed.tasks import PROMPT_FORMATS, SPLITS, get_task, registry
 from diversed.tracking import decode_tracker
 from diversed.utils import (
     atomic_dir,
@@ -41,6 +41,7 @@ from diversed.utils import (
     write_jsonl,
 )
 
+SAMPLINGS = ("full", "model")  # RunConfig.sampling
 DETERMINISTIC_STATS = ("new_tokens", "steps", "stop", "draft_acceptance_rate", "mean_acceptance_length",
                        "mean_weight", "bias_tv", "target_logprob", "target_argmax_agreement")
 
@@ -58,25 +59,40 @@ class RunConfig:
     mixing: str = option("linear", "linear (w p + (1 - w) q) | logit (softmax of w log p + (1 - w) log q)")
     K: int = option(5, "draft length", flag="-K")
     temperature: float = option(1.0, "temperature of p and q; 0 = greedy")
+    sampling: str = option("full", "full (--top-k / --top-p as given) | model (the top-k and top-p of the target's "
+                                   "generation config, as transformers' generate applies them; the authors')")
+    top_k: int = option(0, "top-k filter applied to p and q (0: none)")
     top_p: float = option(1.0, "nucleus threshold applied to p and q")
     max_new_tokens: int = option(128, "new tokens per prompt at most")
     seed: int = option(0, "seed of the sampling (each prompt draws from its own generator)")
     dtype: str = option("float32", "float32 | bfloat16 | float16")
     device: str = option("cpu", "cpu | cuda | cuda:N")
-    chat: bool = option(True, "apply the tokenizer's chat template")
+    prompt_format: str = option("chat", "chat (the task's instructions in the tokenizer's chat template) | raw (the "
+                                        "task's plain template, no chat template: the authors')")
     task: str | None = option(None, "prompts and references of a task (diversed.tasks) instead of a prompt file")
     split: str = option("eval", "task split: train | dev | eval")
     n: int | None = option(None, "seeded subsample size of the task split (default: all)", flag="-n")
     data_files: str | None = option(None, "local JSONL for the task (offline use of hub tasks)")
 
-    def decoding(self) -> Decoding:
-        """The engine's settings of this run (engine.Decoding checks them, so each message exists once)."""
+    def decoding(self, generation_config: typing.Any = None) -> Decoding:
+        """The engine's settings of this run (engine.Decoding checks them, so each message exists once);
+        generation_config: the target's, whose filters `sampling: model` takes."""
+        top_k, top_p = self.top_k, self.top_p
+        if self.sampling == "model" and generation_config is not None:
+            top_k, top_p = model_filters(generation_config)
         return Decoding(self.verifier, K=self.K, max_new_tokens=self.max_new_tokens,
-                        sampling=Sampling(self.temperature, self.top_p), weight=self.weight, mixing=self.mixing)
+                        sampling=Sampling(self.temperature, top_p, top_k), weight=self.weight, mixing=self.mixing)
 
     def validate(self) -> None:
         """Checks that need no model: fail before anything is loaded."""
         self.decoding()
+        if self.sampling not in SAMPLINGS:
+            raise ValueError(f"unknown sampling {self.sampling!r}; allowed: {', '.join(SAMPLINGS)}")
+        if self.sampling == "model" and (self.top_k, self.top_p) != (0, 1.0):
+            raise ValueError("sampling 'model' takes top-k and top-p from the target's generation config: give "
+                             "--top-k / --top-p only with --sampling full")
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise ValueError(f"unknown prompt format {self.prompt_format!r}; allowed: {', '.join(PROMPT_FORMATS)}")
         if self.verifier == "dynamic" and not self.head:
             raise ValueError("verifier 'dynamic' needs --head, a trained weight head (head= in Python)")
         if self.dtype not in DTYPES:
@@ -92,10 +108,22 @@ class RunConfig:
                 raise ValueError(f"n (subsample size) must be >= 1, got {self.n}")
 
 
+def model_filters(generation_config: typing.Any) -> tuple[int, float]:
+    """(top_k, top_p) that transformers' generate applies when sampling with this generation config: a value the
+    model's file leaves unset takes generate's default (top-k 50, top-p 1)."""
+    from transformers import GenerationConfig
+
+    defaults = GenerationConfig._get_default_generation_params()  # what generate fills in for unset fields
+    top_k, top_p = (defaults[k] if getattr(generation_config, k) is None else getattr(generation_config, k)
+                    for k in ("top_k", "top_p"))
+    return int(top_k), float(top_p)
+
+
 def task_prompts(cfg: RunConfig) -> list[dict]:
-    """Prompt rows (with references) of the configured task split."""
+    """Prompt rows (with references) of the configured task split, in its prompt format."""
     task = get_task(cfg.task, cfg.data_files)
-    return [{**ex.row(), "task": cfg.task} for ex in task.examples(cfg.split, cfg.n, seed=0)]
+    return [{**ex.row(), "task": cfg.task} for ex in task.examples(cfg.split, cfg.n, seed=0,
+                                                                   prompt_format=cfg.prompt_format)]
 
 
 def load_prompts(path: str | Path) -> list[dict]:
@@ -141,7 +169,7 @@ class Decoder:
         """Every check, then the models (shared through `models`, models.load_pair's cache) and the prompts'
         token ids; execution: how the engine runs (default Execution.here())."""
         cfg.validate()
-        decoding, execution = cfg.decoding(), execution or Execution.here()
+        execution = execution or Execution.here()
         if not prompts:
             raise ValueError("no prompts to decode")
         for i, row in enumerate(prompts):
@@ -150,7 +178,8 @@ class Decoder:
         pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers,
                          cache=models)
         head = load_head(cfg.head, pair.target, pair.draft) if cfg.verifier == "dynamic" else None
-        encoded = [encode_prompt(pair.tokenizer, row["prompt"], chat=cfg.chat) for row in prompts]
+        decoding = cfg.decoding(pair.target.generation_config)
+        encoded = [encode_prompt(pair.tokenizer, row["prompt"], chat=cfg.prompt_format == "chat") for row in prompts]
         check_request(pair.target, pair.draft, max(len(ids) for ids in encoded), decoding, head=head,
                       vocab_size=pair.vocab_size, execution=execution)
         return cls(cfg, prompts, run_id(cfg, prompts), pair, head, encoded, decoding, execution)

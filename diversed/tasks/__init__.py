@@ -15,9 +15,10 @@ ever trained or selected on.
 from __future__ import annotations
 
 from diversed.tasks import arith, capitals, code, gsm8k, open_ended, summarization, translation
-from diversed.tasks.base import FIDELITY, SHARES, SPLITS, UNITS, DataUnavailable, Example, Metric, Task
+from diversed.tasks.base import FIDELITY, PROMPT_FORMATS, SHARES, SPLITS, UNITS, DataUnavailable, Example, Metric, Task
 
-__all__ = ["FIDELITY", "SHARES", "SPLITS", "UNITS", "DataUnavailable", "Example", "Metric", "Task", "get_task",
+__all__ = ["FIDELITY", "PROMPT_FORMATS", "SHARES",
+           "SPLITS", "UNITS", "DataUnavailable", "Example", "Metric", "Task", "get_task",
            "metric_spec", "registry"]
 
 

@@ -14,6 +14,8 @@ from diversed.utils import read_jsonl
 UNITS = ("fraction", "percent", "logprob")
 SPLITS = ("train", "dev", "eval")  # a prompt in two splits stays in the later one
 SHARES = {"train": 2, "dev": 1, "eval": 2}  # how splits that share one source divide its rows
+# chat: the task's instructions in the tokenizer's chat template; raw: the task's `raw` template, no chat template
+PROMPT_FORMATS = ("chat", "raw")
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,10 @@ class Task:
     sources: ClassVar[dict[str, str]] = {"train": "train", "dev": "validation", "eval": "test"}
     fields: ClassVar[tuple[str, ...]] = ()  # fields a row must have (after `flatten`)
     max_new_tokens: ClassVar[int] = 128
+    # the prompt as a plain string (prompt_format raw): a str.format template over a row's fields, the authors'
+    # wording for the paper's tasks (their data loaders); None: the task has no raw form
+    raw: ClassVar[str | None] = None
+    answer_field: ClassVar[str | None] = None  # the row field with a reference answer as text (finetune sft)
 
     def __init__(self, data_files: str | dict[str, str] | None = None):
         self.data_files = data_files
@@ -139,8 +145,8 @@ class Task:
         """A source row in the form `fields` names (a task whose hub rows nest their fields undoes that here)."""
         return row
 
-    def examples(self, split: str = "eval", n: int | None = None, seed: int = 0) -> list[Example]:
-        """A fixed, seeded subsample of n examples of the split (all of them when n is None)."""
+    def sample(self, split: str = "eval", n: int | None = None, seed: int = 0) -> list[int]:
+        """The row indices of a fixed, seeded subsample of n rows of the split (all of them when n is None)."""
         rows = self.rows(split)
         if not rows:
             shares = ":".join(str(SHARES[s]) for s in SPLITS)
@@ -150,7 +156,35 @@ class Task:
         order = list(range(len(rows)))
         if n is not None and n < len(rows):
             order = sorted(random.Random(f"{self.name}-{split}-{seed}").sample(order, n))
-        return [self.to_example(rows[i], f"{self.name}-{split}-{i}") for i in order]
+        return order
+
+    def examples(self, split: str = "eval", n: int | None = None, seed: int = 0,
+                 prompt_format: str = "chat") -> list[Example]:
+        """The examples of sample(split, n, seed), their prompts in prompt_format (PROMPT_FORMATS)."""
+        if prompt_format not in PROMPT_FORMATS:
+            raise ValueError(f"unknown prompt format {prompt_format!r}; allowed: {', '.join(PROMPT_FORMATS)}")
+        if prompt_format == "raw" and self.raw is None:
+            raise ValueError(f"task {self.name} has no raw prompt template: use prompt_format chat")
+        rows = self.rows(split)
+        examples = []
+        for i in self.sample(split, n, seed):
+            ex = self.to_example(rows[i], f"{self.name}-{split}-{i}")
+            if prompt_format == "raw":
+                ex.prompt = self.raw.format(**rows[i])
+            examples.append(ex)
+        return examples
+
+    def answers(self, split: str = "eval", n: int | None = None, seed: int = 0) -> list[str]:
+        """The reference answers as text of the examples of sample(split, n, seed): what supervised fine-tuning
+        of the draft learns (finetune sft)."""
+        if self.answer_field is None:
+            raise ValueError(f"task {self.name} has no reference answer text: fine-tune its draft with distill")
+        rows, f = self.rows(split), self.answer_field
+        picked = self.sample(split, n, seed)
+        if missing := [i for i in picked if f not in rows[i]]:
+            raise ValueError(f"task {self.name}: {len(missing)} {split} row(s) have no {f!r} field (the reference "
+                             f"answer finetune sft learns), e.g. row {missing[0] + 1} of {self.source(split)}")
+        return [str(rows[i][f]).strip("\n").rstrip() for i in picked]  # the indentation of code stays
 
     def to_example(self, row: dict, id: str) -> Example:
         raise NotImplementedError

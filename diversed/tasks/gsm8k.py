@@ -18,6 +18,8 @@ class GSM8K(Task):
     sources: ClassVar[dict[str, str]] = {"train": "train", "dev": "train", "eval": "test"}
     fields = ("question", "answer")
     max_new_tokens = 256
+    raw = "Question: {question}\n\nAnswer:"
+    answer_field = "answer"  # the worked solution, ending "#### N"
 
     def to_example(self, row: dict, id: str) -> Example:
         answer = row["answer"].split("####")[-1]

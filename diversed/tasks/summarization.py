@@ -32,6 +32,8 @@ class CNNDM(_Summarization):
     fields = ("article", "highlights")
     source_field, target_field = fields
     instruction = "Summarize the following news article in three sentences."
+    raw = "Summarize the following article:\n\nArticle: {article}\n\nSummary:"
+    answer_field = "highlights"
 
 
 class XSum(_Summarization):
@@ -41,4 +43,6 @@ class XSum(_Summarization):
     fields = ("document", "summary")
     source_field, target_field = fields
     instruction = "Summarize the following article in one sentence."
+    raw = "Write a concise summary of the following document:\n\nDocument: {document}\n\nSummary:"
+    answer_field = "summary"
     max_new_tokens = 64

@@ -16,6 +16,8 @@ class WMT16DeEn(Task):
     hub = ("wmt/wmt16", "de-en")  # dev: the hub's validation split (newstest2015)
     fields = ("de", "en")
     max_new_tokens = 96
+    raw = "Translate the following German text to English:\n\nGerman: {de}\n\nEnglish:"
+    answer_field = "en"
 
     def flatten(self, row: dict) -> dict:
         return row.get("translation", row)  # the hub nests the pair under "translation"; local files may too

@@ -36,11 +36,14 @@ from diversed.decoding.models import (
     shared_width,
 )
 from diversed.decoding.verifiers import MIXINGS, ensemble, logits_to_logprobs
-from diversed.tasks import get_task, registry
+from diversed.tasks import PROMPT_FORMATS, get_task, registry
 from diversed.tracking import Tracker
 from diversed.utils import atomic_dir, atomic_path, config_hash, option, provenance, write_json, write_text
 
 REWARDS = ("task", "fidelity")
+ACCEPTANCE_TERMS = ("fixed", "relative")
+RELATIVE_AT_ZERO = 5.0  # the relative term's lambda on a step whose reward loss is 0 (the authors' value)
+FINETUNES = ("distill", "sft")
 TEXT_BATCH = 16  # prompts the target decodes together for a fine-tuned draft's text
 
 
@@ -61,11 +64,14 @@ class TrainConfig:
     seed: int = option(0, "seed of the subsample, the order and the sampling")
     dtype: str = option("float32", "float32 | bfloat16 | float16")
     device: str = option("cpu", "cpu | cuda | cuda:N")
-    chat: bool = option(True, "apply the tokenizer's chat template")
+    prompt_format: str = option("chat", "chat (the task's instructions in the chat template) | raw (the task's "
+                                        "plain template: the authors')")
 
     COUNTS = ("n_train", "epochs", "max_new_tokens")  # integers that must be >= 1
 
     def validate(self) -> None:
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise ValueError(f"unknown prompt format {self.prompt_format!r}; allowed: {', '.join(PROMPT_FORMATS)}")
         if self.task not in registry():
             raise ValueError(f"unknown task {self.task!r}; allowed: {', '.join(sorted(registry()))}")
         for name in self.COUNTS:
@@ -82,7 +88,9 @@ class HeadTrainConfig(TrainConfig):
     grad_clip: float = option(5.0, "gradient-norm clip")
     batch_size: int = option(8, "prompts per REINFORCE step")
     warmup_frac: float = option(0.1, "fraction of the steps spent in linear warm-up")
-    acceptance_weight: float = option(0.1, "lambda >= 0, the weight of the expected-acceptance term")
+    acceptance_term: str = option("fixed", "fixed (lambda weighs the expected acceptance) | relative (lambda is its "
+                                          "size as a fraction of the reward loss's, every step: the authors')")
+    acceptance_weight: float = option(0.1, "lambda >= 0: the acceptance term's weight (fixed) or fraction (relative)")
     baseline_momentum: float = option(0.9, "momentum of the running-mean reward baseline")
     rollout: str = option("greedy", "greedy (the paper) | sample (explores)")
     temperature: float = option(1.0, "temperature of p and q (and of sampled rollouts)")
@@ -99,6 +107,9 @@ class HeadTrainConfig(TrainConfig):
             raise ValueError(f"unknown rollout {self.rollout!r}; allowed: greedy, sample")
         if self.mixing not in MIXINGS:
             raise ValueError(f"unknown mixing {self.mixing!r}; allowed: {', '.join(MIXINGS)}")
+        if self.acceptance_term not in ACCEPTANCE_TERMS:
+            raise ValueError(f"unknown acceptance term {self.acceptance_term!r}; "
+                             f"allowed: {', '.join(ACCEPTANCE_TERMS)}")
         if not self.lr > 0 or self.acceptance_weight < 0 or not 0 <= self.warmup_frac < 1:
             raise ValueError("need lr > 0, acceptance_weight >= 0 and warmup_frac in [0, 1)")
         if self.temperature <= 0:
@@ -176,18 +187,31 @@ def sequence_terms(head: WeightHead, r: Rollout, mixing: str) -> tuple[torch.Ten
     return log_nu, acceptance, w
 
 
+def acceptance_lambda(term: str, weight: float, reward_loss: torch.Tensor, acceptance: torch.Tensor) -> float:
+    """The step's lambda: `weight` (fixed), or weight * |L_reward| / |L_acc| (relative: the acceptance term is
+    that fraction of the reward loss's magnitude, RELATIVE_AT_ZERO when the reward loss is 0, as the authors'
+    code rescales it; magnitudes, so the term always rewards acceptance)."""
+    if term == "fixed":
+        return weight
+    r, a = abs(float(reward_loss.detach())), abs(float(acceptance.detach()))
+    return weight * r / a if r > 0 and a > 0 else RELATIVE_AT_ZERO
+
+
 def reinforce_loss(head: WeightHead, rollouts: list[Rollout], rewards: torch.Tensor, baseline: float, *,
-                   acceptance_weight: float, mixing: str) -> tuple[torch.Tensor, dict]:
-    """L = -mean[(sum log nu)(R - b)] - lambda mean[sum_t sum_v min(q, nu)]; returns (loss, stats)."""
+                   acceptance_weight: float, mixing: str, acceptance_term: str = "fixed") -> tuple[torch.Tensor, dict]:
+    """L = L_reward - lambda L_acc, L_reward = -mean[(sum log nu)(R - b)], L_acc = mean[sum_t sum_v min(q, nu)],
+    lambda from acceptance_lambda; returns (loss, stats)."""
     terms = [sequence_terms(head, r, mixing) for r in rollouts]
     log_nu = torch.stack([t[0] for t in terms])  # [B]
     acceptance = torch.stack([t[1] for t in terms])  # [B]
     advantage = rewards - baseline  # [B]
-    loss = -(log_nu * advantage).mean() - acceptance_weight * acceptance.mean()
+    reward_loss, acc = -(log_nu * advantage).mean(), acceptance.mean()
+    lam = acceptance_lambda(acceptance_term, acceptance_weight, reward_loss, acc)
+    loss = reward_loss - lam * acc
     n_tokens = sum(len(r.tokens) for r in rollouts)
     ws = torch.cat([t[2] for t in terms])
     return loss, {"loss": loss.item(), "expected_acceptance": acceptance.detach().sum().item() / n_tokens,
-                  "mean_w": ws.detach().mean().item(), "tokens": n_tokens}
+                  "mean_w": ws.detach().mean().item(), "tokens": n_tokens, "lambda": lam}
 
 
 def make_optimizer(head: WeightHead, lr: float, total_steps: int, warmup_frac: float):
@@ -223,10 +247,10 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
     cid = config_hash(dataclasses.asdict(cfg))
     task = get_task(cfg.task, cfg.data_files)
     if examples is None:
-        examples = task.examples("train", cfg.n_train, seed=cfg.seed)
+        examples = task.examples("train", cfg.n_train, seed=cfg.seed, prompt_format=cfg.prompt_format)
     if pair is None:
         pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers)
-    encoded = [encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.chat) for ex in examples]
+    encoded = [encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.prompt_format == "chat") for ex in examples]
     head = WeightHead(hidden_size(pair.target), hidden_size(pair.draft)).bind(pair.target, pair.draft)
     head = head.to(pair.target.get_output_embeddings().weight.device)
     steps_per_epoch = math.ceil(len(examples) / cfg.batch_size)
@@ -275,7 +299,7 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
             baseline = float(rewards.mean())
         head.train()
         loss, stats = reinforce_loss(head, rolled, rewards, baseline, acceptance_weight=cfg.acceptance_weight,
-                                     mixing=cfg.mixing)
+                                     mixing=cfg.mixing, acceptance_term=cfg.acceptance_term)
         opt.zero_grad()
         loss.backward()
         grad_norm = float(torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip))
@@ -359,13 +383,19 @@ def load_log(path: str | Path) -> list[dict]:
 
 @dataclass
 class DistillConfig(TrainConfig):
-    """Distil the draft toward the target: KL(p_target || q_draft) on target-generated text. The draft trains in
-    bfloat16 with AdamW16 when dtype is bfloat16, else in float32 with AdamW."""
+    """Fine-tune the draft: distil it toward the target (KL(p_target || q_draft) on the target's greedy text), or
+    supervised (cross-entropy on the task's reference answers). The draft trains in bfloat16 with AdamW16 when
+    dtype is bfloat16, else in float32 with AdamW."""
+
+    finetune: str = option("distill", "distill (toward the target, on its own text) | sft (on the task's reference "
+                                      "answers: the authors')")
 
     def validate(self) -> None:
         super().validate()
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.finetune not in FINETUNES:
+            raise ValueError(f"unknown finetune {self.finetune!r}; allowed: {', '.join(FINETUNES)}")
 
 
 def kl_loss(target_logits: torch.Tensor, draft_logits: torch.Tensor) -> torch.Tensor:
@@ -376,6 +406,16 @@ def kl_loss(target_logits: torch.Tensor, draft_logits: torch.Tensor) -> torch.Te
     log_p = target_logits[..., :shared].float().log_softmax(-1)  # [L, shared]
     log_q = draft_logits[..., :shared].float().log_softmax(-1)
     return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
+
+
+def sft_loss(draft_logits: torch.Tensor, tokens: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean cross-entropy of the draft on the reference tokens: [L, V_d] x [L] -> scalar. A draft over a draft
+    vocabulary (index [R] of ids; logits [L, R]) learns the positions whose token it can propose."""
+    if index is not None:
+        lookup = torch.full((int(index.max()) + 1,), -1, dtype=torch.long, device=index.device)
+        lookup[index] = torch.arange(len(index), device=index.device)  # id -> its column in [R]
+        tokens = torch.where(tokens < len(lookup), lookup[tokens.clamp_max(len(lookup) - 1)], -1)  # [L], -1: none
+    return torch.nn.functional.cross_entropy(draft_logits.float(), tokens, ignore_index=-1)
 
 
 def stochastic_round(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -441,11 +481,13 @@ def target_text(target: nn.Module, prompts: list[list[int]], *, max_new_tokens: 
     return [(ids, gen.tokens) for ids, gen in zip(prompts, gens, strict=True)]
 
 
-def fit_draft(student: nn.Module, target: nn.Module, seqs: list[tuple[list[int], list[int]]], *, epochs: int,
-              lr: float, grad_clip: float, seed: int, progress: bool = True, tracker=None) -> list[dict]:
-    """Train student's trainable parameters to minimise KL(p_target || q_student) on the completions of seqs (one
-    sequence a step, in a seeded order per epoch); returns the log rows. bfloat16 weights train with AdamW16.
-    A student with a draft vocabulary R (models.draft_vocabulary) is compared over R, the only ids it proposes."""
+def fit_draft(student: nn.Module, target: nn.Module | None, seqs: list[tuple[list[int], list[int]]], *, epochs: int,
+              lr: float, grad_clip: float, seed: int, progress: bool = True, tracker=None,
+              objective: str = "kl") -> list[dict]:
+    """Train student's trainable parameters on the completions of seqs (one sequence a step, in a seeded order per
+    epoch) to minimise KL(p_target || q_student) (objective kl) or the cross-entropy of the completion's tokens
+    (objective ce, no target); returns the log rows. bfloat16 weights train with AdamW16. A student with a draft
+    vocabulary R (models.draft_vocabulary) is compared over R, the only ids it proposes."""
     rows = draft_vocabulary(student)
     index = None if rows is None else torch.tensor(rows, device=student.device)  # [R]
     params = [p for p in student.parameters() if p.requires_grad]
@@ -459,26 +501,39 @@ def fit_draft(student: nn.Module, target: nn.Module, seqs: list[tuple[list[int],
                 continue
             x = torch.tensor([ids + completion], device=student.device)  # [1, L]
             keep = len(completion) + 1  # the last n + 1 positions; all but the last predict the completion
-            with torch.no_grad():
-                p_logits = target(x, use_cache=False, logits_to_keep=keep).logits[0, :-1]  # [n, V]
             q_logits = student(x, use_cache=False, logits_to_keep=keep).logits[0, :-1]  # [n, V]
             if index is not None:
-                p_logits, q_logits = p_logits.index_select(-1, index), q_logits.index_select(-1, index)  # [n, R]
-            loss = kl_loss(p_logits, q_logits)
+                q_logits = q_logits.index_select(-1, index)  # [n, R]
+            if objective == "ce":
+                loss = sft_loss(q_logits, torch.tensor(completion, device=student.device), index)
+            else:
+                with torch.no_grad():
+                    p_logits = target(x, use_cache=False, logits_to_keep=keep).logits[0, :-1]  # [n, V]
+                if index is not None:
+                    p_logits = p_logits.index_select(-1, index)  # [n, R]
+                loss = kl_loss(p_logits, q_logits)
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, grad_clip)
             opt.step()
             step += 1
-            log_rows.append({"step": step, "epoch": epoch, "kl": loss.item(), "tokens": len(completion)})
+            log_rows.append({"step": step, "epoch": epoch, objective: loss.item(), "tokens": len(completion)})
             if tracker is not None:
                 tracker.log(log_rows[-1], step=step)
     return log_rows
 
 
+def answer_ids(tokenizer, text: str, max_new_tokens: int) -> list[int]:
+    """A reference answer as the completion a draft learns: its tokens, then EOS, at most max_new_tokens."""
+    ids = tokenizer(text, add_special_tokens=False).input_ids
+    eos = tokenizer.eos_token_id
+    return (ids + ([] if eos is None else [eos]))[:max_new_tokens]
+
+
 def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True,
                   execution: Execution | None = None) -> Path:
-    """Fine-tune the pair's draft on the task's training prompts; saves a plain checkpoint at out.
+    """Fine-tune the pair's draft on the task's training prompts (cfg.finetune: toward the target's greedy text,
+    or on the reference answers, each cut at max_new_tokens); saves a plain checkpoint at out.
 
     One copy of each model: the draft loaded with the pair is the student, in bfloat16 (AdamW16) when the pair
     is, else in float32 (AdamW; a float16 draft is converted in place: its gradients would underflow), with
@@ -487,9 +542,15 @@ def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True,
     out, execution = Path(out), execution or Execution.here()
     cid = config_hash(dataclasses.asdict(cfg))
     pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers)
-    examples = get_task(cfg.task, cfg.data_files).examples("train", cfg.n_train, seed=cfg.seed)
-    seqs = target_text(pair.target, [encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.chat) for ex in examples],
-                       max_new_tokens=cfg.max_new_tokens, progress=progress, execution=execution)  # greedy
+    task = get_task(cfg.task, cfg.data_files)
+    examples = task.examples("train", cfg.n_train, seed=cfg.seed, prompt_format=cfg.prompt_format)
+    prompts = [encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.prompt_format == "chat") for ex in examples]
+    if cfg.finetune == "sft":
+        seqs = [(ids, answer_ids(pair.tokenizer, text, cfg.max_new_tokens))
+                for ids, text in zip(prompts, task.answers("train", cfg.n_train, seed=cfg.seed), strict=True)]
+    else:
+        seqs = target_text(pair.target, prompts, max_new_tokens=cfg.max_new_tokens, progress=progress,
+                           execution=execution)  # greedy
     student = pair.draft if pair.draft.dtype == torch.bfloat16 else pair.draft.float()  # in place
     student.train().requires_grad_(True)
     if student.supports_gradient_checkpointing:
@@ -498,7 +559,8 @@ def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True,
                       config=dataclasses.asdict(cfg) | {"config_id": cid})
     t_start = time.perf_counter()
     log_rows = fit_draft(student, pair.target, seqs, epochs=cfg.epochs, lr=cfg.lr, grad_clip=cfg.grad_clip,
-                         seed=cfg.seed, progress=progress, tracker=tracker)
+                         seed=cfg.seed, progress=progress, tracker=tracker,
+                         objective="ce" if cfg.finetune == "sft" else "kl")
     student.eval().requires_grad_(False)
     with atomic_dir(out) as tmp:
         student.save_pretrained(tmp)

@@ -20,9 +20,9 @@ if unknown := [m for m in config["methods"] if m not in (*VERIFIERS, "finetuned"
     raise ValueError(f"unknown method(s) {', '.join(unknown)} in the config; allowed: "
                      f"{', '.join(VERIFIERS)}, finetuned")
 # Training settings the config leaves out take the command line's defaults, which live in the config dataclasses.
-config["train_head"] = {k: getattr(HeadTrainConfig, k) for k in ("epochs", "batch_size", "lr", "acceptance_weight",
-                        "rollout", "temperature", "mixing", "reward", "max_new_tokens")} | config["train_head"]
-config["distill"] = {k: getattr(DistillConfig, k) for k in ("epochs", "lr", "max_new_tokens")} | config["distill"]
+config["train_head"] = {k: getattr(HeadTrainConfig, k) for k in ("epochs", "batch_size", "lr", "acceptance_term",
+                        "acceptance_weight", "rollout", "temperature", "mixing", "reward", "max_new_tokens")} | config["train_head"]
+config["distill"] = {k: getattr(DistillConfig, k) for k in ("epochs", "lr", "max_new_tokens", "finetune")} | config["distill"]
 
 EXPERIMENT = config["experiment"]
 # engine.Execution of every decode and training job, as flags (visible in each rule's shell command)

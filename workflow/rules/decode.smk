@@ -18,6 +18,8 @@ rule decode:
         n=task_value("n_eval"),
         max_new=task_value("max_new_tokens"),
         temperature=lambda wildcards: wildcards.T,
+        sampling=config["sampling"],
+        prompt_format=config["prompt_format"],
         experiment=EXPERIMENT,
         execution=EXECUTION,
         batch=config["batch_size"],
@@ -33,8 +35,8 @@ rule decode:
         "WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # jobs never wait on the network
         "diversed generate --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} -n {params.n} "
-        "--max-new-tokens {params.max_new} --temperature {params.temperature} --seed {wildcards.seed} "
-        "--label pair={wildcards.pair} --label task={wildcards.task} --label experiment={params.experiment} "
+        "--max-new-tokens {params.max_new} --temperature {params.temperature} --sampling {params.sampling} "
+        "--prompt-format {params.prompt_format} --seed {wildcards.seed} --label pair={wildcards.pair} --label task={wildcards.task} --label experiment={params.experiment} "
         "{params.execution} --batch-size {params.batch} --keep results/kept {params.runs} --score > {log} 2>&1"
 
 
@@ -65,7 +67,7 @@ rule time:
         "diversed generate --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} -n {params.n} "
         "--limit {params.n_timing} --max-new-tokens {params.max_new} --temperature {params.temperature} "
-        "--seed {params.seed} --label pair={wildcards.pair} --label task={wildcards.task} "
+        "--sampling {params.sampling} --prompt-format {params.prompt_format} --seed {params.seed} --label pair={wildcards.pair} --label task={wildcards.task} "
         "--label experiment={params.experiment} --label timing=1 {params.execution} --interleave {params.runs} "
         "--score > {log} 2>&1"
 

@@ -18,6 +18,8 @@ rule sweep:
         data=data_files,
         n=task_value("n_dev"),
         max_new=task_value("max_new_tokens"),
+        sampling=config["sampling"],
+        prompt_format=config["prompt_format"],
         weights=SWEEP["weights"],
         mixings=SWEEP["mixings"],
         tolerance=f"--tolerance {SWEEP['tolerance']}" if SWEEP["tolerance"] is not None else "",
@@ -36,7 +38,8 @@ rule sweep:
         "WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # jobs never wait on the network
         "diversed sweep-weight --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} --split dev "
-        "-n {params.n} --max-new-tokens {params.max_new} --temperature {wildcards.T} -K {wildcards.K} --seed 0 "
+        "-n {params.n} --max-new-tokens {params.max_new} --temperature {wildcards.T} --sampling {params.sampling} "
+        "--prompt-format {params.prompt_format} -K {wildcards.K} --seed 0 "
         "--weights {params.weights} --mixings {params.mixings} {params.tolerance} --batch-size {params.batch} "
         "{params.execution} "
         "--out {params.out} "

@@ -17,7 +17,9 @@ rule train_head:
         epochs=config["train_head"]["epochs"],
         batch_size=config["train_head"]["batch_size"],
         lr=config["train_head"]["lr"],
+        acceptance_term=config["train_head"]["acceptance_term"],
         acceptance_weight=config["train_head"]["acceptance_weight"],
+        prompt_format=config["prompt_format"],
         rollout=config["train_head"]["rollout"],
         temperature=config["train_head"]["temperature"],
         mixing=config["train_head"]["mixing"],
@@ -36,13 +38,15 @@ rule train_head:
         "diversed train head --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} "
         "--n-train {params.n_train} --max-new-tokens {params.max_new} --seed 0 --epochs {params.epochs} "
-        "--batch-size {params.batch_size} --lr {params.lr} --acceptance-weight {params.acceptance_weight} "
+        "--batch-size {params.batch_size} --lr {params.lr} --acceptance-term {params.acceptance_term} "
+        "--acceptance-weight {params.acceptance_weight} --prompt-format {params.prompt_format} "
         "--rollout {params.rollout} --temperature {params.temperature} --mixing {params.mixing} "
         "--reward {params.reward} {params.execution} --out {params.out} > {log} 2>&1"
 
 
 rule distill_draft:
-    """The fine-tuned-draft baseline: the draft distilled toward the target on the task's training prompts."""
+    """The fine-tuned-draft baseline: the draft fine-tuned on the task's training prompts (distill: toward the
+    target's own text; sft: on the reference answers)."""
     input:
         unpack(models),
     output:
@@ -58,6 +62,8 @@ rule distill_draft:
         max_new=config["distill"]["max_new_tokens"],
         epochs=config["distill"]["epochs"],
         lr=config["distill"]["lr"],
+        finetune=config["distill"]["finetune"],
+        prompt_format=config["prompt_format"],
         execution=EXECUTION,
     threads: all_cores
     resources:
@@ -71,7 +77,8 @@ rule distill_draft:
         "diversed train draft --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} "
         "--n-train {params.n_train} --max-new-tokens {params.max_new} --seed 0 --epochs {params.epochs} "
-        "--lr {params.lr} {params.execution} --out {output.draft} > {log} 2>&1"
+        "--lr {params.lr} --finetune {params.finetune} --prompt-format {params.prompt_format} {params.execution} "
+        "--out {output.draft} > {log} 2>&1"
 
 
 use rule train_head as train_head_lambda with:
