@@ -230,7 +230,7 @@ def check(config: dict) -> tuple[list[tuple[str, str, str, str]], list[str]]:
         if (config.get("distill") or {}).get("finetune") == "sft" and task.answer_field is None:
             rows.append(("task", name, "FAILED: no reference answers to fine-tune on (finetune sft)", ""))
         data_files = (t or {}).get("data_files")
-        repo = get_task(name).hub[0] if hub_task(name, data_files) else None
+        repo = task.hub[0] if hub_task(name, data_files) else None
         found = attempt(lambda name=name, data_files=data_files: check_task(name, data_files), f"task {name}", repo,
                         dataset=True)
         rows += [("dataset", *r) for r in found] if found else [("dataset", name, "FAILED", "")]
