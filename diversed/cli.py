@@ -222,16 +222,22 @@ def _print_choice(out: str | Path, choice: dict) -> None:
     print(f"fixed verifier: w = {choice['weight']} ({choice['mixing']}), alpha {choice['draft_acceptance_rate']:.3f}, "
           f"{choice['metric']} {num(choice['quality'])} (strict {num(choice['strict_quality'])}, tolerance "
           f"{choice['tolerance']})")
+    for family, c in choice["families"].items():
+        kept = "strict (no knob shown to keep quality)" if c["verifier"] == "strict" else \
+            f"knob {c['knob']:g}" + (f" ({c['deferral']})" if c.get("deferral") else "")
+        print(f"{family}: {kept}, alpha {c['draft_acceptance_rate']:.3f}, {choice['metric']} {num(c['quality'])}")
 
 
 def cmd_sweep(a: argparse.Namespace) -> None:
-    from diversed.runs.sweep import MIXINGS, WEIGHTS, sweep_weight
+    from diversed.runs.sweep import FAMILIES, MIXINGS, WEIGHTS, sweep_weight
 
     labels = dict(kv.split("=", 1) for kv in a.label)
     if a.batch_size < 1:
         raise SystemExit(f"error: --batch-size must be >= 1, got {a.batch_size}")
+    families = {f: getattr(a, f) for f in FAMILIES if getattr(a, f)}
     choice = sweep_weight(_sweep_base(a), a.out, weights=a.weights or WEIGHTS, mixings=a.mixings or MIXINGS,
-                          tolerance=a.tolerance, labels=labels, batch_size=a.batch_size, execution=_execution(a))
+                          families=families, deferrals=a.deferrals, tolerance=a.tolerance, labels=labels,
+                          batch_size=a.batch_size, execution=_execution(a))
     _print_choice(a.out, choice)
 
 
@@ -346,7 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", action="append", help="a prompt (repeatable)")
     p.add_argument("--out", default="results/runs", help="parent folder of the run directory")
     p.add_argument("--run-dir", help="write the run exactly here instead of OUT/{run_id}")
-    p.add_argument("--weight-file", help="take --weight and --mixing from a sweep's choice.json")
+    p.add_argument("--weight-file", help="take the verifier's setting from a sweep's choice.json (fixed: --weight "
+                   "and --mixing; cascade, lenient, typical, topk, fly: --knob and --deferral)")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                    help="a label stored in the manifest (pair, experiment, ...); not part of the run_id")
     p.add_argument("--run", action="append", nargs="+", default=[], metavar="DIR [KEY=VALUE ...]",
@@ -376,7 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument("--out", required=True, help="output folder")
         t.set_defaults(func=fn)
 
-    p = sub.add_parser("sweep-weight", help="static frontier: decode + score a task for w on a grid, pick fixed w")
+    p = sub.add_parser("sweep-weight", help="the fronts: decode + score a task for w on a grid (and each family's "
+                       "knob), pick the fixed w and each family's setting")
     _pair_args(p)
     _execution_args(p)
     p.add_argument("--task", required=True)
@@ -396,6 +404,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", type=float, nargs="+", help="the grid of w (default: the paper's, 0 to 0.9); "
                    "strict (w = 1) is always added")
     p.add_argument("--mixings", nargs="+", help="linear | logit (default: both)")
+    for family, knob in (("cascade", "alpha"), ("lenient", "l"), ("typical", "epsilon"), ("topk", "k"),
+                         ("fly", "entropy threshold")):
+        p.add_argument(f"--{family}", type=float, nargs="+", metavar=knob.split()[-1].upper(),
+                       help=f"also sweep the {family} verifier at these values of its {knob}")
+    p.add_argument("--deferrals", nargs="+", default=["chow"], help="cascade's deferral rules swept: chow | diff | "
+                   "opt (default: %(default)s)")
     p.add_argument("--tolerance", type=float, help="allowed quality drop vs strict, in the metric's units (default: "
                    "the task metric's own)")
     p.add_argument("--batch-size", type=int, default=1, help="prompts each point decodes together (the same tokens "

@@ -191,9 +191,11 @@ def job_ms(config: dict, pair: str) -> dict[str, list[float]]:
         jobs["distill_draft"].append(task["n_train"] * config["distill"]["max_new_tokens"]
                                      * per_token(None, TEXT_BATCH, ctx, t))
     sweep = config["sweep"]
-    points = 1 + len([w for w in sweep["weights"] if w != 1]) * len(sweep["mixings"])
+    families = {f: v for f, v in sweep.get("families", {}).items() if f in config["methods"]}
+    points = 1 + len([w for w in sweep["weights"] if w != 1]) * len(sweep["mixings"]) + sum(
+        len(v) * (len(sweep.get("deferrals", ["chow"])) if f == "cascade" else 1) for f, v in families.items())
     sweeps = {(task, float(T), K) for task in tasks for T in config["temperatures"] for K in config["K"]} \
-        if "fixed" in config["methods"] else set()
+        if "fixed" in config["methods"] or families else set()
     sweeps |= {(task, float(sweep.get("figure_temperature", 1.0)), K) for task in sweep.get("figure_tasks", [])
                for K in sweep.get("figure_K", [])}
     jobs["sweep"] = [points * tasks[task]["n_dev"] * tasks[task]["max_new_tokens"]

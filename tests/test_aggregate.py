@@ -190,15 +190,50 @@ def test_a_cpu_run_is_labelled_by_its_cpu_even_on_a_gpu_machine(tmp_path):
 
 def test_the_paper_rows_show_quality_on_the_scale_of_the_measured_cells():
     """Regression: the paper's GSM8K accuracy printed as 0.67 under cells that show accuracy in percent."""
-    from diversed.analysis.tables import PAPER_PAIR
-
     units = pd.DataFrame([{"run_id": "r", "pair": "llama", "task": "gsm8k", "method": "dynamic", "head_task": "",
                            "lambda": float("nan"), "temperature": 1.0, "seed": 0, "prompt": str(i), "accepted": 7,
                            "drafted": 10, "quality": 0.6, "metric": "accuracy"} for i in range(2)])
-    runs = pd.DataFrame([{"run_id": "r", "target": PAPER_PAIR[0], "draft": PAPER_PAIR[1]}])
+    runs = pd.DataFrame([{"run_id": "r", "target": "meta-llama/Llama-3.1-8B-Instruct",
+                          "draft": "meta-llama/Llama-3.2-1B-Instruct"}])
     t1 = table1(units, 1.0, runs).set_index("method")
     assert t1.loc["DIVERSED", "gsm8k"] == "70.0 ± 0.0 / 60.0 ± 0.0"
     assert t1.loc["DIVERSED (paper)", "gsm8k"] == "72.61 / 67.0"
+
+
+def test_the_paper_numbers_are_every_cell_of_its_three_tables():
+    """Tables 1-2: 2 temperatures x 2 pairs x 3 methods x 3 tasks; Table 3: 12 cells; 96 numbers in all."""
+    from diversed.analysis.tables import paper_numbers
+
+    paper = paper_numbers()
+    t12, t3 = paper[paper["table"] < 3], paper[paper["table"] == 3]
+    assert len(t12) == 2 * 2 * 3 * 3 and len(t3) == 12 and 2 * len(paper) == 96
+    assert t12.groupby(["temperature", "target", "method", "task"]).size().eq(1).all()
+    assert set(t12["task"]) == {"gsm8k", "xsum", "mbpp"} and set(t3["task"]) == {"gsm8k", "cnndm"}
+    assert t3["temperature"].isna().all()  # the caption says 0.1, the GSM8K rows are Table 1's T = 1.0 numbers
+    same = t3[(t3["task"] == "gsm8k") & (t3["head_task"] == "")].merge(
+        t12[t12["temperature"] == 1.0], on=["target", "method", "task"])
+    assert len(same) == 4 and (same["acceptance_x"] == same["acceptance_y"]).all()
+    assert paper.loc[(paper["target"] == "Qwen/Qwen3-8B") & (paper["table"] == 1) & (paper["method"] == "finetuned")
+                     & (paper["task"] == "mbpp"), "acceptance"].item() == 11.70
+
+
+def test_paper_rows_beside_both_pairs_temperatures_and_table_3():
+    """Every measured row of a paper pair has its paper row: Qwen3 at T = 0.1, and Table 3's SD and transfer rows."""
+    def rows(task, method, head_task="", temperature=0.1, metric="accuracy"):
+        return [{"run_id": "q", "pair": "qwen", "task": task, "method": method, "head_task": head_task,
+                 "lambda": float("nan"), "temperature": temperature, "seed": 0, "prompt": str(i), "accepted": 5,
+                 "drafted": 10, "quality": 0.5, "metric": metric} for i in range(2)]
+
+    runs = pd.DataFrame([{"run_id": "q", "target": "Qwen/Qwen3-8B", "draft": "Qwen/Qwen3-0.6B"}])
+    t2 = table1(pd.DataFrame(rows("gsm8k", "strict")), 0.1, runs).set_index("method")
+    assert t2.loc["SD (paper)", "gsm8k"] == "58.83 / 92.0"
+    units = pd.DataFrame(rows("gsm8k", "strict", temperature=1.0) + rows("gsm8k", "dynamic", "cnndm", 1.0)
+                         + rows("cnndm", "dynamic", temperature=1.0, metric="rouge2"))
+    t3 = table3(units, 1.0, runs).set_index("head trained on")
+    assert t3.loc["SD (paper)", "gsm8k"] == "59.58 / 91.0"
+    assert t3.loc["cnndm (paper)", "gsm8k"] == "74.30 / 78.0" and t3.loc["cnndm (paper)", "cnndm"] == "46.59 / 10.97"
+    other = pd.DataFrame([{"run_id": "q", "target": "tiny", "draft": "tiny-d"}])
+    assert "SD (paper)" not in table3(units, 1.0, other).set_index("head trained on").index
 
 
 def test_a_batched_run_never_enters_the_speed_table_a_speedup_or_the_speed_claim():
@@ -228,3 +263,36 @@ def test_a_batched_run_never_enters_the_speed_table_a_speedup_or_the_speed_claim
                          "hardware": "cpu"})
     assert speedup(runs).tolist()[2:] == [1.0, 2.0] and speedup(runs).isna().tolist()[:2] == [True, True]
     assert callable(collect)
+
+
+def test_deviations_read_what_ran_from_the_manifests(tmp_path):
+    """The deviations section compares what the runs' and trainings' manifests record with the paper's settings:
+    a run with the authors' settings agrees; the default's chat prompts, full sampling and distilled draft do not."""
+    from diversed.analysis.tables import collect
+    from diversed.report.deviations import settings
+    from diversed.utils import write_json
+
+    head, draft = tmp_path / "head", tmp_path / "draft"
+    write_json(head / "manifest.json", {"config": {"task": "arith", "acceptance_term": "relative",
+                                                   "acceptance_weight": 0.05, "lr": 5e-4, "batch_size": 8,
+                                                   "epochs": 2}, "prompts": 400, "steps": 100, "final": {}})
+    write_json(draft / "distill_manifest.json", {"config": {"task": "arith", "finetune": "sft"}, "prompts": 400})
+    run = write_run(tmp_path / "dyn", "dynamic", 5, 10.0)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"] |= {"target": "Qwen/Qwen3-8B", "draft": str(draft), "head": str(head / "head.safetensors"),
+                           "sampling": "model", "prompt_format": "raw", "max_new_tokens": 128, "split": "eval"}
+    manifest["decoding"] = {"sampling": {"temperature": 1.0, "top_k": 20, "top_p": 0.95}}
+    write_json(run / "manifest.json", manifest)
+    rows = {r["setting"]: r for r in settings(collect([run]))}
+    for name in ("temperatures", "draft length K", "sampling", "prompt format", "new tokens per prompt",
+                 "fine-tuned draft", "acceptance term of the head", "head training"):
+        assert rows[name]["agrees"] == "yes", (name, rows[name])
+    assert rows["sampling"]["this run"] == "model (top-k 20, top-p 0.95)"
+    assert rows["model pairs"]["agrees"] == "**no**"  # the draft here is a local folder, not the paper's
+    assert rows["seeds"]["agrees"] == "the paper is silent"
+
+    manifest["config"] |= {"sampling": "full", "prompt_format": "chat", "max_new_tokens": 256}
+    write_json(run / "manifest.json", manifest)
+    rows = {r["setting"]: r for r in settings(collect([run]))}
+    assert [rows[n]["agrees"] for n in ("sampling", "prompt format", "new tokens per prompt")] == ["**no**"] * 3
+    assert rows["new tokens per prompt"]["this run"] == "arith 256"

@@ -129,11 +129,11 @@ def test_dynamic_weight_uses_the_hidden_states_that_predict_each_draft(target, d
 
 
 def test_a_verifier_is_one_weight_rule(target, other_draft, monkeypatch):
-    """A verifier is one WEIGHT_RULES entry: a rule giving w = 0.4 decodes as the fixed verifier at w = 0.4."""
+    """A verifier is one RULES entry: a rule giving w = 0.4 decodes as the fixed verifier at w = 0.4."""
     from diversed.decoding import engine
 
-    monkeypatch.setitem(engine.WEIGHT_RULES, "two_fifths", lambda R, k, device, **_: torch.full((R, k), 0.4,
-                                                                                                device=device))
+    monkeypatch.setitem(engine.RULES, "two_fifths", engine.Rule(lambda R, k, device, **_: torch.full(
+        (R, k), 0.4, device=device)))
     monkeypatch.setattr(engine, "VERIFIERS", (*engine.VERIFIERS, "two_fifths"))
     outs = [speculative_generate(target, other_draft, PROMPTS[1], Decoding(K=3, max_new_tokens=40,
                                                                            sampling=Sampling(1.0), **kw),

@@ -10,6 +10,7 @@ import pytest
 from diversed.report.figures import (
     acceptance_by_position_bars,
     acceptance_vs_weight_lines,
+    quality_vs_time,
     quality_vs_time_points,
     weight_values,
     write_all,
@@ -44,9 +45,22 @@ def units() -> pd.DataFrame:
 def sweeps() -> pd.DataFrame:
     """A static sweep of w per pair at T = 1.0, K = 5 (both mixings)."""
     return pd.DataFrame([{"pair": pair, "task": "gsm8k", "temperature": 1.0, "K": 5, "weight": w, "mixing": m,
+                          "verifier": "strict" if w == 1.0 else "fixed",
                           "draft_acceptance_rate": v["alpha"] * (1 - w / 2), "seconds_per_sample": v["seconds"],
                           "quality": v["quality"] * w, "metric": "accuracy"}
                          for pair, v in PAIRS.items() for w in (0.5, 1.0) for m in ("linear", "logit")])
+
+
+def test_the_dev_panel_draws_every_familys_sweep(tmp_path):
+    """The fronts: each family's sweep points (here lenient's beside the static w's) reach the dev panel with their
+    verifier, and the figure draws one front per family."""
+    fam = sweeps().iloc[:1].assign(verifier="lenient", knob=0.5, weight=float("nan"), draft_acceptance_rate=0.99)
+    s = pd.concat([sweeps(), fam], ignore_index=True)
+    points = quality_vs_time_points(units(), runs(), s, 1.0)
+    dev = points[points["method"] == "sweep"]
+    assert set(dev["verifier"]) == {"strict", "fixed", "lenient"}
+    paths = quality_vs_time(units(), runs(), s, tmp_path / "q", 1.0)
+    assert all(p.stat().st_size > 0 for p in paths)
 
 
 def weights() -> pd.DataFrame:

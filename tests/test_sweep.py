@@ -82,25 +82,57 @@ def test_sweep_weight_on_tiny_pair(tiny_dir, tmp_path):
     # a rerun keeps the finished points (a sweep stopped by a time limit resumes) and redoes what is missing
     runs = sorted(p for p in tmp_path.iterdir() if (p / "manifest.json").is_file())
     finished = {p.name: json.loads((p / "manifest.json").read_text())["finished"] for p in runs}
-    shutil.rmtree(tmp_path / point_name(0.5, "logit"))
-    (tmp_path / point_name(0.0, "logit") / "scores.json").unlink()  # decoded, never scored: not finished
+    shutil.rmtree(tmp_path / point_name(fixed(0.5, "logit")))
+    (tmp_path / point_name(fixed(0.0, "logit")) / "scores.json").unlink()  # decoded, never scored: not finished
     again = sweep_weight(base, tmp_path, weights=(0.0, 0.5), mixings=("linear", "logit"), progress=False)
     assert again == choice and pd.read_csv(tmp_path / "sweep.csv")["run_id"].tolist() == df["run_id"].tolist()
     redone = {p.name for p in runs if json.loads((p / "manifest.json").read_text())["finished"] != finished[p.name]}
-    assert redone == {point_name(0.5, "logit"), point_name(0.0, "logit")}
+    assert redone == {point_name(fixed(0.5, "logit")), point_name(fixed(0.0, "logit"))}
     # a changed setting (more prompts) is not the finished point
     sweep_weight(dataclasses.replace(base, n=4), tmp_path, weights=(0.0,), mixings=("linear",), progress=False)
     assert set(pd.read_csv(tmp_path / "sweep.csv")["prompts"]) == {4}
     # a sweep chooses on one split
-    other = sweep_point(dataclasses.replace(base, split="eval"), 1.0, "linear", tmp_path / "eval", progress=False)
+    other = sweep_point(dataclasses.replace(base, split="eval"), {"verifier": "strict"}, tmp_path / "eval",
+                        progress=False)
     with pytest.raises(ValueError, match="a sweep covers one split; the runs given cover \\['dev', 'eval'\\]"):
         choose_runs([*runs, other], tmp_path / "mixed")
 
 
-def test_grid_is_strict_then_each_mixing():
-    assert grid((0.0, 0.5, 1.0), ("linear", "logit")) == [(1.0, "linear"), (0.0, "linear"), (0.5, "linear"),
-                                                         (0.0, "logit"), (0.5, "logit")]
-    assert point_name(1, "linear") == "w1.0-linear"
+def fixed(w, mixing):
+    return {"verifier": "fixed", "weight": w, "mixing": mixing}
+
+
+def test_grid_is_strict_then_each_mixing_then_each_family():
+    assert grid((0.0, 0.5, 1.0), ("linear", "logit")) == [{"verifier": "strict"}, fixed(0.0, "linear"),
+                                                         fixed(0.5, "linear"), fixed(0.0, "logit"), fixed(0.5, "logit")]
+    points = grid((0.5,), ("linear",), {"lenient": [0.5], "cascade": [0.1, 0.3]}, deferrals=("chow", "opt"))
+    assert [point_name(p) for p in points] == ["w1.0-linear", "w0.5-linear", "lenient-0.5", "cascade-chow-0.1",
+                                               "cascade-chow-0.3", "cascade-opt-0.1", "cascade-opt-0.3"]
+    with pytest.raises(ValueError, match="unknown family 'dynamic' to sweep; allowed: cascade, lenient, typical"):
+        grid((0.5,), ("linear",), {"dynamic": [0.5]})
+
+
+def test_each_family_chooses_its_own_setting_on_the_same_test():
+    """Lenient's best non-inferior point, and a cascade with no point shown to keep quality falls back to strict;
+    the fixed w's choice is unchanged by the other families."""
+    same, worse = STRICT, [1, 0, 0, 0] * 5
+
+    def family(verifier, knob, alpha, correct, deferral=None):
+        row, units = point(verifier, None, alpha, correct)
+        row.update(knob=knob, deferral=deferral, run_id=f"{verifier}-{knob}-{deferral}")
+        return row, units
+
+    points = [point("strict", 1.0, 0.1, STRICT), point("fixed", 0.5, 0.6, same),
+              family("lenient", 0.7, 0.3, same), family("lenient", 0.3, 0.5, same), family("lenient", 0.1, 0.9, worse),
+              family("cascade", 0.4, 0.9, worse, "opt")]
+    c = pick(points, 0.02)
+    assert (c["weight"], c["draft_acceptance_rate"]) == (0.5, 0.6)
+    assert {k: c["families"]["lenient"][k] for k in ("verifier", "knob", "draft_acceptance_rate")} == {
+        "verifier": "lenient", "knob": 0.3, "draft_acceptance_rate": 0.5}
+    assert [p["verdict"] for p in c["families"]["lenient"]["points"]] == ["holds", "holds", "fails"]
+    assert c["families"]["cascade"]["verifier"] == "strict" and c["families"]["cascade"]["knob"] is None
+    assert c["families"]["cascade"]["points"][0]["deferral"] == "opt"
+    assert set(c["families"]) == {"lenient", "cascade"}  # only the families swept
 
 
 def test_sweep_needs_a_task_and_valid_weights(tmp_path):
@@ -160,3 +192,34 @@ def test_report_states_the_split_sizes(tmp_path):
 
     pd.DataFrame([{"task": "arith", "split": "eval", "prompts": 6}], columns=COLUMNS).to_csv(tables / "sweeps.csv")
     assert "the fixed w was chosen on the eval split" in write_report(tables, tmp_path, tmp_path / "R.md").read_text()
+
+
+def test_a_family_reads_its_knob_from_the_sweeps_choice(tmp_path):
+    """weight_file=choice.json gives each method its own setting: the fixed w, a family's knob (and cascade's
+    deferral), strict where the family's sweep kept strict; a family the sweep did not sweep is refused."""
+    from diversed.runs.run import with_weight_file
+
+    path = tmp_path / "choice.json"
+    path.write_text(json.dumps({"weight": 0.5, "mixing": "logit", "families": {
+        "lenient": {"verifier": "lenient", "knob": 0.3}, "cascade": {"verifier": "cascade", "knob": 0.2,
+                                                                        "deferral": "opt"},
+        "topk": {"verifier": "strict", "knob": None, "deferral": None}}}))
+    assert with_weight_file({"verifier": "fixed"}, path) == {"verifier": "fixed", "weight": 0.5, "mixing": "logit"}
+    assert with_weight_file({"verifier": "lenient"}, path) == {"verifier": "lenient", "knob": 0.3, "deferral": "chow"}
+    assert with_weight_file({"verifier": "cascade"}, path)["deferral"] == "opt"
+    assert with_weight_file({"verifier": "topk"}, path) == {"verifier": "strict", "knob": None, "deferral": "chow"}
+    with pytest.raises(ValueError, match="holds no choice for the 'typical' verifier"):
+        with_weight_file({"verifier": "typical"}, path)
+
+
+def test_sweep_weight_sweeps_the_families_on_tiny_pair(tiny_dir, tmp_path):
+    base = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), K=3,
+                     temperature=1.0, max_new_tokens=6, task="arith", split="dev", n=2)
+    choice = sweep_weight(base, tmp_path, weights=(0.5,), mixings=("linear",), families={"lenient": [0.0],
+                          "cascade": [1.0]}, progress=False)
+    df = pd.read_csv(tmp_path / "sweep.csv").set_index("verifier")
+    assert set(df.index) == {"strict", "fixed", "lenient", "cascade"}
+    assert df.loc["cascade", "draft_acceptance_rate"] == 1.0  # chow at alpha 1 never defers: every draft kept
+    assert df.loc["lenient", "knob"] == 0.0 and df.loc["cascade", "deferral"] == "chow"
+    assert set(choice["families"]) == {"lenient", "cascade"}
+    assert (tmp_path / "lenient-0").is_dir() and (tmp_path / "cascade-chow-1").is_dir()

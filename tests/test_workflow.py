@@ -76,7 +76,7 @@ def test_target_only_runs_once_per_pair_task_temperature_seed(tree):
     target_only = [run for run in runs if "verifier=autoregressive" in run]
     assert len(shell) == len(target_only) == 2 * 2  # 2 tasks x 2 temperatures x 1 seed: one job each, no K
     assert not any(" K=" in run for run in target_only) and not any(" -K " in line for line in shell)
-    assert len(runs) - len(target_only) == 2 * 2 * 2 * 4  # tasks x temperatures x K x 4 speculative methods
+    assert len(runs) - len(target_only) == 2 * 2 * 2 * 6  # tasks x temperatures x K x 6 speculative methods
 
 
 def test_a_decode_job_times_every_method_of_its_setting(tree):
@@ -87,8 +87,10 @@ def test_a_decode_job_times_every_method_of_its_setting(tree):
     assert len(shell) == 2 * 2
     for line in shell:
         methods = re.findall(r"label:method=(\w+)", line)
-        assert methods == ["autoregressive", "strict", "finetuned", "fixed", "dynamic"], line
-        assert line.count(" --run ") == 5 and " --score " in line
+        assert methods == ["autoregressive", "strict", "finetuned", "fixed", "dynamic", "cascade", "lenient"], line
+        assert line.count(" --run ") == 7 and " --score " in line
+        chosen = [run for run in line.split(" --run ")[1:] if "method=cascade" in run or "method=lenient" in run]
+        assert all("weight_file=results/sweeps/" in run for run in chosen), line  # their knob: the dev sweep's
 
 
 def test_one_path_per_temperature(tree):
@@ -157,14 +159,18 @@ def test_smoke_config_end_to_end(smoke_run):
     for name in ("table1", "table2", "table3", "speed"):
         assert "tabular" in (wd / "results" / "tables" / f"{name}.tex").read_text()
     runs = pd.read_csv(wd / "results" / "tables" / "runs.csv")
-    # 2 tasks x 2 temperatures x 5 methods decoded for quality (batch 2) and again timed (batch 1, interleaved),
+    # 2 tasks x 2 temperatures x 7 methods decoded for quality (batch 2) and again timed (batch 1, interleaved),
     # 1 transfer run and the lambda sweep's 2 heads
-    assert len(runs) == 43 and runs["lambda"].notna().sum() == 2 and runs["timing"].sum() == 20
-    assert set(runs["method"]) == {"autoregressive", "strict", "finetuned", "fixed", "dynamic"}
+    assert len(runs) == 59 and runs["lambda"].notna().sum() == 2 and runs["timing"].sum() == 28
+    assert set(runs["method"]) == {"autoregressive", "strict", "finetuned", "fixed", "dynamic", "cascade", "lenient"}
     assert set(runs.loc[runs["timing"], "batch_size"]) == {1} and set(runs.loc[~runs["timing"], "batch_size"]) == {2}
     assert runs.loc[~runs["timing"], "tokens_per_s"].isna().all() and runs.loc[runs["timing"], "speedup"].notna().all()
     speed = pd.read_csv(wd / "results" / "tables" / "speed.csv")
-    assert len(speed) == 20 and set(speed["prompts"]) == {2}  # the timed prompts only
+    assert len(speed) == 28 and set(speed["prompts"]) == {2}  # the timed prompts only
+    families = pd.read_csv(wd / "results" / "tables" / "families.csv")
+    assert set(families["method"]) >= {"Static ensemble (fixed w)", "Speculative cascade", "Lenient SD", "DIVERSED"}
+    sweeps = pd.read_csv(wd / "results" / "tables" / "sweeps.csv")
+    assert {"cascade", "lenient", "fixed", "strict"} <= set(sweeps["verifier"])
     assert list(pd.read_csv(wd / "results" / "tables" / "table1.csv")["method"]) == [
         "SD", "SD with fine-tuned draft", "DIVERSED"]
     assert len(list((wd / "figures").glob("*.png"))) == 6
@@ -172,6 +178,8 @@ def test_smoke_config_end_to_end(smoke_run):
     assert list(lam["lambda"]) == [0.0, 1.0] and lam["quality"].notna().all() and lam["target_logprob"].notna().all()
     report = (wd / "results" / "REPORT.md").read_text()
     assert "Table 1" in report and "## Claims" in report
+    for name in ("static front", "Speculative cascade front", "Lenient SD front"):  # DIVERSED beyond each family's
+        assert f"DIVERSED lies beyond the {name}" in report, name
 
     # nothing changed: nothing to do
     assert "Nothing to be done" in snakemake("-n", "--configfile", "config/smoke.yaml", cwd=wd).stdout

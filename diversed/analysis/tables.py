@@ -6,6 +6,7 @@ Markdown and LaTeX for people."""
 from __future__ import annotations
 
 import sys
+from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
@@ -20,20 +21,48 @@ from diversed.utils import write_text
 
 METHOD_NAMES = {"autoregressive": "Target only", "draft": "Draft only", "strict": "SD",
                 "finetuned": "SD with fine-tuned draft", "fixed": "Static ensemble (fixed w)",
-                "dynamic": "DIVERSED"}
+                "dynamic": "DIVERSED", "cascade": "Speculative cascade", "lenient": "Lenient SD",
+                "typical": "Typical acceptance", "topk": "Top-k acceptance", "fly": "FLy"}
+FRONT_METHODS = ("fixed", "cascade", "lenient", "typical", "topk", "fly")  # each family, at its setting chosen on dev
 TABLE1_METHODS = ("strict", "finetuned", "dynamic")
 SPEEDUP_KEYS = ["pair", "task", "temperature", "seed", "timing"]  # what a run shares with its target-only baseline
 
-# Published numbers (the DIVERSED paper), T = 1.0, Llama-3.2-1B-Instruct drafting for Llama-3.1-8B-Instruct:
-# {(method, task): (acceptance %, quality)}; quality in the task's metric (accuracy/pass@1 as fractions).
-PAPER_PAIR = ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct")
-PAPER = {("strict", "gsm8k"): (44.60, None), ("dynamic", "gsm8k"): (72.61, 0.67),
-         ("strict", "mbpp"): (26.30, None), ("dynamic", "mbpp"): (85.03, 0.53),
-         ("strict", "xsum"): (20.44, 7.09), ("dynamic", "xsum"): (70.53, 7.23)}
+PAPER_NUMBERS = "paper_numbers.csv"  # the paper's Tables 1-3, every cell, in this package (importlib.resources)
+
+
+def paper_numbers() -> pd.DataFrame:
+    """The paper's published cells: table, temperature (Table 3's: none, see the file), target, draft, method,
+    head_task ("" for a task's own head), task, acceptance (%), quality (as printed: % for GSM8K and MBPP)."""
+    with (files("diversed.analysis") / PAPER_NUMBERS).open() as f:
+        return pd.read_csv(f, comment="#", dtype={"head_task": str}).fillna({"head_task": ""})
+
+
+def paper_cell(paper: pd.DataFrame, metric: str | None, **keys) -> str:
+    """'acceptance / quality' of the paper's cell matching keys, on the scale our cells show (fractions in %, as
+    the paper prints them); '–' where the paper has none."""
+    hit = select(paper, **keys)
+    if hit.empty:
+        return "–"
+    r = hit.iloc[0]
+    digits = quality_scale(metric)[1] if metric else 2
+    return f"{r['acceptance']:.2f} / {r['quality']:.{digits}f}"
+
+
+def paper_pair(runs: pd.DataFrame | None, units: pd.DataFrame) -> tuple[str, str] | None:
+    """(target, draft) of the units' runs where the paper reports that pair, else None."""
+    if runs is None or units.empty:
+        return None
+    first = runs[runs["run_id"].isin(units["run_id"])]
+    if first.empty:
+        return None
+    pair = (first.iloc[0]["target"], first.iloc[0]["draft"])
+    paper = paper_numbers()
+    return pair if ((paper["target"] == pair[0]) & (paper["draft"] == pair[1])).any() else None
 
 
 # what a run's prompt rows carry of its record: the keys every table and claim selects on
-UNIT_KEYS = ["pair", "task", "method", "head_task", "lambda", "temperature", "K", "weight", "mixing", "hardware",
+UNIT_KEYS = ["pair", "task", "method", "head_task", "lambda", "temperature", "K", "weight", "mixing", "knob",
+             "deferral", "hardware",
              "metric", "timing", "batch_size"]
 
 
@@ -137,10 +166,12 @@ def cell(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> str:
 
 
 def table1(units: pd.DataFrame, temperature: float, runs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Paper Tables 1 / 2: rows pair x (SD, SD with fine-tuned draft, DIVERSED); columns tasks."""
+    """Paper Tables 1 / 2: rows pair x (SD, SD with fine-tuned draft, DIVERSED); columns tasks; beside each row of a
+    pair the paper reports, at a temperature it reports, the paper's row (paper_numbers)."""
     d = units[(units["temperature"] == temperature) & units["method"].isin(TABLE1_METHODS)
               & (units["head_task"] == "") & units["lambda"].isna()]
     tasks = sorted(d["task"].unique())
+    paper = paper_numbers()
     rows = []
     for pair in sorted(d["pair"].unique()):
         for method in TABLE1_METHODS:
@@ -149,21 +180,17 @@ def table1(units: pd.DataFrame, temperature: float, runs: pd.DataFrame | None = 
                 continue
             rows.append({"pair": pair, "method": METHOD_NAMES.get(method, method)}
                         | {t: cell(g[g["task"] == t], runs) for t in tasks})
-            if runs is not None and temperature == 1.0 and paper_pair(runs, g):
-                ref = {"pair": pair, "method": METHOD_NAMES.get(method, method) + " (paper)"}
-                for t in tasks:
-                    a, q = PAPER.get((method, t), (None, None))
-                    scale, digits = quality_scale(g.loc[g["task"] == t, "metric"].iloc[0]) \
-                        if (g["task"] == t).any() else (1.0, 2)
-                    ref[t] = "–" if a is None else f"{a:.2f} / {'–' if q is None else f'{q * scale:.{digits}f}'}"
-                rows.append(ref)
+            if (ids := paper_pair(runs, g)) is not None and temperature in set(paper["temperature"].dropna()):
+                rows.append({"pair": pair, "method": METHOD_NAMES.get(method, method) + " (paper)"}
+                            | {t: paper_cell(paper, _metric(g, t), table=1 if temperature == 1.0 else 2,
+                                             target=ids[0], draft=ids[1], method=method, head_task="", task=t)
+                               for t in tasks})
     return pd.DataFrame(rows, columns=["pair", "method", *tasks])
 
 
-def paper_pair(runs: pd.DataFrame, units: pd.DataFrame) -> bool:
-    """Whether the units' runs decoded the pair whose numbers the paper reports (PAPER_PAIR)."""
-    first = runs[runs["run_id"].isin(units["run_id"])].iloc[0]
-    return (first["target"], first["draft"]) == PAPER_PAIR
+def _metric(units: pd.DataFrame, task: str) -> str | None:
+    m = units.loc[units["task"] == task, "metric"]
+    return m.iloc[0] if len(m) else None
 
 
 def transfer_temperature(df: pd.DataFrame) -> float:
@@ -174,19 +201,33 @@ def transfer_temperature(df: pd.DataFrame) -> float:
     return float(cross[0]) if len(cross) else float(df["temperature"].max())
 
 
+TABLE3_CAVEAT = ("the paper's Table 3 caption says T = 0.1, but its GSM8K rows repeat Table 1's T = 1.0 numbers; "
+                 "its rows are shown beside ours whatever this run's transfer temperature")
+
+
 def table3(units: pd.DataFrame, temperature: float, runs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Paper Table 3: head trained on task X (rows) evaluated on task Y (columns), DIVERSED, at one temperature
-    (the diagonal is the task's own head, taken from the same temperature as the cross-task runs)."""
-    d = units[(units["method"] == "dynamic") & (units["temperature"] == temperature) & units["lambda"].isna()].copy()
+    """Paper Table 3: SD, then the head trained on task X (rows) evaluated on task Y (columns), DIVERSED, at one
+    temperature (the diagonal is the task's own head, taken from the same temperature as the cross-task runs);
+    beside each row of a pair the paper reports, the paper's (TABLE3_CAVEAT)."""
+    d = units[units["method"].isin(["strict", "dynamic"]) & (units["temperature"] == temperature)
+              & units["lambda"].isna()].copy()
+    d = d[(d["method"] == "dynamic") | (d["head_task"] == "")]
     d["head_task"] = d["head_task"].where(d["head_task"] != "", d["task"])
-    tasks = sorted(set(d["task"]) | set(d["head_task"]))
+    tasks = sorted(set(d["task"]) | set(d.loc[d["method"] == "dynamic", "head_task"]))
+    paper = paper_numbers()
     rows = []
     for pair in sorted(d["pair"].unique()):
-        for x in tasks:
-            g = d[(d["pair"] == pair) & (d["head_task"] == x)]
+        for x in ["SD", *tasks]:
+            g = d[(d["pair"] == pair) & (d["method"] == "strict")] if x == "SD" else \
+                d[(d["pair"] == pair) & (d["method"] == "dynamic") & (d["head_task"] == x)]
             if g.empty:
                 continue
             rows.append({"pair": pair, "head trained on": x} | {y: cell(g[g["task"] == y], runs) for y in tasks})
+            if (ids := paper_pair(runs, g)) is not None:
+                method = "strict" if x == "SD" else "dynamic"
+                rows.append({"pair": pair, "head trained on": f"{x} (paper)"} | {
+                    y: paper_cell(paper, _metric(g, y), table=3, target=ids[0], draft=ids[1], method=method,
+                                  head_task="" if x in ("SD", y) else x, task=y) for y in tasks})
     return pd.DataFrame(rows, columns=["pair", "head trained on", *tasks])
 
 
@@ -222,6 +263,42 @@ def speed_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.Dat
         row["seeds"] = g["seed"].nunique()
         row["prompts"] = g["prompt"].nunique()
         rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def setting_text(units: pd.DataFrame) -> str:
+    """A family's setting as its runs record it: w and mixing, or knob (and deferral); "strict" where its sweep
+    kept strict."""
+    r = units.iloc[0]
+    if r["method"] == "fixed":
+        kept = pd.isna(r["weight"]) or r["weight"] == 1.0
+        return "strict (w = 1)" if kept else f"w = {r['weight']:g} ({r['mixing']})"
+    if pd.isna(r["knob"]):
+        return "strict (none kept quality)"
+    return f"{r['knob']:g}" + (f" ({r['deferral']})" if isinstance(r["deferral"], str) else "")
+
+
+def families_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Each relaxed family at its best setting on dev (the largest acceptance non-inferior to strict there, chosen
+    by its sweep), evaluated on the eval prompts beside DIVERSED and the target alone, per pair/task/T/K:
+    acceptance %, quality, and quality minus the target's (paired over prompts), each ± its 95% half-width."""
+    rows = []
+    d = units[(units["head_task"] == "") & units["lambda"].isna()]
+    for (pair, task, T, K), g in d[d["K"].notna()].groupby(["pair", "task", "temperature", "K"], sort=True):
+        target = select(d, pair=pair, task=task, temperature=T, method="autoregressive")
+        column = metric_spec(g["metric"].iloc[0]).statistic
+        scale, digits = quality_scale(g["metric"].iloc[0])
+        for method in (*FRONT_METHODS, "dynamic"):
+            m = g[g["method"] == method]
+            if m.empty:
+                continue
+            vs = statistics.paired(m, target, column) if len(target) else NONE
+            rows.append({"pair": pair, "task": task, "temperature": T, "K": int(K),
+                         "method": METHOD_NAMES[method], "setting (chosen on dev)": "learned w (head)"
+                         if method == "dynamic" else setting_text(m),
+                         "acceptance %": statistics.estimate(m, "draft_acceptance_rate").text(100, 1),
+                         "quality": quality(m, runs).text(scale, digits),
+                         "quality - target": vs.text(scale, digits, sign=True), "prompts": m["prompt"].nunique()})
     return pd.DataFrame(rows)
 
 
@@ -302,10 +379,13 @@ def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str 
     paths += write_table(table1(quality, 0.1, runs), out / "table2", "Table 2 (T = 0.1): acceptance rate % / quality")
     t3 = transfer_temperature(runs) if table3_temperature is None else table3_temperature
     paths += write_table(table3(quality, t3, runs), out / "table3", f"Table 3 (T = {t3:g}): cross-task transfer of "
-                                                                    "the DIVERSED head (acceptance % / quality)")
+                         f"the DIVERSED head (acceptance % / quality); {TABLE3_CAVEAT}")
     paths += write_table(speed_table(own, runs), out / "speed", "Speed (timed at batch 1): tokens/s, speedup over "
                                                                 "target-only, acceptance %, tau, bias TV, quality, "
                                                                 "fidelity")
+    paths += write_table(families_table(quality, runs), out / "families", "Relaxed verifiers, each at the setting "
+                         "its dev sweep chose (the largest acceptance non-inferior to strict on dev), on the eval "
+                         "prompts: acceptance %, quality, quality minus the target's")
     paths += write_table(lambda_table(quality_units(units), runs), out / "lambda", "Lambda sweep: the DIVERSED head "
                          "trained at each lambda (weight of the acceptance term): acceptance %, mean w, quality, "
                          "fidelity")

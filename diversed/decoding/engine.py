@@ -3,7 +3,7 @@ draft-only baselines, for B sequences advancing in lockstep (B = 1 for timing).
 
 Each model keeps a KV cache of B rows (`Stepper`), each row at its own length, holding every token of its
 sequence but the newest. A speculative step, over the live rows at once: draft_block (the draft proposes k tokens
-per row), score_block (one target forward over [newest, d_1..d_k] per row), WEIGHT_RULES (w at each drafted
+per row), score_block (one target forward over [newest, d_1..d_k] per row), RULES (w at each drafted
 position), verify_step (verifiers.verify_rows, then the step's one host transfer for the whole batch),
 Generation.record per row, roll_back (each row's caches cropped to its own accepted prefix: accepted tokens are
 never re-encoded). A row that ends (EOS, its token budget) leaves the batch and the next prompt takes its slot.
@@ -28,14 +28,49 @@ from diversed.decoding.fastpath import CAPTURES
 from diversed.decoding.models import context_length, draft_vocabulary, shared_width
 from diversed.decoding.models import vocab_size as vocab_width
 from diversed.decoding.stats import Generation, Step
-from diversed.decoding.verifiers import MIXINGS, logits_to_logprobs, synthetic_rows, verify_rows
+from diversed.decoding.verifiers import (
+    DEFERRALS,
+    MIXINGS,
+    defer,
+    fly_window,
+    logits_to_logprobs,
+    synthetic_rows,
+    verify_rows,
+)
 
-WEIGHT_RULES: dict[str, Callable[..., torch.Tensor]] = {  # verifier -> w [R, k]: the one place a verifier is added
-    "strict": lambda R, k, device, **_: torch.ones(R, k, device=device),  # w = 1: lossless
-    "fixed": lambda R, k, device, weight, **_: torch.full((R, k), float(weight), device=device),  # a constant w
-    "dynamic": lambda R, k, head, h_target, h_draft, **_: head(h_target[:, :k], h_draft).float(),  # head(h_t, h_d)
+
+@dataclass(frozen=True)
+class Rule:
+    """A speculative verifier: the weight w [R, k] of the ensemble it verifies against (None: it tests drafts
+    another way, verifiers.TESTS), its test, and its knob (what Decoding.knob sets; None: it has none) with the
+    range the knob must lie in."""
+
+    weight: Callable[..., torch.Tensor] | None
+    test: str = "ensemble"
+    knob: str | None = None
+    low: float = 0.0
+    high: float = 1.0
+    integer: bool = False
+
+
+def _ones(R, k, device, **_):
+    return torch.ones(R, k, device=device)
+
+
+RULES: dict[str, Rule] = {  # verifier -> its rule: the one place a verifier is added
+    "strict": Rule(_ones),  # w = 1: lossless
+    "fixed": Rule(lambda R, k, device, weight, **_: torch.full((R, k), float(weight), device=device)),  # a constant w
+    "dynamic": Rule(lambda R, k, head, h_target, h_draft, **_: head(h_target[:, :k], h_draft).float()),  # w(h_t, h_d)
+    # speculative cascades: w = delta(q, p) in {0, 1}, the deferral rule (Decoding.deferral) at threshold alpha
+    "cascade": Rule(lambda R, k, p, q, knob, deferral, **_: defer(p[:, :k], q, knob, deferral), knob="alpha",
+                    low=-float("inf"), high=float("inf")),  # chow from 0 (strict) to 1 (the draft), opt unbounded
+    "lenient": Rule(None, "lenient", knob="lenience l"),  # min(1, p / (l q)); l = 1 is strict
+    "typical": Rule(None, "typical", knob="epsilon"),  # p(x) > min(epsilon, sqrt(epsilon) exp(-H(p)))
+    "topk": Rule(None, "topk", knob="k", low=1, high=float("inf"), integer=True),  # x among p's top k
+    # a strict rejection deferred where the target's top-3 entropy >= the threshold and the next W drafts pass
+    "fly": Rule(None, "fly", knob="entropy threshold", high=float("inf")),
 }
-VERIFIERS = ("autoregressive", "draft", *WEIGHT_RULES)  # autoregressive: the target alone; draft: the draft alone
+VERIFIERS = ("autoregressive", "draft", *RULES)  # autoregressive: the target alone; draft: the draft alone
 
 
 @dataclass(frozen=True)
@@ -82,6 +117,8 @@ class Decoding:
     """What a decode computes, validated when built, passed whole and recorded whole in a run's manifest.
 
     verifier: one of VERIFIERS; K: draft length; weight: w of the fixed verifier; mixing: how nu mixes p and q;
+    knob: the setting of a verifier whose rule has one (RULES: cascade's alpha, lenient's l, typical's epsilon,
+    topk's k, fly's entropy threshold); deferral: cascade's deferral rule (verifiers.DEFERRALS);
     eos_token_id: the ids that end a sequence (None: the target's generation config's; () never stops);
     synthetic_acceptance = a replaces verification by accepting each draft with probability a (timing at real
     sizes with random weights: verifiers.synthetic_rows)."""
@@ -92,6 +129,8 @@ class Decoding:
     sampling: Sampling = Sampling()
     weight: float | None = None
     mixing: str = "linear"
+    knob: float | None = None
+    deferral: str = "chow"
     eos_token_id: tuple[int, ...] | None = None
     synthetic_acceptance: float | None = None
 
@@ -109,7 +148,7 @@ class Decoding:
             raise ValueError(f"max_new_tokens must be >= 1, got {n!r} (an integer)")
         if not isinstance(self.sampling, Sampling):
             raise TypeError(f"sampling must be an engine.Sampling, got {type(self.sampling).__name__}")
-        if v in WEIGHT_RULES and (isinstance(self.K, bool) or not isinstance(self.K, int) or self.K < 1):
+        if v in RULES and (isinstance(self.K, bool) or not isinstance(self.K, int) or self.K < 1):
             raise ValueError(f"draft length K must be >= 1, got {self.K!r} (an integer)")
         if v == "fixed" and self.weight is None:
             raise ValueError("verifier 'fixed' needs --weight w in [0, 1] (weight= in Python)")
@@ -119,6 +158,23 @@ class Decoding:
                 raise ValueError(f"weight is only used by the 'fixed' verifier, not {v!r}")
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w <= 1:
                 raise ValueError(f"weight w must be in [0, 1], got {w!r}")
+        rule, x = RULES.get(v), self.knob
+        if rule is not None and rule.knob is not None:
+            if x is None:
+                raise ValueError(f"verifier {v!r} needs --knob ({rule.knob}, in [{rule.low:g}, {rule.high:g}])")
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not rule.low <= x <= rule.high or (
+                    rule.integer and x != int(x)):
+                raise ValueError(f"{v}'s knob {rule.knob} must be {'an integer ' if rule.integer else ''}in "
+                                 f"[{rule.low:g}, {rule.high:g}], got {x!r}")
+        elif x is not None:
+            raise ValueError(f"knob is only used by the verifiers {', '.join(r for r in RULES if RULES[r].knob)}, "
+                             f"not {v!r}")
+        if v == "fly" and isinstance(self.K, int) and self.K < 2:
+            raise ValueError(f"verifier 'fly' needs K >= 2 (its window is min(6, K - 1)), got K = {self.K}")
+        if self.deferral not in DEFERRALS:
+            raise ValueError(f"unknown deferral rule {self.deferral!r}; allowed: {', '.join(DEFERRALS)}")
+        if self.deferral != "chow" and v != "cascade":
+            raise ValueError(f"deferral is only used by the 'cascade' verifier, not {v!r}")
         a = self.synthetic_acceptance
         if a is not None and not 0 <= a <= 1:
             raise ValueError(f"synthetic acceptance must be in [0, 1], got {a}")
@@ -163,7 +219,7 @@ def check_request(target, draft, prompt_len: int, decoding: Decoding, *, head, v
         if draft is None:
             raise ValueError(f"verifier {verifier!r} needs a draft model")
         models.append(("draft", draft))
-    if verifier in WEIGHT_RULES:
+    if verifier in RULES:
         v_t, v_d = vocab_width(target), vocab_width(draft)
         if v_t != v_d and (vocab_size is None or vocab_size < max(v_t, v_d)):
             raise ValueError(f"vocabulary mismatch: target has {v_t} logits, draft has {v_d} (load the pair with "
@@ -551,7 +607,7 @@ class Batch:
         for slot, i in joining:
             ids = self.prompts[i]
             self.live[slot] = Row(i, Generation(tokens=[], K=self.decoding.K if self.decoding.verifier in
-                                                WEIGHT_RULES else 0), self.generators[i], ids[-1], ids[-1:],
+                                                RULES else 0), self.generators[i], ids[-1], ids[-1:],
                                   time.perf_counter())
 
     def finish(self, slot: int, clock: _Clock | None = None) -> None:
@@ -639,7 +695,9 @@ def verify_step(block: Block, scored: Scored, w: torch.Tensor, ks: list[int], ro
     if decoding.synthetic_acceptance is None:
         logs = {"log_p": scored.log_p, "log_q": block.log_q} if decoding.mixing == "logit" else {}
         n, next_token, bias = verify_rows(block.tokens, q, p, w, ks, mixing=decoding.mixing, greedy=sampling.greedy,
-                                          generators=generators, **logs)  # [R], [R], [R, kmax + 1]
+                                          generators=generators, test=RULES[decoding.verifier].test,
+                                          knob=decoding.knob, window=fly_window(decoding.K),
+                                          **logs)  # [R], [R], [R, kmax + 1]
     else:
         n, next_token, bias = synthetic_rows(ks, p, decoding.synthetic_acceptance, greedy=sampling.greedy,
                                              generators=generators)
@@ -649,13 +707,14 @@ def verify_step(block: Block, scored: Scored, w: torch.Tensor, ks: list[int], ro
     ok = (block.ok.to(p.device) | ~live).all(1)  # [R]: the draft logits each row used
     n, ok, ok_t, tokens, ws, bias, logprob, is_max = _to_host(
         n, ok, scored.ok, candidates, w, bias, *_fidelity(scored.logits, candidates))
-    steps, emitted = [], []
+    steps, emitted, mixes = [], [], RULES[decoding.verifier].weight is not None  # w is recorded where it mixes
     for r, k in enumerate(ks):
         _raise_if_broken([ok[r]], "draft", len(rows[r].out.drafted))
         _raise_if_broken([ok_t[r]], "target", len(rows[r].out.drafted))
         m, span = int(n[r]) + 1, slice(r * (kmax + 1), (r + 1) * (kmax + 1))
         cand = [int(t) for t in tokens[span][:k + 1]]
-        steps.append(Step(drafted=k, accepted=m - 1, tokens=cand[:m], weights=ws[r * kmax:r * kmax + k],
+        steps.append(Step(drafted=k, accepted=m - 1, tokens=cand[:m],
+                          weights=ws[r * kmax:r * kmax + k] if mixes else [],
                           bias_tv=bias[span][:m], target_logprob=logprob[span][:m],
                           target_argmax=[bool(a) for a in is_max[span][:m]]))
         emitted.append(cand)
@@ -680,8 +739,14 @@ def speculative_step(T: Stepper, D: Stepper, batch: Batch, head: nn.Module | Non
     block = draft_block(D, slots, rows, ks, decoding.sampling)  # tokens [R, kmax], log_q [R, kmax, V]
     t_verify = clock()
     scored = score_block(T, slots, rows, block, ks, decoding.sampling)  # log_p [R, kmax + 1, V]
-    w = WEIGHT_RULES[decoding.verifier](len(rows), block.tokens.shape[1], device=T.device, weight=decoding.weight,
-                                        head=head, h_target=scored.h, h_draft=block.h)  # [R, kmax]
+    rule = RULES[decoding.verifier]
+    kmax = block.tokens.shape[1]
+    if rule.weight is None:
+        w = _ones(len(rows), kmax, T.device)  # [R, kmax]: unused by its test, not recorded
+    else:
+        w = rule.weight(len(rows), kmax, device=T.device, weight=decoding.weight, head=head, h_target=scored.h,
+                        h_draft=block.h, p=scored.log_p.exp(), q=block.log_q.exp(), knob=decoding.knob,
+                        deferral=decoding.deferral)  # [R, kmax]
     steps, candidates = verify_step(block, scored, w, ks, rows, decoding)
     t_done = clock()
     for slot, row, step, cand in zip(slots, rows, steps, candidates, strict=True):
@@ -726,7 +791,8 @@ def generate(target: nn.Module, draft: nn.Module | None, prompts: list, decoding
     returns one Generation per prompt, in order. generators[i]: prompt i's (None: torch's global one);
     on_finish(i): called as prompt i ends (a progress bar).
 
-    strict: w = 1 (lossless); fixed: constant weight; dynamic: w_i = head(h_target_i, h_draft_i) (WEIGHT_RULES).
+    strict: w = 1 (lossless); fixed: constant weight; dynamic: w_i = head(h_target_i, h_draft_i); cascade,
+    lenient, typical, topk, fly: their rules with decoding.knob (RULES).
     execution.capture applies to the fixed-shape steps: the draft's 1- and 2-token steps, the target's
     K + 1-token verification (see fastpath)."""
     prompts = [_prompt_ids(p) for p in prompts]

@@ -6,6 +6,7 @@ K draft length, nu the verification distribution (the ensemble of p and q).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -95,6 +96,67 @@ class Verdict:
         return draft_tokens[: self.n_accepted].tolist() + [self.next_token]
 
 
+TESTS = ("ensemble", "lenient", "typical", "topk", "fly")  # how verify_rows tests a draft (engine.RULES picks one)
+DEFERRALS = ("chow", "diff", "opt")  # speculative cascades' deferral rules (defer)
+
+
+def entropy(p: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy in nats of rows: [..., V] -> [...] (0 log 0 = 0)."""
+    return -(p * torch.where(p > 0, p.log(), 0.0)).sum(dim=-1)
+
+
+def defer(p: torch.Tensor, q: torch.Tensor, alpha: float, rule: str = "chow") -> torch.Tensor:
+    """Speculative cascades' deferral delta(q, p) in {0, 1} at each position: p, q [..., V] -> [...] float, 1 where
+    the cascade defers to the target (Narasimhan et al., "Faster Cascades via Speculative Decoding", ICLR 2025,
+    section 4). chow: max q < 1 - alpha; diff: max q < max p - alpha; opt: max q < max p - alpha TV(p, q).
+    Speculative sampling towards pi = (1 - delta) q + delta p is the ensemble with w = delta."""
+    q_max, p_max = q.max(dim=-1).values, p.max(dim=-1).values
+    if rule == "chow":
+        bar = 1 - alpha
+    elif rule == "diff":
+        bar = p_max - alpha
+    elif rule == "opt":
+        bar = p_max - alpha * total_variation(p, q)
+    else:
+        raise ValueError(f"unknown deferral rule {rule!r}; allowed: {', '.join(DEFERRALS)}")
+    return (q_max < bar).float()
+
+
+def typical_threshold(p: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """Medusa's typical acceptance bar min(epsilon, delta exp(-H(p))) with delta = sqrt(epsilon) (Cai et al. 2024,
+    section 3.3.1; vLLM's TypicalAcceptanceSampler defaults: epsilon 0.09, delta 0.3): p [..., V] -> [...]."""
+    return torch.minimum(torch.full_like(p[..., 0], epsilon), epsilon ** 0.5 * torch.exp(-entropy(p)))
+
+
+FLY_TOP = 3  # FLy's entropy is over the target's 3 most likely tokens (vLLM's default)
+
+
+def fly_window(K: int) -> int:
+    """FLy's window W at draft length K (vLLM's default, min(6, K - 1)): a mismatch is deferred only when the W
+    drafts after it pass the strict test."""
+    return min(6, K - 1)
+
+
+def _fly(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, r: torch.Tensor | None, k: torch.Tensor,
+         threshold: float, window: int) -> torch.Tensor:
+    """FLy's entropy-gated deferred acceptance (arXiv 2511.22972), as vLLM implements it (vllm/v1/spec_decode/
+    fly.py): a draft the strict test rejects at position i is accepted all the same when the target is uncertain
+    there (the entropy of its top FLY_TOP probabilities, not renormalised, at least threshold), the target allows
+    it (p(x) > 0), and the W drafts after it, all within this step's k, pass the strict test with their own draws.
+    draft_tokens [R, K], q / p [R, K, V], r [R, K] (None: greedy, strict test x == argmax p), k [R] -> accepted
+    [R, K]. A rejection that is not deferred is strict's (correction from norm(max(0, p - q)))."""
+    R, K = draft_tokens.shape
+    p_x, q_x = p.gather(-1, draft_tokens[..., None])[..., 0], q.gather(-1, draft_tokens[..., None])[..., 0]
+    native = draft_tokens == p.argmax(-1) if r is None else r * q_x < p_x  # [R, K]: strict's test
+    top = p.topk(min(FLY_TOP, p.shape[-1]), dim=-1).values  # [R, K, 3]
+    h = -(top * torch.where(top > 0, top.log(), 0.0)).sum(-1)  # [R, K]
+    at = torch.arange(K, device=p.device)
+    passed = torch.cat([native.new_zeros(R, 1, dtype=torch.long), native.long().cumsum(1)], 1)  # [R, K + 1]
+    ahead = passed[:, (at + window + 1).clamp(max=K)] - passed[:, at + 1]  # [R, K]: strict passes among i+1..i+W
+    deferred = ~native & (p_x > 0) & (at[None] + window < k[:, None]) & (h >= threshold) & (ahead == window)
+    return native | deferred
+
+
 def verify(
     draft_tokens: torch.Tensor,
     q: torch.Tensor,
@@ -106,8 +168,10 @@ def verify(
     generator: torch.Generator | None = None,
     log_p: torch.Tensor | None = None,
     log_q: torch.Tensor | None = None,
+    test: str = "ensemble",
+    knob: float | None = None,
 ) -> Verdict:
-    """Verify K draft tokens against nu = ensemble(p, q, w).
+    """Verify K draft tokens against nu = ensemble(p, q, w) (test "ensemble"; the other tests: verify_rows).
 
     draft_tokens [K] long, q [K, V] draft probs, p [K + 1, V] target probs, w float or [K].
     Sampling: accept x_i with prob min(1, nu_i(x_i) / q_i(x_i)) up to the first rejection n, then
@@ -118,7 +182,7 @@ def verify(
     """
     _as_weight(w, q.shape[:1], q.device)  # the range check; verify_on_device trusts its caller
     n, next_token, bias = verify_on_device(draft_tokens, q, p, w, mixing=mixing, greedy=greedy, generator=generator,
-                                           log_p=log_p, log_q=log_q)
+                                           log_p=log_p, log_q=log_q, test=test, knob=knob)
     n, next_token = torch.stack([n, next_token]).tolist()  # the one host sync
     return Verdict(n_accepted=n, next_token=next_token, bias_tv=bias[: n + 1])
 
@@ -134,6 +198,8 @@ def verify_on_device(
     generator: torch.Generator | None = None,
     log_p: torch.Tensor | None = None,
     log_q: torch.Tensor | None = None,
+    test: str = "ensemble",
+    knob: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """verify() without a host sync: (n_accepted [] long, next_token [] long, bias_tv [K + 1]) on the device.
 
@@ -150,8 +216,55 @@ def verify_on_device(
     one = None if log_p is None else log_p[None]
     n, next_token, bias = verify_rows(draft_tokens[None], q[None], p[None], w[None], [K], mixing=mixing,
                                       greedy=greedy, generators=[generator], log_p=one,
-                                      log_q=None if log_q is None else log_q[None])
+                                      log_q=None if log_q is None else log_q[None], test=test, knob=knob)
     return n[0], next_token[0], bias[0]
+
+
+def _strict_residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p - q)) unnormalised, [..., V]; p where it has no mass (p == q up to rounding: a draw from p is
+    then exact)."""
+    residual = (p - q).clamp_min(0)
+    return torch.where(residual.sum(dim=-1, keepdim=True) <= torch.finfo(p.dtype).tiny, p, residual)
+
+
+def _emitted(q: torch.Tensor, a: torch.Tensor, stop: torch.Tensor) -> torch.Tensor:
+    """The distribution a sampled step emits at a position: a draft x ~ q kept with probability a(x), else a draw
+    from norm(stop): q a + (1 - sum q a) norm(stop), all [..., V]."""
+    kept = q * a
+    return kept + (1 - kept.sum(-1, keepdim=True)).clamp_min(0) * stop / stop.sum(-1, keepdim=True)
+
+
+def _test(test: str, knob: float | None, draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor,
+          r: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A test other than the ensemble's: draft_tokens [R, K], q [R, K, V], p [R, K, V] (the drafted positions),
+    r [R, K] uniforms (None: greedy) -> (accepted [R, K] bool, stop [R, K, V] what the correction is drawn from
+    (unnormalised), nu [R, K, V] the distribution a sampled step emits at each position, for bias_tv).
+
+    lenient (Leviathan et al. 2023, appendix A.5, lenience l = knob): q is multiplied by l before the comparison
+    of Algorithm 1, so x is accepted with probability min(1, p(x) / (l q(x))); the correction is Algorithm 1's,
+    norm(max(0, p - q)) (as the authors' colab and Fast-HSD implement it); l = 1 is strict, l = 0 accepts every
+    draft the target allows. Greedy (the paper's temperature-0 rule): accept while p(x) >= l max p, correction
+    argmax p.
+    typical (Cai et al. 2024, Medusa, section 3.3.1, epsilon = knob): accept x when p(x) > min(epsilon, sqrt(epsilon)
+    exp(-H(p))), else draw from p. topk (the top-k baseline of Garipov et al. 2025, AutoJudge; k = knob): accept x
+    when it is among p's k most likely tokens (ties kept), else draw from p; k = 1 under greedy is strict greedy."""
+    p_x, q_x = p.gather(-1, draft_tokens[..., None])[..., 0], q.gather(-1, draft_tokens[..., None])[..., 0]  # [R, K]
+    if test == "lenient":
+        lq = knob * q
+        a = torch.where(lq < p, 1.0, p / lq.clamp_min(torch.finfo(p.dtype).tiny))  # [R, K, V]: min(1, p / (l q))
+        stop = _strict_residual(p, q)
+        if r is None:
+            return p_x >= knob * p.max(-1).values, p, _emitted(q, a, stop)
+        return r * knob * q_x < p_x, stop, _emitted(q, a, stop)
+    if test == "typical":
+        a = (p > typical_threshold(p, knob)[..., None]).float()  # [R, K, V]
+    elif test == "topk":
+        kth = p.topk(min(int(knob), p.shape[-1]), dim=-1).values[..., -1:]  # [R, K, 1]
+        a = (p >= kth).float()
+    else:
+        raise ValueError(f"unknown verification test {test!r}; allowed: {', '.join(TESTS)}")
+    accepted = a.gather(-1, draft_tokens[..., None])[..., 0] > 0
+    return accepted, p, _emitted(q, a, p)
 
 
 def verify_rows(
@@ -166,32 +279,44 @@ def verify_rows(
     generators: list[torch.Generator | None],
     log_p: torch.Tensor | None = None,
     log_q: torch.Tensor | None = None,
+    test: str = "ensemble",
+    knob: float | None = None,
+    window: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """verify() for R rows at once, row r with its own k[r] <= K drafts (the rest padding) and its own generator,
     drawing as a batch of one would: draft_tokens [R, K], q [R, K, V], p [R, K + 1, V], w [R, K] ->
     (n_accepted [R], next_token [R], bias_tv [R, K + 1]) on the device, bias 0 from k[r] on.
 
-    The outcome of every possible stopping point is computed, then the one at n taken, so nothing waits for n.
+    test: "ensemble" verifies against nu = ensemble(p, q, w) (verify); the others (_test, _fly with its window)
+    with knob, w unused; FLy's bias is NaN (its emitted distribution depends on the drafts after a position). The
+    outcome of every possible stopping point is computed, then the one at n taken, so nothing waits for n.
     """
     R, K, V = q.shape
     dev = q.device
-    nu = ensemble(p[:, :K], q, w, mixing, log_p=None if log_p is None else log_p[:, :K], log_q=log_q,
-                  check=False)  # [R, K, V]
     k_t = torch.tensor(k, device=dev)  # [R]
     live = torch.arange(K, device=dev) < k_t[:, None]  # [R, K]: the positions each row drafted
-    if greedy:
-        accepted = draft_tokens == nu.argmax(dim=-1)  # [R, K]
-        stop_dist = nu  # [R, K, V]: the correction is argmax nu_n
+    r = None if greedy else torch.stack([torch.cat([torch.rand(k[i], generator=g, device=dev), q.new_ones(K - k[i])])
+                                         for i, g in enumerate(generators)])  # [R, K]: row i draws k[i] uniforms
+    if test == "fly":
+        accepted = _fly(draft_tokens, q, p[:, :K], r, k_t, knob, window)
+        stop_dist = p[:, :K] if greedy else _strict_residual(p[:, :K], q)
+        nu = torch.full_like(q, math.nan)  # no per-position distribution to compare with p
+    elif test != "ensemble":
+        accepted, stop_dist, nu = _test(test, knob, draft_tokens, q, p[:, :K], r)
     else:
-        nu_x, q_x = nu.gather(-1, draft_tokens[..., None])[..., 0], q.gather(-1, draft_tokens[..., None])[..., 0]
-        r = torch.stack([torch.cat([torch.rand(k[i], generator=g, device=dev), q.new_ones(K - k[i])])
-                         for i, g in enumerate(generators)])  # [R, K]: row i draws k[i] uniforms
-        accepted = r * q_x < nu_x  # r < nu/q without dividing; a draft always has q_x > 0
-        # residual: for linear mixing nu - q = w (p - q), so norm(max(0, p - q)) is exact and better conditioned
-        residual = ((p[:, :K] if mixing == "linear" else nu) - q).clamp_min(0)  # [R, K, V]
-        # nu == q up to rounding leaves no residual mass; then a draw from nu is exact
-        empty = residual.sum(dim=-1, keepdim=True) <= torch.finfo(residual.dtype).tiny  # [R, K, 1]
-        stop_dist = torch.where(empty, nu, residual)  # [R, K, V]
+        nu = ensemble(p[:, :K], q, w, mixing, log_p=None if log_p is None else log_p[:, :K], log_q=log_q,
+                      check=False)  # [R, K, V]
+        if greedy:
+            accepted = draft_tokens == nu.argmax(dim=-1)  # [R, K]
+            stop_dist = nu  # [R, K, V]: the correction is argmax nu_n
+        else:
+            nu_x, q_x = nu.gather(-1, draft_tokens[..., None])[..., 0], q.gather(-1, draft_tokens[..., None])[..., 0]
+            accepted = r * q_x < nu_x  # r < nu/q without dividing; a draft always has q_x > 0
+            # residual: for linear mixing nu - q = w (p - q), so norm(max(0, p - q)) is exact and better conditioned
+            residual = ((p[:, :K] if mixing == "linear" else nu) - q).clamp_min(0)  # [R, K, V]
+            # nu == q up to rounding leaves no residual mass; then a draw from nu is exact
+            empty = residual.sum(dim=-1, keepdim=True) <= torch.finfo(residual.dtype).tiny  # [R, K, 1]
+            stop_dist = torch.where(empty, nu, residual)  # [R, K, V]
     n = (accepted & live).long().cumprod(dim=1).sum(dim=1)  # [R]: first rejection, k if none
     at = torch.arange(K + 1, device=dev)[None, :, None]  # [1, K + 1, 1]
     # row n of each: stop_dist where n < k, the bonus p_{k+1} at n = k

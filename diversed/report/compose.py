@@ -1,6 +1,7 @@
 """results/REPORT.md from the tables folder (diversed.analysis.tables) and the figures: the claims per
-temperature with their verdicts, the trained heads (collapsed or not), the splits, the paper's tables, the speed
-and lambda tables, the figures and the provenance; logged to one W&B run of the experiment."""
+temperature with their verdicts, the trained heads (collapsed or not), the deviations from the paper, the splits,
+the paper's tables, the speed, families and lambda tables, the figures and the provenance; logged to one W&B run
+of the experiment."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import pandas as pd
 
 from diversed.analysis.claims import claims, frame, markdown
 from diversed.analysis.tables import read_units
-from diversed.runs.run import Run
+from diversed.report.deviations import section as deviations
+from diversed.runs.run import Run, trained
 from diversed.tasks import SPLITS
 from diversed.tracking import Tracker
 from diversed.utils import provenance, write_text
 
-TABLES = ("table1", "table2", "table3", "speed", "lambda")
+TABLES = ("table1", "table2", "table3", "speed", "families", "lambda")
 
 STATISTICS = ("Every ± is the half-width of a 95% interval over prompts: each eval prompt is one unit, its seeds "
               "pooled (counts summed, quality averaged), since every seed decodes the same prompts. Acceptance, "
@@ -41,14 +43,6 @@ def split_sizes(runs: pd.DataFrame, sweeps: pd.DataFrame) -> pd.DataFrame:
     tasks = sorted({task for task, _ in seen})
     return pd.DataFrame([{"task": t} | {s: ", ".join(str(n) for n in sorted(seen.get((t, s), ()))) or "–"
                                          for s in SPLITS} for t in tasks], columns=["task", *SPLITS])
-
-
-def trained(run: Run) -> list[dict]:
-    """The training manifests behind a run: its head's and its fine-tuned draft's."""
-    c = run.config
-    paths = [Path(c["head"]).parent / "manifest.json"] if c.get("head") else []
-    paths.append(Path(c["draft"]) / "distill_manifest.json")
-    return [json.loads(p.read_text()) | {"path": str(p.parent)} for p in paths if p.is_file()]
 
 
 def heads(runs: pd.DataFrame) -> pd.DataFrame:
@@ -96,6 +90,7 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Pa
         if len(collapsed):
             parts += [f"**Warning**: {len(collapsed)} head(s) collapsed: "
                       f"{'; '.join(f'{r.task}: {r.collapsed}' for r in collapsed.itertuples())}.", ""]
+    parts += deviations(runs)
     parts += ["## Splits", "", "Prompts per task and split. The head and the fine-tuned draft train on train, the "
               "fixed w is chosen on dev, every table reports eval; the three are disjoint.", "",
               split_sizes(eval_runs, sweeps).to_markdown(index=False), ""]

@@ -18,8 +18,10 @@ import pandas as pd
 from diversed.analysis.tables import METHOD_NAMES, is_timing, quality, quality_units, read_units, timed_units
 from diversed.utils import atomic_path
 
-METHODS = ("autoregressive", "draft", "strict", "finetuned", "fixed", "dynamic")  # the order of every legend
-MARKERS = {"autoregressive": "s", "draft": "v", "strict": "o", "finetuned": "D", "fixed": "x", "dynamic": "*"}
+METHODS = ("autoregressive", "draft", "strict", "finetuned", "fixed", "dynamic", "cascade", "lenient", "typical",
+           "topk", "fly")  # the order of every legend
+MARKERS = {"autoregressive": "s", "draft": "v", "strict": "o", "finetuned": "D", "fixed": "x", "dynamic": "*",
+           "cascade": "P", "lenient": "^", "typical": "<", "topk": ">", "fly": "h"}
 COLORS = {m: f"C{i}" for i, m in enumerate(METHODS)}  # one colour per method in every panel and figure
 
 
@@ -101,18 +103,20 @@ def quality_vs_time_points(units: pd.DataFrame, runs: pd.DataFrame, sweeps: pd.D
     task that never mix splits. "{task}: eval" holds each method's seconds per sample, from its timed runs
     (tables.timed_units: batch 1, the methods interleaved in one job, on the same prompts), against its quality
     with its 95% interval over prompts, from its quality runs (every eval prompt, the same for every method).
-    "{task}: dev sweep" holds the static sweep's points (method "sweep", strict among them) on the dev prompts,
-    quality against acceptance (x_kind "acceptance"): the sweep decodes batched, untimed."""
+    "{task}: dev sweep" holds the sweep's points (method "sweep"; verifier strict, fixed or a family) on the dev
+    prompts, quality against acceptance (x_kind "acceptance"): the sweep decodes batched, untimed, and DIVERSED,
+    which decodes no dev prompts, is on the eval panel only."""
     d = units[(units["temperature"] == temperature) & (units["head_task"] == "") & units["lambda"].isna()]
     K = d["K"].max()
     d = d[d["K"].isna() | (d["K"] == K)]  # the baselines have no K
     timed, judged = timed_units(d), quality_units(d)
-    cols = ["pair", "task", "method", "metric", "x", "x_kind", "quality", "quality_low", "quality_high"]
+    cols = ["pair", "task", "method", "verifier", "metric", "x", "x_kind", "quality", "quality_low", "quality_high"]
     rows = []
     for (pair, task, method), g in judged.groupby(["pair", "task", "method"]):
         t = timed[(timed["pair"] == pair) & (timed["task"] == task) & (timed["method"] == method)]
         q = quality(g, runs)
-        rows.append({"pair": pair, "task": f"{task}: eval", "method": method, "metric": g["metric"].iloc[0],
+        rows.append({"pair": pair, "task": f"{task}: eval", "method": method, "verifier": method,
+                     "metric": g["metric"].iloc[0],
                      "x": t["seconds"].sum() / len(t) if len(t) else float("nan"), "x_kind": "seconds",
                      "quality": q.value, "quality_low": q.low, "quality_high": q.high})
     s = sweeps[(sweeps["temperature"] == temperature) & (sweeps["K"] == K)]
@@ -126,15 +130,23 @@ def quality_vs_time_points(units: pd.DataFrame, runs: pd.DataFrame, sweeps: pd.D
 def quality_vs_time(units: pd.DataFrame, runs: pd.DataFrame, sweeps: pd.DataFrame, stem: Path,
                     temperature: float) -> list[Path]:
     """Quality vs time per sample: per task, the methods on the eval prompts (target only, draft only, SD, the
-    fine-tuned draft, the fixed w, DIVERSED, with 95% intervals) and, on its own panel, the static sweep on the
-    dev prompts with its front (quality against acceptance)."""
+    fine-tuned draft, the fixed w, DIVERSED and each relaxed family at its chosen setting, with 95% intervals)
+    and, on its own panel, every family's sweep on the dev prompts with its front (quality against acceptance)."""
     fig, panels = _panels(quality_vs_time_points(units, runs, sweeps, temperature), f" (T = {temperature:g})")
     for ax, _, _, g in panels:
         s = g[g["method"] == "sweep"]
         if len(s):
-            ax.scatter(s["x"], s["quality"], c="0.6", s=14, label="static sweep (dev split)")
-            front = pareto_front(s.assign(x=-s["x"]), "x", "quality")  # more acceptance, more quality
-            ax.plot(-front["x"], front["quality"], c="0.4", lw=1, ls="--", label="static front (dev split)")
+            strict = s[s["verifier"] == "strict"]
+            ax.scatter(strict["x"], strict["quality"], marker=MARKERS["strict"], c=COLORS["strict"], s=30,
+                       label="SD (dev split)", zorder=3)
+            for family, f in s[s["verifier"] != "strict"].groupby("verifier"):
+                f = pd.concat([strict, f])  # every family's front starts at strict
+                colour = "0.5" if family == "fixed" else COLORS.get(family, "k")
+                name = "static" if family == "fixed" else METHOD_NAMES.get(family, family)
+                ax.scatter(f["x"], f["quality"], c=colour, s=14, marker=MARKERS.get(family, "o"),
+                           label=f"{name} sweep (dev split)")
+                front = pareto_front(f.assign(x=-f["x"]), "x", "quality")  # more acceptance, more quality
+                ax.plot(-front["x"], front["quality"], c=colour, lw=1, ls="--")
             ax.set(xlabel="acceptance rate (dev split)", ylabel=g["metric"].iloc[0])
         for method in sorted(set(g["method"]) - {"sweep"}, key=lambda m: (METHODS + (m,)).index(m)):
             r = g[g["method"] == method]
@@ -151,7 +163,7 @@ def acceptance_by_position_bars(runs: pd.DataFrame, temperature: float) -> pd.Da
     """What the acceptance-by-position figure plots: per (pair, task, method, position i) at one temperature,
     P(draft token i accepted | 1..i-1 accepted), the mean over runs."""
     d = runs[(runs["temperature"] == temperature) & runs["head_task"].isna() & runs["lambda"].isna()
-             & ~is_timing(runs) & runs["method"].isin(["strict", "finetuned", "fixed", "dynamic"])]
+             & ~is_timing(runs) & runs["method"].isin([m for m in METHODS if m not in ("autoregressive", "draft")])]
     keys = ["pair", "task", "method", "position"]
     rows = [(r.pair, r.task, r.method, i + 1, a) for r in d.itertuples()
             for i, a in enumerate(json.loads(r.acceptance_by_position))]

@@ -21,10 +21,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from diversed.decoding.engine import Decoding, Execution, Sampling, check_request, generate
+from diversed.decoding.engine import VERIFIERS, Decoding, Execution, Sampling, check_request, generate
 from diversed.decoding.head import load_head
 from diversed.decoding.models import DEFAULT_DRAFT_LAYERS, DTYPES, encode_prompt, load_pair
 from diversed.decoding.stats import Generation, summarize
+from diversed.decoding.verifiers import DEFERRALS
 from diversed.tasks import PROMPT_FORMATS, SPLITS, get_task, registry
 from diversed.tracking import decode_tracker
 from diversed.utils import (
@@ -53,10 +54,13 @@ class RunConfig:
     target: str = option("embedded", "target model: local path, hub id, or `embedded`")
     draft: str = option("embedded", "draft model: local path, hub id, `embedded` or `embedded-weak`")
     draft_layers: int = option(DEFAULT_DRAFT_LAYERS, "which embedded draft (its N decoder layers)")
-    verifier: str = option("strict", "autoregressive | draft | strict | fixed | dynamic")
+    verifier: str = option("strict", " | ".join(VERIFIERS))
     weight: float | None = option(None, "w on the target for the fixed verifier, in [0, 1]")
     head: str | None = option(None, "trained weight head (.safetensors) for the dynamic verifier")
     mixing: str = option("linear", "linear (w p + (1 - w) q) | logit (softmax of w log p + (1 - w) log q)")
+    knob: float | None = option(None, "the setting of cascade (alpha), lenient (l), typical (epsilon), topk (k) or "
+                                      "fly (entropy threshold)")
+    deferral: str = option("chow", "cascade's deferral rule: " + " | ".join(DEFERRALS))
     K: int = option(5, "draft length", flag="-K")
     temperature: float = option(1.0, "temperature of p and q; 0 = greedy")
     sampling: str = option("full", "full (--top-k / --top-p as given) | model (the top-k and top-p of the target's "
@@ -81,7 +85,8 @@ class RunConfig:
         if self.sampling == "model" and generation_config is not None:
             top_k, top_p = model_filters(generation_config)
         return Decoding(self.verifier, K=self.K, max_new_tokens=self.max_new_tokens,
-                        sampling=Sampling(self.temperature, top_p, top_k), weight=self.weight, mixing=self.mixing)
+                        sampling=Sampling(self.temperature, top_p, top_k), weight=self.weight, mixing=self.mixing,
+                        knob=self.knob, deferral=self.deferral)
 
     def validate(self) -> None:
         """Checks that need no model: fail before anything is loaded."""
@@ -371,13 +376,29 @@ def parse_value(hint, text: str):
     return kind(text)
 
 
+def trained(run: Run) -> list[dict]:
+    """The training manifests behind a run: its head's and its fine-tuned draft's, each with its folder (path)."""
+    c = run.config
+    paths = [Path(c["head"]).parent / "manifest.json"] if c.get("head") else []
+    paths.append(Path(c["draft"]) / "distill_manifest.json")
+    return [json.loads(p.read_text()) | {"path": str(p.parent)} for p in paths if p.is_file()]
+
+
 def with_weight_file(changes: dict, path: str | Path) -> dict:
-    """changes with w and mixing from a sweep's choice.json; a fixed verifier whose sweep kept strict (w = 1) is
-    the strict verifier."""
-    choice = json.loads(Path(path).read_text())
+    """changes with the verifier's setting from a sweep's choice.json: w and mixing for the fixed verifier, knob
+    (and cascade's deferral) for another family (engine.RULES); a verifier whose sweep kept strict is the strict
+    verifier."""
+    choice, verifier = json.loads(Path(path).read_text()), changes.get("verifier", "fixed")
+    family = choice.get("families", {}).get(verifier)
+    if verifier not in ("fixed", "strict"):
+        if family is None:
+            raise ValueError(f"{path} holds no choice for the {verifier!r} verifier (its sweep did not sweep it)")
+        if family["verifier"] == "strict":
+            return changes | {"verifier": "strict", "knob": None, "deferral": "chow"}
+        return changes | {"knob": float(family["knob"]), "deferral": family.get("deferral") or "chow"}
     if choice["weight"] == 1.0:
         return changes | {"weight": None, "mixing": "linear"} | (
-            {"verifier": "strict"} if changes.get("verifier") == "fixed" else {})
+            {"verifier": "strict"} if verifier == "fixed" else {})
     return changes | {"weight": float(choice["weight"]), "mixing": choice["mixing"]}
 
 
@@ -470,6 +491,7 @@ class Run:
             "verifier": c["verifier"], "temperature": c["temperature"],
             "K": None if c["verifier"] in BASELINES else c["K"], "seed": c["seed"], "target": c["target"],
             "draft": c["draft"], "weight": 1.0 if c["verifier"] == "strict" else c.get("weight"), "mixing": c["mixing"],
+            "knob": c.get("knob"), "deferral": c.get("deferral", "chow") if c["verifier"] == "cascade" else None,
             "prompts": s["prompts"], "new_tokens": s["new_tokens"],
             "draft_acceptance_rate": s["draft_acceptance_rate"], "mean_acceptance_length": s["mean_acceptance_length"],
             "acceptance_by_position": json.dumps(s["acceptance_by_position"]), "mean_weight": s["mean_weight"],
@@ -510,8 +532,9 @@ class Run:
 def identity_gap(row: dict, mixing: str) -> float:
     """Observed minus predicted acceptance over the positions a prompt tested (the accepted ones and the first
     rejected), where linear mixing predicts P(accept) = 1 - w TV(p, q) = 1 - w / (1 - w) TV(nu, p) (its emitted
-    token's bias); nan for strict positions (w = 1), other mixings and prompts without a tested position."""
-    if mixing != "linear":
+    token's bias); nan for strict positions (w = 1), other mixings, verifiers that record no w (a family that does
+    not mix) and prompts without a tested position."""
+    if mixing != "linear" or not any(row.get("weights") or []):
         return math.nan
     tv, observed, predicted, at = row.get("bias_tv_per_token") or [], [], [], 0
     for k, n, ws in zip(row.get("drafted", []), row.get("accepted", []), row.get("weights", []), strict=True):

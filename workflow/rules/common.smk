@@ -8,6 +8,7 @@ from snakemake.utils import validate
 
 from diversed.training.draft import DraftRecipe
 from diversed.decoding.engine import VERIFIERS
+from diversed.runs.sweep import FAMILIES as SWEPT_FAMILIES
 from diversed.decoding.sources import hub_model, hub_sources, hub_task
 from diversed.tasks import registry
 from diversed.training.train import DistillConfig, HeadTrainConfig
@@ -35,6 +36,11 @@ if unknown := sorted(set(LAMBDA["tasks"]) - set(config["tasks"])):
     raise ValueError(f"lambda_sweep task(s) {', '.join(unknown)} are not among the config's tasks")
 BASELINES = ("autoregressive", "draft")  # one model decoding alone: no draft length K
 SPECULATIVE = [m for m in config["methods"] if m not in BASELINES]
+FAMILIES = [m for m in config["methods"] if m in SWEPT_FAMILIES]  # relaxed verifiers at the knob their sweep chose
+CHOSEN = [m for m in SPECULATIVE if m == "fixed" or m in FAMILIES]  # methods whose setting a sweep chooses
+if missing := [f for f in FAMILIES if f not in SWEEP["families"]]:
+    raise ValueError(f"method(s) {', '.join(missing)} need their knob values in sweep.families (their sweep "
+                     "chooses the setting)")
 TRANSFER_HEADS = sorted({t["head"] for t in config["transfer"]})  # DIVERSED with another task's head: dynamic@head
 
 
@@ -110,9 +116,10 @@ def timing_outputs(name):
 
 
 def sweeps():
-    """Static sweeps: the fixed-w choice per (pair, task, T, K), and the acceptance-vs-w figure's sweeps."""
+    """The sweeps: the fixed w's and each family's choice per (pair, task, T, K), and the acceptance-vs-w figure's
+    sweeps."""
     dirs = set()
-    if "fixed" in config["methods"]:
+    if CHOSEN:
         dirs |= {SWEEP_DIR.format(pair=pair, task=task, T=temperature(T), K=K)
                  for pair, task, T, K in itertools.product(PAIRS, TASKS, config["temperatures"], config["K"])}
     dirs |= {SWEEP_DIR.format(pair=pair, task=task, T=temperature(SWEEP["figure_temperature"]), K=K)
@@ -187,7 +194,7 @@ def decode_inputs(wildcards):
     inputs = models(wildcards)
     if "finetuned" in SPECULATIVE:
         inputs["draft"] = f"resources/drafts/{wildcards.pair}/{wildcards.task}"
-    if "fixed" in SPECULATIVE:
+    if CHOSEN:
         inputs["weights"] = [f"{sweep_dir(wildcards, K)}/choice.json" for K in config["K"]]
     if "dynamic" in SPECULATIVE:
         inputs["head"] = f"results/heads/{wildcards.pair}/{wildcards.task}/head.safetensors"
@@ -206,7 +213,8 @@ def run_spec(run, method, K, verifier=None, **changes):
 
 
 def point_runs(wildcards, input, output):
-    """decode's (and time's) --run list, in the order of its outputs (target only first)."""
+    """decode's (and time's) --run list, in the order of its outputs (target only first); a method a sweep chooses
+    (fixed, a family) reads its setting from that sweep's choice.json."""
     specs = []
     for manifest in output.manifests:
         run = os.path.dirname(manifest)
@@ -214,7 +222,7 @@ def point_runs(wildcards, input, output):
         K = None if method in BASELINES else int(re.search(r"-K(\d+)(-s|$)", run).group(1))
         if method == "finetuned":
             specs.append(run_spec(run, method, K, verifier="strict", draft=input.draft))
-        elif method == "fixed":
+        elif method in CHOSEN:
             choice = os.path.join(sweep_dir(wildcards, K), "choice.json")
             specs.append(run_spec(run, method, K, weight_file=choice))
         elif method == "dynamic":
@@ -259,7 +267,7 @@ def all_cores(wildcards):
     return workflow.cores
 
 
-TABLES = [f"results/tables/{name}.{ext}" for name in ("table1", "table2", "table3", "speed", "lambda")
+TABLES = [f"results/tables/{name}.{ext}" for name in ("table1", "table2", "table3", "speed", "families", "lambda")
           for ext in ("csv", "md", "tex")]
 # Named by `diversed plot` (T as %g there: figures/quality_vs_time_T1.png).
 FIGURES = [f"figures/{stem}.{ext}" for stem in

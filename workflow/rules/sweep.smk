@@ -1,8 +1,9 @@
 rule sweep:
-    """A static sweep in one job: decode + score the task's dev split (disjoint from the eval prompts reported
-    and the train prompts) at strict (w = 1) and each w and mixing of the grid, then sweep.csv / .md and the
-    task's fixed w in choice.json: the largest acceptance within a tolerance of strict quality. A rerun keeps the
-    points already finished, so a sweep stopped by a time limit resumes where it stopped."""
+    """The fronts in one job: decode + score the task's dev split (disjoint from the eval prompts reported and the
+    train prompts) at strict (w = 1), each w and mixing of the grid and each knob of the families in methods, then
+    sweep.csv / .md and in choice.json the task's fixed w and each family's knob: the largest acceptance whose
+    quality is non-inferior to strict's. A rerun keeps the points already finished, so a sweep stopped by a time
+    limit resumes where it stopped."""
     input:
         unpack(models),
     output:
@@ -22,6 +23,8 @@ rule sweep:
         prompt_format=config["prompt_format"],
         weights=SWEEP["weights"],
         mixings=SWEEP["mixings"],
+        families=" ".join(f"--{f} {' '.join(str(x) for x in SWEEP['families'][f])}" for f in FAMILIES) +
+                 (f" --deferrals {' '.join(SWEEP['deferrals'])}" if "cascade" in FAMILIES else ""),
         tolerance=f"--tolerance {SWEEP['tolerance']}" if SWEEP["tolerance"] is not None else "",
         experiment=EXPERIMENT,
         batch=config["batch_size"],
@@ -40,7 +43,8 @@ rule sweep:
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} --split dev "
         "-n {params.n} --max-new-tokens {params.max_new} --temperature {wildcards.T} --sampling {params.sampling} "
         "--prompt-format {params.prompt_format} -K {wildcards.K} --seed 0 "
-        "--weights {params.weights} --mixings {params.mixings} {params.tolerance} --batch-size {params.batch} "
+        "--weights {params.weights} --mixings {params.mixings} {params.families} {params.tolerance} "
+        "--batch-size {params.batch} "
         "{params.execution} "
         "--out {params.out} "
         "--label pair={wildcards.pair} --label experiment={params.experiment} > {log} 2>&1"

@@ -1,0 +1,280 @@
+"""The other relaxed verifiers (engine.RULES): lenient speculative sampling, speculative cascades, typical and top-k
+acceptance. Each rule's identities with strict verification, its per-position acceptance probability against its
+formula on random p, q, and the distribution it emits against its own target distribution (chi-square, as the
+ensemble's tests in test_verifiers), with a check that the test has power."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from test_verifiers import DRAWS, V, chi_square_ok, random_dists
+
+from diversed.decoding.engine import Decoding, Sampling, generate
+from diversed.decoding.verifiers import defer, fly_window, total_variation, typical_threshold, verify, verify_rows
+
+PROMPTS = [[1, 5, 7, 9], [1, 30, 31], [1, 80, 3, 3, 3, 40, 12]]
+
+
+def related(p: torch.Tensor, seed: int, noise: float = 1.0) -> torch.Tensor:
+    """A draft distribution near p (a draft model's is): softmax(log p + noise)."""
+    g = torch.Generator().manual_seed(seed)
+    return (p.log() + noise * torch.randn(p.shape, generator=g)).softmax(-1)
+
+
+def first_position(q, p, test, knob, seed=0, draws=DRAWS):
+    """Over draws of one draft x ~ q: (histogram of the token emitted at position 0, acceptance count)."""
+    g = torch.Generator().manual_seed(seed)
+    counts, accepted = torch.zeros(V), 0
+    for _ in range(draws):
+        x = torch.multinomial(q, 1, generator=g)[:, 0]  # [1]
+        v = verify(x, q, p, 1.0, generator=g, test=test, knob=knob)
+        accepted += v.n_accepted
+        counts[x[0] if v.n_accepted else v.next_token] += 1
+    return counts, accepted
+
+
+def binomial_ok(successes: int, n: int, prob: float) -> bool:
+    se = math.sqrt(max(prob * (1 - prob), 1e-6) / n)
+    return abs(successes / n - prob) < 4.5 * se + 1e-9
+
+
+# each rule's acceptance probability a(x) of a draft x and the distribution its sampled step emits, written from
+# the papers independently of diversed.decoding.verifiers
+def lenient_rule(q, p, lenience):
+    a = torch.minimum(torch.ones_like(q), p / (lenience * q))
+    residual = (p - q).clamp_min(0)  # Algorithm 1's correction
+    return a, (q * a) + (1 - (q * a).sum()) * residual / residual.sum()
+
+
+def typical_rule(q, p, eps):
+    h = -(p * p.log()).sum()
+    a = (p > min(eps, math.sqrt(eps) * math.exp(-float(h)))).float()
+    return a, q * a + (1 - (q * a).sum()) * p
+
+
+def topk_rule(q, p, k):
+    a = torch.zeros_like(p)
+    a[p.argsort(descending=True)[:k]] = 1.0
+    return a, q * a + (1 - (q * a).sum()) * p
+
+
+RULES = {"lenient": (lenient_rule, [0.3, 0.6]), "typical": (typical_rule, [0.09, 0.2]), "topk": (topk_rule, [2, 3])}
+
+
+@pytest.mark.parametrize("test", sorted(RULES))
+@pytest.mark.parametrize("i", [0, 1])
+def test_acceptance_and_emitted_distribution_follow_the_rule(test, i):
+    rule, knobs = RULES[test]
+    knob = knobs[i]
+    p = random_dists(30 + i, 2, sharp=2.0)
+    q = related(p[:1], 20 + i)
+    a, emitted = rule(q[0], p[0], knob)
+    assert total_variation(emitted, p[0]) > 0.04  # the rule is lossy at this knob: the power check below means it
+    counts, accepted = first_position(q, p, test, knob, seed=i)
+    assert binomial_ok(accepted, DRAWS, float((q[0] * a).sum())), (accepted / DRAWS, float((q[0] * a).sum()))
+    assert chi_square_ok(counts, emitted), (counts / DRAWS, emitted)
+    assert not chi_square_ok(counts, p[0])  # the test has power: these rules are lossy at this knob
+    v = verify(torch.tensor([0]), q, p, 1.0, generator=torch.Generator().manual_seed(0), test=test, knob=knob)
+    assert float(v.bias_tv[0]) == pytest.approx(float(total_variation(emitted, p[0])), abs=1e-5)
+
+
+def test_lenient_at_l_1_is_strict_draw_for_draw():
+    K = 4
+    q, p = random_dists(7, K), random_dists(8, K + 1)
+    gd = torch.Generator().manual_seed(10)
+    for seed in range(500):
+        draft = torch.multinomial(q, 1, generator=gd)[:, 0]
+        strict = verify(draft, q, p, 1.0, generator=torch.Generator().manual_seed(seed))
+        lenient = verify(draft, q, p, 1.0, generator=torch.Generator().manual_seed(seed), test="lenient", knob=1.0)
+        assert (lenient.n_accepted, lenient.next_token) == (strict.n_accepted, strict.next_token)
+        assert lenient.bias_tv.abs().max() < 1e-6
+
+
+def test_the_lenient_correction_is_algorithm_1s():
+    """Lenient's correction after a rejection follows Algorithm 1's norm(max(0, p - q)), not norm(max(0, p - l q))."""
+    p, lenience = random_dists(41, 2, sharp=1.5), 0.8
+    q = related(p[:1], 40)  # rejected 8% of the time, the two corrections 0.44 apart in TV
+    g, counts = torch.Generator().manual_seed(3), torch.zeros(V)
+    for _ in range(DRAWS):
+        x = torch.multinomial(q, 1, generator=g)[:, 0]
+        v = verify(x, q, p, 1.0, generator=g, test="lenient", knob=lenience)
+        if v.n_accepted == 0:
+            counts[v.next_token] += 1
+    assert counts.sum() > 1000
+    own, other = (p[0] - q[0]).clamp_min(0), (p[0] - lenience * q[0]).clamp_min(0)
+    assert chi_square_ok(counts, own / own.sum())
+    assert not chi_square_ok(counts, other / other.sum())
+
+
+def test_greedy_rules_of_the_families():
+    q, p = random_dists(11, 3), random_dists(12, 4)
+    best = p[:3].argmax(-1)
+    # lenient l = 1 and top-1 accept exactly the target's argmax, as strict greedy
+    for test, knob in (("lenient", 1.0), ("topk", 1)):
+        v = verify(best, q, p, 1.0, greedy=True, test=test, knob=knob)
+        assert (v.n_accepted, v.next_token) == (3, int(p[3].argmax()))
+        wrong = best.clone()
+        wrong[1] = (best[1] + 1) % V
+        v = verify(wrong, q, p, 1.0, greedy=True, test=test, knob=knob)
+        assert (v.n_accepted, v.next_token) == (1, int(p[1].argmax()))
+    # lenient l: the second most likely token passes when p(x) >= l max p
+    second = p[0].argsort(descending=True)[1]
+    ratio = float(p[0, second] / p[0].max())
+    for lenience, n in ((ratio * 0.99, 1), (min(1.0, ratio * 1.01), 0)):
+        v = verify(torch.tensor([int(second)]), q[:1], p[:2], 1.0, greedy=True, test="lenient", knob=lenience)
+        assert v.n_accepted == n
+
+
+def test_cascade_deferral_rules():
+    q = torch.tensor([[0.7, 0.2, 0.1], [0.4, 0.3, 0.3]])
+    p = torch.tensor([[0.9, 0.05, 0.05], [0.5, 0.25, 0.25]])
+    # chow: defer when max q < 1 - alpha
+    assert defer(p, q, 0.2, "chow").tolist() == [1.0, 1.0] and defer(p, q, 0.5, "chow").tolist() == [0.0, 1.0]
+    # diff: defer when max q < max p - alpha
+    assert defer(p, q, 0.15, "diff").tolist() == [1.0, 0.0]
+    # opt: defer when max q < max p - alpha TV(p, q); TV = 0.2 and 0.1
+    assert defer(p, q, 0.5, "opt").tolist() == [1.0, 1.0] and defer(p, q, 1.5, "opt").tolist() == [0.0, 0.0]
+    with pytest.raises(ValueError, match="unknown deferral rule 'max'"):
+        defer(p, q, 0.1, "max")
+
+
+def test_cascade_emits_pi_and_accepts_as_its_rule():
+    """Sampling towards pi = (1 - delta) q + delta p: at a deferred position the emitted token follows p, at a kept
+    one q (every draft accepted)."""
+    q, p = random_dists(50, 1, sharp=1.5), random_dists(51, 2, sharp=1.5)
+    for alpha, deferred in ((1.0, False), (-1.0, True)):  # chow: max q < 0 never, max q < 2 always
+        delta = defer(p[:1], q, alpha, "chow")
+        assert bool(delta[0]) == deferred
+        g, counts, accepted = torch.Generator().manual_seed(4), torch.zeros(V), 0
+        for _ in range(DRAWS // 2):
+            x = torch.multinomial(q, 1, generator=g)[:, 0]
+            v = verify(x, q, p, delta, generator=g)
+            accepted += v.n_accepted
+            counts[x[0] if v.n_accepted else v.next_token] += 1
+        pi = delta * p[0] + (1 - delta) * q[0]
+        assert chi_square_ok(counts, pi)
+        assert binomial_ok(accepted, DRAWS // 2, 1 - float(delta[0] * total_variation(p[0], q[0])))
+
+
+def test_typical_threshold_is_medusas():
+    p = torch.tensor([0.5, 0.25, 0.25])
+    h = 1.0397207708399179  # -(0.5 ln 0.5 + 2 * 0.25 ln 0.25)
+    assert float(typical_threshold(p, 0.09)) == pytest.approx(min(0.09, 0.3 * math.exp(-h)))
+    assert float(typical_threshold(p, 0.5)) == pytest.approx(min(0.5, math.sqrt(0.5) * math.exp(-h)))
+
+
+def test_rows_of_a_family_draw_as_batches_of_one():
+    """verify_rows over rows with their own k equals each row alone, for every test."""
+    R, K = 3, 4
+    q = torch.stack([random_dists(60 + r, K) for r in range(R)])
+    p = torch.stack([random_dists(70 + r, K + 1) for r in range(R)])
+    draft = torch.stack([torch.multinomial(q[r], 1, generator=torch.Generator().manual_seed(r))[:, 0]
+                         for r in range(R)])
+    k = [4, 2, 3]
+    for test, knob in (("lenient", 0.5), ("typical", 0.09), ("topk", 2)):
+        n, nxt, _ = verify_rows(draft, q, p, torch.ones(R, K), k, test=test, knob=knob,
+                                generators=[torch.Generator().manual_seed(r) for r in range(R)])
+        for r in range(R):
+            one = verify_rows(draft[r:r + 1, :k[r]], q[r:r + 1, :k[r]], torch.cat([p[r:r + 1, :k[r]],
+                              p[r:r + 1, k[r]:k[r] + 1]], 1), torch.ones(1, k[r]), [k[r]], test=test, knob=knob,
+                              generators=[torch.Generator().manual_seed(r)])
+            assert (int(n[r]), int(nxt[r])) == (int(one[0][0]), int(one[1][0]))
+
+
+def entropy3(p):
+    top = p.sort(descending=True).values[:3]
+    return float(-(top * top.log()).sum())
+
+
+def test_fly_defers_a_mismatch_only_under_uncertainty_and_a_passing_window():
+    """Greedy FLy, K = 3, W = 1 (window given): a mismatch at 0 is accepted when H3(p_0) >= threshold and draft 1
+    matches; else it is strict's rejection."""
+    p = torch.tensor([[0.3, 0.3, 0.2, 0.2], [0.1, 0.7, 0.1, 0.1], [0.1, 0.1, 0.7, 0.1], [0.25] * 4])  # [K + 1, V]
+    q = torch.full((3, 4), 0.25)
+    h = entropy3(p[0])
+
+    def n_accepted(draft, threshold, k=3):
+        n, nxt, _ = verify_rows(torch.tensor([draft]), q[None], p[None], torch.ones(1, 3), [k], greedy=True,
+                                generators=[None], test="fly", knob=threshold, window=1)
+        return int(n[0]), int(nxt[0])
+
+    assert n_accepted([3, 1, 2], h - 1e-5) == (3, 0)  # deferred: 3 is not argmax p_0, p_0 uncertain, draft 1 matches
+    assert n_accepted([3, 1, 2], h + 1e-3) == (0, 0)  # the target too certain: strict's rejection, argmax p_0
+    assert n_accepted([3, 0, 2], h - 1e-5) == (0, 0)  # draft 1 fails: no deferral
+    assert n_accepted([0, 3, 2], 0.0) == (3, 0)  # a deferral at position 1, then the bonus
+    assert n_accepted([0, 3, 2], 0.0, k=2) == (1, 1)  # with k = 2 drafts its window leaves the step: strict
+    assert n_accepted([0, 1, 3], 0.0) == (2, 2)  # position 2 has no window inside the step: strict rejection
+
+
+def test_fly_acceptance_follows_its_rule_and_reduces_to_strict():
+    """Sampled, K = 2, W = 1: P(draft 0 accepted) = (1 - TV_0) + TV_0 (1 - TV_1) when H3(p_0) >= threshold, strict's
+    1 - TV_0 otherwise; an infinite threshold is strict draw for draw."""
+    p = random_dists(80, 3, sharp=1.0)
+    q = related(p[:2], 81)
+    tv = total_variation(p[:2], q)
+    h = entropy3(p[0])
+    assert fly_window(2) == 1 and fly_window(10) == 6
+    for threshold, expected in ((h - 1e-3, 1 - tv[0] + tv[0] * (1 - tv[1])), (h + 1e-3, 1 - tv[0])):
+        g, accepted = torch.Generator().manual_seed(5), 0
+        for _ in range(DRAWS // 2):
+            x = torch.stack([torch.multinomial(q[i], 1, generator=g)[0] for i in range(2)])
+            n, _, _ = verify_rows(x[None], q[None], p[None], torch.ones(1, 2), [2], generators=[g], test="fly",
+                                  knob=threshold, window=1)
+            accepted += int(n[0]) >= 1
+        assert binomial_ok(accepted, DRAWS // 2, float(expected)), (accepted / (DRAWS // 2), float(expected))
+    gd = torch.Generator().manual_seed(10)
+    for seed in range(300):
+        x = torch.stack([torch.multinomial(q[i], 1, generator=gd)[0] for i in range(2)])
+        strict = verify(x, q, p, 1.0, generator=torch.Generator().manual_seed(seed))
+        fly = verify_rows(x[None], q[None], p[None], torch.ones(1, 2), [2], test="fly", knob=math.inf, window=1,
+                          generators=[torch.Generator().manual_seed(seed)])
+        assert (strict.n_accepted, strict.next_token) == (int(fly[0][0]), int(fly[1][0]))
+
+
+def decode(target, draft, verifier, temperature, **kw):
+    decoding = Decoding(verifier, K=4, max_new_tokens=30, sampling=Sampling(temperature), **kw)
+    generators = [torch.Generator().manual_seed(7 + i) for i in range(len(PROMPTS))]
+    return generate(target, draft, PROMPTS, decoding, generators=generators, batch_size=2)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_identities_with_strict_on_models(target, other_draft, temperature):
+    """lenient l = 1, a cascade that always defers (chow, alpha = -1) and FLy at an infinite entropy threshold emit
+    strict's tokens for the same seeds; top-1 acceptance does under greedy."""
+    strict = [g.tokens for g in decode(target, other_draft, "strict", temperature)]
+    assert [g.tokens for g in decode(target, other_draft, "lenient", temperature, knob=1.0)] == strict
+    cascade = decode(target, other_draft, "cascade", temperature, knob=-1.0)
+    assert [g.tokens for g in cascade] == strict
+    assert {w for g in cascade for ws in g.weights for w in ws} == {1.0}  # w = delta, recorded
+    assert [g.tokens for g in decode(target, other_draft, "fly", temperature, knob=math.inf)] == strict
+    if temperature == 0.0:
+        assert [g.tokens for g in decode(target, other_draft, "topk", 0.0, knob=1)] == strict
+
+
+@pytest.mark.parametrize("verifier,knob", [("cascade", 0.9), ("lenient", 0.3), ("typical", 0.01), ("topk", 20),
+                                           ("fly", 0.0)])
+def test_relaxed_families_accept_more_than_strict(target, draft, verifier, knob):
+    """At a lossy knob each family accepts more drafts than strict on the same prompts (the rule is applied)."""
+    def rate(gens):
+        return sum(sum(g.accepted) for g in gens) / sum(sum(g.drafted) for g in gens)
+
+    strict = rate(decode(target, draft, "strict", 1.0))
+    relaxed = decode(target, draft, verifier, 1.0, knob=knob)
+    assert rate(relaxed) > strict
+    assert all(g.weights == [[] for _ in g.drafted] for g in relaxed) or verifier == "cascade"
+
+
+@pytest.mark.parametrize("kw,message", [
+    ({"verifier": "lenient"}, r"verifier 'lenient' needs --knob \(lenience l, in \[0, 1\]\)"),
+    ({"verifier": "lenient", "knob": 1.5}, r"lenient's knob lenience l must be in \[0, 1\], got 1.5"),
+    ({"verifier": "topk", "knob": 2.5}, r"topk's knob k must be an integer in \[1, inf\], got 2.5"),
+    ({"verifier": "strict", "knob": 0.5}, "knob is only used by the verifiers cascade, lenient, typical, topk, fly"),
+    ({"verifier": "fly", "knob": 0.3, "K": 1}, r"verifier 'fly' needs K >= 2 \(its window is min\(6, K - 1\)\)"),
+    ({"verifier": "cascade", "knob": 0.1, "deferral": "max"}, "unknown deferral rule 'max'; allowed: chow, diff, opt"),
+    ({"verifier": "fixed", "weight": 0.5, "deferral": "opt"}, "deferral is only used by the 'cascade' verifier"),
+])
+def test_bad_knobs_are_refused(kw, message):
+    with pytest.raises(ValueError, match=message):
+        Decoding(**kw)
