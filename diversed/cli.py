@@ -295,10 +295,10 @@ def cmd_fetch_sources(a: argparse.Namespace) -> None:
 
     if not (a.config or a.model or a.task):
         raise ValueError("nothing to fetch: give --config FILE, or --model ID / --task NAME")
-    found = hub_sources(load_config(a.config)) if a.config else Sources()
+    found = hub_sources(load_config(*a.config)) if a.config else Sources()
     sources = Sources(tuple(dict.fromkeys([*found.models, *a.model])), tuple(dict.fromkeys([*found.tasks, *a.task])))
     if not sources:
-        print(f"{a.config} reads nothing from the Hugging Face hub (local models and data only)")
+        print(f"{' '.join(a.config)} reads nothing from the Hugging Face hub (local models and data only)")
     record, failed = fetch(sources)
     if failed:
         print("\n".join(failed), file=sys.stderr)
@@ -313,11 +313,11 @@ def cmd_check_sources(a: argparse.Namespace) -> None:
 
     from diversed.decoding.sources import check, load_config
 
-    rows, failed = check(load_config(a.config))
+    rows, failed = check(load_config(*a.config))
     print(tabulate(rows, headers=["kind", "source", "status", "detail"], tablefmt="github"))
     if failed:
         print("\n".join(failed), file=sys.stderr)
-        raise SystemExit(f"{len(failed)} source(s) of {a.config} cannot be read")
+        raise SystemExit(f"{len(failed)} source(s) of {' '.join(a.config)} cannot be read")
 
 
 def cmd_lm_eval(rest: list[str]) -> None:
@@ -461,7 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("fetch-sources", help="download every hub model and dataset of a workflow config into the "
                                              "Hugging Face cache (once, before any GPU job)")
-    p.add_argument("--config", metavar="FILE", help="a workflow config (YAML): its hub pairs and hub tasks")
+    p.add_argument("--config", metavar="FILE", nargs="+", help="a workflow config (YAML; several layer as "
+                   "Snakemake's --configfile): its hub pairs and hub tasks")
     p.add_argument("--model", action="append", default=[], metavar="ID", help="a hub model id (repeatable)")
     p.add_argument("--task", action="append", default=[], metavar="NAME", help="a task's hub dataset (repeatable)")
     p.add_argument("--record", metavar="FILE", help="write what was fetched (snapshot folders, rows per split) here")
@@ -469,7 +470,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check-sources", help="read the config of every model and one row of every dataset of a "
                                              "workflow config: a broken source fails in seconds")
-    p.add_argument("--config", metavar="FILE", required=True, help="a workflow config (YAML)")
+    p.add_argument("--config", metavar="FILE", nargs="+", required=True, help="a workflow config (YAML; several "
+                   "layer as Snakemake's --configfile, e.g. config/paper.yaml config/paper-gemma.yaml)")
     p.set_defaults(func=cmd_check_sources)
 
     p = sub.add_parser("bench", help="time our engine against transformers on the same prompts")

@@ -260,9 +260,8 @@ def table(pairs: dict[str, dict], **kw) -> str:
 
 
 if __name__ == "__main__":
-    import yaml
+    from diversed.decoding.sources import load_config
 
-    with open(sys.argv[1] if len(sys.argv) > 1 else "config/paper.yaml") as f:
-        config = yaml.safe_load(f)
+    config = load_config(*(sys.argv[1:] or ["config/paper.yaml"]))  # several files layer (paper-gemma.yaml)
     print(table(config["pairs"], decode_batch=config.get("batch_size", 1)), cost_table(config),
           crossover_table(config["pairs"]), sep="\n\n")

@@ -1,6 +1,7 @@
-"""The paper reproduction rehearsed end to end, offline: config/paper.yaml's structure (three pairs, the four paper
-tasks, every method, both temperatures, transfer, sweeps) run by Snakemake on tiny random checkpoints of the paper
-pairs' classes and on local files in each hub dataset's row format, with one seed and a few prompts."""
+"""The paper reproduction rehearsed end to end, offline: config/paper.yaml's structure with
+config/paper-gemma.yaml layered (three pairs, the four paper tasks, every method, both temperatures, transfer,
+sweeps) run by Snakemake on tiny random checkpoints of the paper pairs' classes and on local files in each hub
+dataset's row format, with one seed and a few prompts."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ def rehearsal_config(wd) -> dict:
     """config/paper.yaml with local models and data, one seed, two prompts per split, a two-w sweep grid and
     short training: everything else (pairs, tasks, methods, temperatures, K, transfer, figures) as the paper's."""
     config = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    assert set(config["pairs"]) == {"llama", "qwen"}  # the pairs of the paper's tables; Gemma 3 is opt-in
+    config["pairs"] |= yaml.safe_load((ROOT / "config" / "paper-gemma.yaml").read_text())["pairs"]
     assert set(config["pairs"]) == set(PAIRS)
     for name, kind in PAIRS.items():
         config["pairs"][name] |= build_pair(wd / "models", name, kind) | {"device": "cpu"}

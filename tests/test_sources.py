@@ -79,10 +79,13 @@ def hub(monkeypatch):
     return fake
 
 
-def test_the_paper_config_reads_six_models_and_four_datasets_from_the_hub():
+def test_the_paper_config_reads_four_models_and_four_datasets_from_the_hub():
     sources = hub_sources(load_config(ROOT / "config" / "paper.yaml"))
-    assert len(sources.models) == 6 and LLAMA in sources.models and "google/gemma-3-12b-it" in sources.models
+    assert len(sources.models) == 4 and LLAMA in sources.models and "Qwen/Qwen3-0.6B" in sources.models
     assert sources.tasks == ("gsm8k", "cnndm", "xsum", "mbpp")
+    layered = hub_sources(load_config(ROOT / "config" / "paper.yaml", ROOT / "config" / "paper-gemma.yaml"))
+    assert len(layered.models) == 6 and "google/gemma-3-12b-it" in layered.models  # Gemma 3 opt-in, layered
+    assert layered.tasks == sources.tasks
     assert not hub_sources(load_config(ROOT / "config" / "smoke.yaml"))  # local models, built-in tasks
     local = {"pairs": {"p": {"target": str(ROOT), "draft": "embedded"}}, "tasks": {"gsm8k": {"data_files": "x"}}}
     assert not hub_sources(local)
@@ -135,7 +138,8 @@ def test_a_gated_dataset_names_its_dataset_page(hub):
 
 def test_fetch_sources_cli_records_only_a_complete_fetch(hub, tmp_path, capsys):
     record = tmp_path / "sources.json"
-    main(["fetch-sources", "--config", str(ROOT / "config" / "paper.yaml"), "--record", str(record)])
+    main(["fetch-sources", "--config", str(ROOT / "config" / "paper.yaml"), str(ROOT / "config" / "paper-gemma.yaml"),
+          "--record", str(record)])  # the two configs layered: Gemma 3's pair joins the paper's two
     fetched = json.loads(record.read_text())
     assert len(fetched["models"]) == 6 and set(fetched["datasets"]) == {"gsm8k", "cnndm", "xsum", "mbpp"}
 

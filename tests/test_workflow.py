@@ -39,14 +39,17 @@ def test_lint_is_clean(tree):
     assert "Congratulations" in done.stdout + done.stderr
 
 
-def test_paper_config_builds_its_full_dag_offline(tree):
-    counts = dag(tree, "--configfile", "config/paper.yaml")
-    # one decode job per 3 pairs x 4 tasks x 2 temperatures x 3 seeds (5 runs each), + 3 pairs x 2 transfers x 3 seeds
-    assert counts["decode"] == 3 * 4 * 2 * 3 and counts["decode_transfer"] == 3 * 2 * 3
-    # sweeps: 3 pairs x 4 tasks x 2 temperatures at K = 5, + 3 pairs x 2 figure K
-    assert counts["sweep"] == 3 * 4 * 2 + 3 * 2
-    assert counts["time"] == 3 * 4 * 2  # every method timed in one job per pair, task and temperature
-    assert counts["train_head"] == counts["distill_draft"] == 12
+@pytest.mark.parametrize("configs,pairs", [(["config/paper.yaml"], 2),
+                                           (["config/paper.yaml", "config/paper-gemma.yaml"], 3)])
+def test_paper_config_builds_its_full_dag_offline(tree, configs, pairs):
+    """The two pairs of the paper's tables; Gemma 3 layered on top (opt-in) adds a third with every other setting."""
+    counts = dag(tree, "--configfile", *configs)
+    # one decode job per pair x 4 tasks x 2 temperatures x 3 seeds (7 runs each), + pairs x 2 transfers x 3 seeds
+    assert counts["decode"] == pairs * 4 * 2 * 3 and counts["decode_transfer"] == pairs * 2 * 3
+    # sweeps: pairs x 4 tasks x 2 temperatures at K = 5, + pairs x 2 figure K
+    assert counts["sweep"] == pairs * 4 * 2 + pairs * 2
+    assert counts["time"] == pairs * 4 * 2  # every method timed in one job per pair, task and temperature
+    assert counts["train_head"] == counts["distill_draft"] == pairs * 4
     assert counts["aggregate"] == counts["plot"] == counts["report"] == 1
 
 

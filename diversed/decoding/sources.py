@@ -238,14 +238,23 @@ def check(config: dict) -> tuple[list[tuple[str, str, str, str]], list[str]]:
     return rows, failed
 
 
-def load_config(path: str | os.PathLike) -> dict:
-    """A workflow config file (YAML): its pairs and tasks."""
+def load_config(*paths: str | os.PathLike) -> dict:
+    """A workflow config from one or more YAML files, each layered over the ones before as Snakemake's
+    --configfile layers them (a mapping merges key by key, e.g. config/paper-gemma.yaml's pairs join the paper's)."""
     import yaml
 
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"config {path} does not exist")
-    config = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(config, dict) or (not config.get("pairs") and not config.get("tasks")):
-        raise ValueError(f"config {path} has no pairs and no tasks: not a workflow config")
+    def merge(base: dict, over: dict) -> dict:
+        return base | {k: merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+                       for k, v in over.items()}
+
+    config: dict = {}
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise FileNotFoundError(f"config {path} does not exist")
+        layer = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(layer, dict):
+            raise ValueError(f"config {path} is not a mapping: not a workflow config")
+        config = merge(config, layer)
+    if not config.get("pairs") and not config.get("tasks"):
+        raise ValueError(f"config {', '.join(map(str, paths))} has no pairs and no tasks: not a workflow config")
     return config
