@@ -296,3 +296,10 @@ def test_deviations_read_what_ran_from_the_manifests(tmp_path):
     rows = {r["setting"]: r for r in settings(collect([run]))}
     assert [rows[n]["agrees"] for n in ("sampling", "prompt format", "new tokens per prompt")] == ["**no**"] * 3
     assert rows["new tokens per prompt"]["this run"] == "arith 256"
+    # regression: the fine-tuned draft's folder was listed as a model pair of the run
+    tuned = write_run(tmp_path / "tuned", "finetuned", 5, 10.0)
+    m = json.loads((tuned / "manifest.json").read_text())
+    m["config"] |= {"target": "Qwen/Qwen3-8B", "draft": str(tmp_path / "tuned-draft")}
+    write_json(tuned / "manifest.json", m)
+    pairs = {r["setting"]: r for r in settings(collect([run, tuned]))}["model pairs"]["this run"]
+    assert pairs == f"{draft} / Qwen/Qwen3-8B"  # the dynamic run's pair only

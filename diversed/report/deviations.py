@@ -41,7 +41,7 @@ def settings(runs: pd.DataFrame) -> list[dict]:
     cross = quality[quality["head_task"].notna()]
     heads = {t["path"]: t for r in own if r.config.get("head") for t in trained(r) if "final" in t}
     drafts = {t["path"]: t for r in own for t in trained(r) if "final" not in t}
-    pairs = {(r.config.get("target"), r.config.get("draft")) for r in own}
+    pairs = {(r.config.get("target"), r.config.get("draft")) for r in own if r.labels.get("method") != "finetuned"}
     temps = {float(t) for t in quality.loc[quality["head_task"].isna(), "temperature"]}
     ks = {int(k) for k in quality["K"].dropna()}
     evals = [r for r in own if r.config.get("split") == "eval"]
