@@ -261,7 +261,8 @@ def test_aggregate_plot_report_and_fetch_sources_are_local_rules():
 
 def test_paper_config_fetches_every_hub_source_before_any_gpu_job(tree):
     """Regression: the hub models (two of them gated) and datasets were first downloaded by 800 racing GPU jobs."""
-    done = snakemake("-n", "--forceall", "-p", "--configfile", "config/paper.yaml", cwd=tree)
+    done = snakemake("-n", "--forceall", "-p", "--configfile", "config/paper.yaml", "config/paper-gemma.yaml",
+                     cwd=tree)  # Gemma 3 layered: three pairs
     assert jobs(done.stdout)["fetch_sources"] == 1
     gpu_jobs = [j for j in planned(done.stdout) if j["rule"] in GPU_RULES]
     assert len(gpu_jobs) == 168 and all("resources/sources.json" in j["input"] for j in gpu_jobs)  # 24 timing jobs
