@@ -685,13 +685,13 @@ def score_block(T: Stepper, slots: list[int], rows: list[Row], block: Block, ks:
 
 
 def verify_step(block: Block, scored: Scored, w: torch.Tensor, ks: list[int], rows: list[Row],
-                decoding: Decoding) -> tuple[list[Step], list[list[int]]]:
+                decoding: Decoding, p: torch.Tensor, q: torch.Tensor) -> tuple[list[Step], list[list[int]]]:
     """Verify every row's block (verifiers.verify_rows, or synthetic acceptance), then bring the step's records to
-    the host in one transfer for the whole batch; raises if any logits a row used were not finite. Returns per
-    row its Step and its candidates [k + 1]: every possible emission, the drafts up to n and next_token at n."""
+    the host in one transfer for the whole batch; raises if any logits a row used were not finite (p, q: their
+    probabilities, computed once a step). Returns per row its Step and its candidates [k + 1]: every possible
+    emission, the drafts up to n and next_token at n."""
     kmax = block.tokens.shape[1]
     sampling, generators = decoding.sampling, [r.generator for r in rows]
-    p, q = scored.log_p.exp(), block.log_q.exp()  # [R, kmax + 1, V], [R, kmax, V]
     if decoding.synthetic_acceptance is None:
         logs = {"log_p": scored.log_p, "log_q": block.log_q} if decoding.mixing == "logit" else {}
         n, next_token, bias = verify_rows(block.tokens, q, p, w, ks, mixing=decoding.mixing, greedy=sampling.greedy,
@@ -741,13 +741,14 @@ def speculative_step(T: Stepper, D: Stepper, batch: Batch, head: nn.Module | Non
     scored = score_block(T, slots, rows, block, ks, decoding.sampling)  # log_p [R, kmax + 1, V]
     rule = RULES[decoding.verifier]
     kmax = block.tokens.shape[1]
+    p, q = scored.log_p.exp(), block.log_q.exp()  # [R, kmax + 1, V], [R, kmax, V]: once a step
     if rule.weight is None:
         w = _ones(len(rows), kmax, T.device)  # [R, kmax]: unused by its test, not recorded
     else:
         w = rule.weight(len(rows), kmax, device=T.device, weight=decoding.weight, head=head, h_target=scored.h,
-                        h_draft=block.h, p=scored.log_p.exp(), q=block.log_q.exp(), knob=decoding.knob,
+                        h_draft=block.h, p=p, q=q, knob=decoding.knob,
                         deferral=decoding.deferral)  # [R, kmax]
-    steps, candidates = verify_step(block, scored, w, ks, rows, decoding)
+    steps, candidates = verify_step(block, scored, w, ks, rows, decoding, p, q)
     t_done = clock()
     for slot, row, step, cand in zip(slots, rows, steps, candidates, strict=True):
         row.marks.append((t_draft, t_verify, t_done))

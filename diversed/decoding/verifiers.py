@@ -149,7 +149,7 @@ def _fly(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, r: torch.
     p_x, q_x = p.gather(-1, draft_tokens[..., None])[..., 0], q.gather(-1, draft_tokens[..., None])[..., 0]
     native = draft_tokens == p.argmax(-1) if r is None else r * q_x < p_x  # [R, K]: strict's test
     top = p.topk(min(FLY_TOP, p.shape[-1]), dim=-1).values  # [R, K, 3]
-    h = -(top * torch.where(top > 0, top.log(), 0.0)).sum(-1)  # [R, K]
+    h = entropy(top)  # [R, K], not renormalised
     at = torch.arange(K, device=p.device)
     passed = torch.cat([native.new_zeros(R, 1, dtype=torch.long), native.long().cumsum(1)], 1)  # [R, K + 1]
     ahead = passed[:, (at + window + 1).clamp(max=K)] - passed[:, at + 1]  # [R, K]: strict passes among i+1..i+W
