@@ -214,6 +214,30 @@ def _sweep_base(a: argparse.Namespace):
     return base
 
 
+def _sweep_args(p: argparse.ArgumentParser) -> None:
+    """The arguments sweep-weight and sweep-lambda share: the pair, the task split and the decoding settings."""
+    _pair_args(p)
+    _execution_args(p)
+    p.add_argument("--task", required=True)
+    p.add_argument("--data-files")
+    p.add_argument("--split", default="dev", help="task split decoded: dev (the default, so that the choice "
+                   "never sees the eval prompts reported) | eval | train")
+    p.add_argument("-n", type=int, help="prompts (seeded subsample of the split)")
+    p.add_argument("-K", type=int, default=5)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--sampling", default="full", help="full | model, as diversed generate (default %(default)s)")
+    p.add_argument("--top-k", type=int, default=0, help="as diversed generate (default %(default)s)")
+    p.add_argument("--top-p", type=float, default=1.0, help="as diversed generate (default %(default)s)")
+    p.add_argument("--prompt-format", default="chat", help="chat | raw, as diversed generate (default %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="stored in each run's manifest")
+    p.add_argument("--tolerance", type=float, help="allowed quality drop vs strict, in the metric's units (default: "
+                   "the task metric's own)")
+    p.add_argument("--batch-size", type=int, default=1, help="prompts each point decodes together (the same tokens "
+                   "at any size; only batch 1 is timed)")
+
+
 def _print_choice(out: str | Path, choice: dict) -> None:
     def num(x):
         return "unknown" if x is None else f"{x:.4g}"
@@ -228,12 +252,16 @@ def _print_choice(out: str | Path, choice: dict) -> None:
         print(f"{family}: {kept}, alpha {c['draft_acceptance_rate']:.3f}, {choice['metric']} {num(c['quality'])}")
 
 
+def _sweep_labels(a: argparse.Namespace) -> dict:
+    if a.batch_size < 1:
+        raise SystemExit(f"error: --batch-size must be >= 1, got {a.batch_size}")
+    return dict(kv.split("=", 1) for kv in a.label)
+
+
 def cmd_sweep(a: argparse.Namespace) -> None:
     from diversed.runs.sweep import FAMILIES, MIXINGS, WEIGHTS, sweep_weight
 
-    labels = dict(kv.split("=", 1) for kv in a.label)
-    if a.batch_size < 1:
-        raise SystemExit(f"error: --batch-size must be >= 1, got {a.batch_size}")
+    labels = _sweep_labels(a)
     families = {f: getattr(a, f) for f in FAMILIES if getattr(a, f)}
     choice = sweep_weight(_sweep_base(a), a.out, weights=a.weights or WEIGHTS, mixings=a.mixings or MIXINGS,
                           families=families, deferrals=a.deferrals, tolerance=a.tolerance, labels=labels,
@@ -241,10 +269,23 @@ def cmd_sweep(a: argparse.Namespace) -> None:
     _print_choice(a.out, choice)
 
 
+def cmd_sweep_lambda(a: argparse.Namespace) -> None:
+    from diversed.runs.sweep import sweep_lambda
+
+    labels = _sweep_labels(a)
+    for head in a.heads:
+        if not Path(head).is_file():
+            raise SystemExit(f"error: no head at {head} (train one with `diversed train head`)")
+    choice = sweep_lambda(_sweep_base(a), a.heads, a.out, a.head_out, tolerance=a.tolerance, labels=labels,
+                          batch_size=a.batch_size, execution=_execution(a))
+    print((Path(a.out) / "lambda.md").read_text())
+    print(f"lambda {choice['lambda']:g} ({choice['reason']}); head copied to {a.head_out}")
+
+
 def cmd_aggregate(a: argparse.Namespace) -> None:
     from diversed.analysis.tables import write_all
 
-    for path in write_all(a.runs, a.out, a.sweeps, a.transfer_temperature, a.lambda_runs, a.timing_runs):
+    for path in write_all(a.runs, a.out, a.sweeps, a.transfer_temperature, a.lambda_sweeps, a.timing_runs):
         print(path)
 
 
@@ -385,22 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sweep-weight", help="the fronts: decode + score a task for w on a grid (and each family's "
                        "knob), pick the fixed w and each family's setting")
-    _pair_args(p)
-    _execution_args(p)
-    p.add_argument("--task", required=True)
-    p.add_argument("--data-files")
-    p.add_argument("--split", default="dev", help="task split decoded: dev (the default, so that the choice "
-                   "never sees the eval prompts reported) | eval | train")
-    p.add_argument("-n", type=int, help="prompts (seeded subsample of the split)")
-    p.add_argument("-K", type=int, default=5)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--sampling", default="full", help="full | model, as diversed generate (default %(default)s)")
-    p.add_argument("--top-k", type=int, default=0, help="as diversed generate (default %(default)s)")
-    p.add_argument("--top-p", type=float, default=1.0, help="as diversed generate (default %(default)s)")
-    p.add_argument("--prompt-format", default="chat", help="chat | raw, as diversed generate (default %(default)s)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="stored in each run's manifest")
+    _sweep_args(p)
     p.add_argument("--weights", type=float, nargs="+", help="the grid of w (default: the paper's, 0 to 0.9); "
                    "strict (w = 1) is always added")
     p.add_argument("--mixings", nargs="+", help="linear | logit (default: both)")
@@ -410,13 +436,20 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"also sweep the {family} verifier at these values of its {knob}")
     p.add_argument("--deferrals", nargs="+", default=["chow"], help="cascade's deferral rules swept: chow | diff | "
                    "opt (default: %(default)s)")
-    p.add_argument("--tolerance", type=float, help="allowed quality drop vs strict, in the metric's units (default: "
-                   "the task metric's own)")
-    p.add_argument("--batch-size", type=int, default=1, help="prompts each point decodes together (the same tokens "
-                   "at any size; only batch 1 is timed)")
     p.add_argument("--out", required=True, help="folder of the points' runs (finished ones are kept), sweep.csv/.md "
                    "and choice.json")
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("sweep-lambda", help="choose DIVERSED's lambda: decode + score a task with strict and with "
+                       "heads trained at several lambda, pick one (the largest acceptance non-inferior to strict "
+                       "among the heads that did not collapse) and copy it to --head-out")
+    _sweep_args(p)
+    p.add_argument("--heads", nargs="+", required=True, metavar="HEAD",
+                   help="head.safetensors files from `diversed train head`, one per lambda (read from its manifest)")
+    p.add_argument("--head-out", required=True, help="folder the chosen head is copied to (the task's head)")
+    p.add_argument("--out", required=True, help="folder of the runs (finished ones are kept), lambda.csv/.md and "
+                   "choice.json")
+    p.set_defaults(func=cmd_sweep_lambda)
 
     p = sub.add_parser("aggregate", help="tidy tables (CSV, Markdown, LaTeX) from scored runs and sweeps")
     p.add_argument("--runs", nargs="+", required=True, metavar="RUN_DIR")
@@ -424,7 +457,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/tables")
     p.add_argument("--transfer-temperature", type=float, help="temperature of Table 3 (default: that of the "
                    "cross-task runs)")
-    p.add_argument("--lambda-runs", nargs="*", default=[], metavar="RUN_DIR", help="the lambda sweep's scored runs")
+    p.add_argument("--lambda-sweeps", nargs="*", default=[], metavar="LAMBDA_CSV",
+                   help="the lambda sweeps' tables (sweep-lambda's lambda.csv)")
     p.add_argument("--timing-runs", nargs="*", default=[], metavar="RUN_DIR",
                    help="scored runs timed at batch 1 (generate --interleave): the speed table's")
     p.set_defaults(func=cmd_aggregate)

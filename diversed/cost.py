@@ -149,15 +149,17 @@ def crossover(target: str, draft: str, *, K: int = 5, tau: float = 3.0, context:
     return None
 
 
-RULES = ("decode", "time", "sweep", "train_head", "distill_draft")
+RULES = ("decode", "time", "sweep", "sweep_lambda", "train_head", "distill_draft")
 
 
 def job_ms(config: dict, pair: str) -> dict[str, list[float]]:
     """GPU milliseconds of every job of each GPU rule for one pair of a workflow config, every completion at full
-    length: quality decodes (decode, its transfer runs, sweep) at the config's batch_size, timing decodes (time) at
-    batch 1 on the first n_timing eval prompts, head rollouts train_head.batch_size at a time and the fine-tuned
-    draft's text TEXT_BATCH at a time; a speculative token costs token_ms at TAU, over each task's mean context.
-    Transfer runs count under decode (their jobs are decode_transfer's)."""
+    length: quality decodes (decode, its transfer runs, sweep, sweep_lambda) at the config's batch_size, timing
+    decodes (time) at batch 1 on the first n_timing eval prompts, head rollouts train_head.batch_size at a time and
+    the fine-tuned draft's text TEXT_BATCH at a time; a speculative token costs token_ms at TAU, over each task's
+    mean context.
+    Transfer runs count under decode (their jobs are decode_transfer's), the lambda sweep's heads under train_head
+    (train_head_lambda's)."""
     p, tasks = config["pairs"][pair], config["tasks"]
     dtype = p.get("dtype", "bfloat16")
     t, d = arch(p["target"]), arch(p["draft"])
@@ -186,8 +188,12 @@ def job_ms(config: dict, pair: str) -> dict[str, list[float]]:
         timed = min(task.get("n_timing", task["n_eval"]), task["n_eval"])
         jobs["time"] += [timed * new * point(1, ctx)] * len(config["temperatures"])
         h = config["train_head"]
-        jobs["train_head"].append(task["n_train"] * h["epochs"] * h["max_new_tokens"] * (
-            per_token(None, h["batch_size"], ctx, t) + per_token(None, h["batch_size"], ctx, d)))
+        lam = config.get("lambda_sweep", {})
+        heads = len(lam.get("values", [])) if name in lam.get("tasks", []) else 1  # a lambda sweep trains one per value
+        jobs["train_head"] += [task["n_train"] * h["epochs"] * h["max_new_tokens"] * (
+            per_token(None, h["batch_size"], ctx, t) + per_token(None, h["batch_size"], ctx, d))] * heads
+        if name in lam.get("tasks", []):  # sweep_lambda: strict and each head on the dev prompts
+            jobs["sweep_lambda"].append((1 + heads) * task["n_dev"] * new * per_token(config["K"][0], B, ctx))
         jobs["distill_draft"].append(task["n_train"] * config["distill"]["max_new_tokens"]
                                      * per_token(None, TEXT_BATCH, ctx, t))
     sweep = config["sweep"]
@@ -228,8 +234,8 @@ def disk_gb(config: dict, pair: str) -> float:
 def cost_table(config: dict) -> str:
     """Markdown: the computed GPU-hours of each pair by rule, and its disk."""
     rules = RULES
-    rows = ["| pair | decode | time | sweep | train head | distill | GPU-hours | disk |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = ["| pair | decode | time | sweep | lambda sweep | train head | distill | GPU-hours | disk |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for name in config["pairs"]:
         h = gpu_hours(config, name)
         rows.append(f"| {name} | " + " | ".join(f"{h[r]:.1f}" for r in rules)

@@ -60,6 +60,7 @@ def rehearsal_config(wd) -> dict:
     config["seeds"] = [0]
     config["sweep"] |= {"weights": [0.5], "mixings": ["linear"]}
     config["train_head"] |= {"epochs": 1, "batch_size": 2, "max_new_tokens": 8}
+    config["lambda_sweep"] |= {"values": config["lambda_sweep"]["values"][:2]}  # every task's lambda chosen on dev
     config["distill"] |= {"epochs": 1, "max_new_tokens": 8}
     return config
 
@@ -70,8 +71,8 @@ def rehearsal(tmp_path_factory):
     config = rehearsal_config(wd)
     (wd / "rehearsal.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     # one thread a job, two jobs at a time: nothing here is timed for the record, and most of a job is start-up
-    one_thread = [f"{rule}=1" for rule in ("decode", "decode_transfer", "time", "sweep", "train_head",
-                                           "distill_draft")]
+    one_thread = [f"{rule}=1" for rule in ("decode", "decode_transfer", "time", "sweep", "sweep_lambda", "train_head",
+                                           "train_head_lambda", "distill_draft")]
     snakemake("--profile", "workflow/profiles/local", "--cores", "2", "--set-threads", *one_thread,
               "--configfile", "rehearsal.yaml", cwd=wd, timeout=1800)
     return wd, config
@@ -144,8 +145,15 @@ def test_decodes_and_training_ran_with_the_authors_settings(rehearsal):
     gens = [json.loads(line) for line in next((wd / "results" / "runs" / "llama" / "gsm8k").rglob(
         "generations.jsonl")).read_text().splitlines()]
     assert all(g["prompt"].startswith("Question: ") and g["prompt"].endswith("\n\nAnswer:") for g in gens)
+    # every task's head is the one its lambda sweep chose on dev, among heads with the relative term
     heads = [json.loads(p.read_text()) for p in (wd / "results" / "heads").rglob("manifest.json")]
-    assert heads and all(h["config"]["acceptance_term"] == "relative" and h["config"]["acceptance_weight"] == 0.05
-                         for h in heads)
+    candidates = config["lambda_sweep"]["values"]
+    assert len(heads) == len(PAIRS) * len(config["tasks"])
+    assert all(h["config"]["acceptance_term"] == "relative" and h["chosen"]["split"] == "dev"
+               and h["config"]["acceptance_weight"] in candidates
+               and [c["lambda"] for c in h["chosen"]["candidates"]] == candidates for h in heads)
+    lam = pd.read_csv(wd / "results" / "tables" / "lambda.csv")
+    assert len(lam) == len(PAIRS) * len(config["tasks"]) * (1 + len(candidates))
+    assert (lam["chosen"] == "yes").sum() == len(heads) and set(lam["dev prompts"]) == {2}
     drafts = [json.loads(p.read_text()) for p in (wd / "resources" / "drafts").rglob("distill_manifest.json")]
     assert drafts and all(d["config"]["finetune"] == "sft" for d in drafts)

@@ -10,7 +10,17 @@ import pandas as pd
 import pytest
 
 from diversed.runs.run import RunConfig
-from diversed.runs.sweep import COLUMNS, choose, choose_runs, grid, point_name, sweep_point, sweep_weight
+from diversed.runs.sweep import (
+    COLUMNS,
+    choose,
+    choose_lambda,
+    choose_runs,
+    grid,
+    point_name,
+    sweep_lambda,
+    sweep_point,
+    sweep_weight,
+)
 
 
 def point(verifier, w, alpha, correct, mixing="linear"):
@@ -223,3 +233,71 @@ def test_sweep_weight_sweeps_the_families_on_tiny_pair(tiny_dir, tmp_path):
     assert df.loc["lenient", "knob"] == 0.0 and df.loc["cascade", "deferral"] == "chow"
     assert set(choice["families"]) == {"lenient", "cascade"}
     assert (tmp_path / "lenient-0").is_dir() and (tmp_path / "cascade-chow-1").is_dir()
+
+
+def head_point(lam, alpha, correct, collapsed=""):
+    """A lambda sweep's head row (verifier dynamic) and its prompt rows."""
+    row, units = point("dynamic", None, alpha, correct)
+    return row | {"lambda": lam, "collapsed": collapsed, "run_id": f"lambda{lam}"}, units
+
+
+def pick_lambda(points, tolerance=0.02):
+    rows = [dict(r) for r, _ in points]
+    best, reason = choose_lambda(rows, {r["run_id"]: u for r, u in points}, tolerance)
+    assert [r["chosen"] for r in rows].count(True) == 1 and best["chosen"]
+    return best, reason, rows
+
+
+def test_choose_lambda_takes_the_largest_acceptance_noninferior_among_heads_that_did_not_collapse():
+    strict = point("strict", 1.0, 0.1, STRICT)
+    best, reason, rows = pick_lambda([strict, head_point(0.05, 0.3, STRICT), head_point(0.1, 0.6, STRICT),
+                                      head_point(0.2, 0.9, STRICT, collapsed="mean w below 0.05")])
+    assert best["lambda"] == 0.1 and reason == "non-inferior to strict"  # 0.2 accepts more, but collapsed
+    assert [r.get("verdict") for r in rows] == [None, "holds", "holds", "holds"]
+
+
+def test_choose_lambda_falls_back_to_the_smallest_lambda_that_did_not_collapse():
+    """On dev prompts too few for the margin nothing is shown non-inferior: the choice is then the head that weighs
+    quality most, not the best point estimate (a winner's curse)."""
+    flipped = [1 - c for c in STRICT]  # the same mean accuracy, every answer different: inconclusive
+    strict = point("strict", 1.0, 0.1, STRICT)
+    best, reason, rows = pick_lambda([strict, head_point(0.05, 0.3, flipped, collapsed="mean w above 0.95"),
+                                      head_point(0.1, 0.6, flipped), head_point(0.2, 0.9, flipped)])
+    assert best["lambda"] == 0.1 and reason.startswith("none shown non-inferior")
+    assert rows[2]["why"].startswith("underpowered: n = 20")
+    best, reason, _ = pick_lambda([strict, head_point(0.1, 0.6, STRICT, "w pinned"), head_point(0.05, 0.3, STRICT,
+                                                                                                "w pinned")])
+    assert best["lambda"] == 0.05 and reason.startswith("every head collapsed")
+    with pytest.raises(ValueError, match="strict point"):
+        pick_lambda([head_point(0.1, 0.6, STRICT)])
+
+
+def test_sweep_lambda_chooses_on_dev_and_installs_the_head(tiny_dir, tmp_path):
+    """Heads at two lambdas decode the dev split beside strict; the chosen one is copied as the task's head, its
+    manifest recording the choice, and every candidate is in lambda.csv and choice.json."""
+    from diversed.training.train import HeadTrainConfig, train_head
+
+    pair = {"target": str(tiny_dir / "tiny-target"), "draft": str(tiny_dir / "tiny-draft-l1"), "draft_layers": 1}
+    heads = [train_head(HeadTrainConfig(task="arith", n_train=4, epochs=1, batch_size=2, max_new_tokens=6,
+                                        rollout="sample", reward="fidelity", acceptance_weight=lam, **pair),
+                        tmp_path / f"lambda{lam}", progress=False) for lam in (0.0, 1.0)]
+    base = RunConfig(**pair, K=3, temperature=1.0, max_new_tokens=8, task="arith", split="dev", n=3)
+    choice = sweep_lambda(base, heads, tmp_path / "sweep", tmp_path / "head", progress=False, batch_size=2)
+    table = pd.read_csv(tmp_path / "sweep" / "lambda.csv")
+    assert list(table["verifier"]) == ["strict", "dynamic", "dynamic"] and set(table["split"]) == {"dev"}
+    assert list(table["lambda"].iloc[1:]) == [0.0, 1.0] and table["chosen"].sum() == 1
+    assert table.loc[table["chosen"], "lambda"].item() == choice["lambda"] in (0.0, 1.0)
+    assert table["verdict"].iloc[1:].isin(["holds", "fails", "inconclusive"]).all()
+    chosen = heads[[0.0, 1.0].index(choice["lambda"])]
+    assert (tmp_path / "head" / "head.safetensors").read_bytes() == chosen.read_bytes()
+    manifest = json.loads((tmp_path / "head" / "manifest.json").read_text())
+    assert manifest["config"]["acceptance_weight"] == choice["lambda"] and manifest["chosen"]["split"] == "dev"
+    assert [c["lambda"] for c in manifest["chosen"]["candidates"]] == [0.0, 1.0]
+    saved = json.loads((tmp_path / "sweep" / "choice.json").read_text())
+    assert saved["lambda"] == choice["lambda"] and saved["config"]["split"] == "dev"
+    with pytest.raises(ValueError, match="overwritten by its run"):  # a head where its run would be written
+        sweep_lambda(base, heads, tmp_path, tmp_path / "head", progress=False)
+    # a rerun keeps the finished runs
+    mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "sweep").rglob("generations.jsonl")}
+    sweep_lambda(base, heads, tmp_path / "sweep", tmp_path / "head", progress=False, batch_size=2)
+    assert len(mtimes) == 3 and all(p.stat().st_mtime_ns == t for p, t in mtimes.items())

@@ -49,7 +49,9 @@ def test_paper_config_builds_its_full_dag_offline(tree, configs, pairs):
     # sweeps: pairs x 4 tasks x 2 temperatures at K = 5, + pairs x 2 figure K
     assert counts["sweep"] == pairs * 4 * 2 + pairs * 2
     assert counts["time"] == pairs * 4 * 2  # every method timed in one job per pair, task and temperature
-    assert counts["train_head"] == counts["distill_draft"] == pairs * 4
+    # every task's lambda chosen on dev: a head per value, and one sweep_lambda, per pair and task
+    assert "train_head" not in counts and counts["distill_draft"] == pairs * 4
+    assert counts["train_head_lambda"] == pairs * 4 * 3 and counts["sweep_lambda"] == pairs * 4
     assert counts["aggregate"] == counts["plot"] == counts["report"] == 1
 
 
@@ -128,6 +130,7 @@ def test_sweeps_decode_the_dev_split(tree):
     ({"tasks": {"mmlu": {}}}, "mmlu"),
     ({"pairs": {"p": {"target": "x"}}}, "draft"),
     ({"seeds": "zero"}, "zero"),
+    ({"lambda_sweep": {"tasks": ["arith"], "values": []}}, "lambda_sweep names tasks but no values"),
 ])
 def test_bad_config_is_refused_before_any_job(tmp_path, change, message):
     wd = workflow_copy(tmp_path)
@@ -163,8 +166,8 @@ def test_smoke_config_end_to_end(smoke_run):
         assert "tabular" in (wd / "results" / "tables" / f"{name}.tex").read_text()
     runs = pd.read_csv(wd / "results" / "tables" / "runs.csv")
     # 2 tasks x 2 temperatures x 7 methods decoded for quality (batch 2) and again timed (batch 1, interleaved),
-    # 1 transfer run and the lambda sweep's 2 heads
-    assert len(runs) == 59 and runs["lambda"].notna().sum() == 2 and runs["timing"].sum() == 28
+    # 1 transfer run (the lambda sweep decodes dev: its runs are in the lambda table only)
+    assert len(runs) == 57 and runs["timing"].sum() == 28 and set(runs["split"]) == {"eval"}
     assert set(runs["method"]) == {"autoregressive", "strict", "finetuned", "fixed", "dynamic", "cascade", "lenient"}
     assert set(runs.loc[runs["timing"], "batch_size"]) == {1} and set(runs.loc[~runs["timing"], "batch_size"]) == {2}
     assert runs.loc[~runs["timing"], "tokens_per_s"].isna().all() and runs.loc[runs["timing"], "speedup"].notna().all()
@@ -177,8 +180,13 @@ def test_smoke_config_end_to_end(smoke_run):
     assert list(pd.read_csv(wd / "results" / "tables" / "table1.csv")["method"]) == [
         "SD", "SD with fine-tuned draft", "DIVERSED"]
     assert len(list((wd / "figures").glob("*.png"))) == 6
-    lam = pd.read_csv(wd / "results" / "tables" / "lambda.csv")  # the heads trained at lambda 0 and 1, decoded
-    assert list(lam["lambda"]) == [0.0, 1.0] and lam["quality"].notna().all() and lam["target_logprob"].notna().all()
+    lam = pd.read_csv(wd / "results" / "tables" / "lambda.csv")  # strict and the heads at lambda 0 and 1, on dev
+    assert list(lam["lambda"]) == ["strict", "0 (fixed)", "1 (fixed)"]
+    assert list(lam["chosen"].fillna("")).count("yes") == 1
+    assert lam["quality"].notna().all() and set(lam["dev prompts"]) == {3}
+    chosen = float(lam.loc[lam["chosen"] == "yes", "lambda"].item().split()[0])
+    head = json.loads((wd / "results" / "heads" / "tiny" / "arith" / "manifest.json").read_text())
+    assert head["config"]["acceptance_weight"] == chosen and head["chosen"]["split"] == "dev"
     report = (wd / "results" / "REPORT.md").read_text()
     assert "Table 1" in report and "## Claims" in report
     for name in ("static front", "Speculative cascade front", "Lenient SD front"):  # DIVERSED beyond each family's
@@ -212,7 +220,7 @@ def planned(dry_run_output: str) -> list[dict]:
 
 
 GPU_RULES = {"decode", "decode_transfer", "time", "sweep", "train_head", "distill_draft", "train_head_lambda",
-             "decode_lambda"}
+             "sweep_lambda"}
 
 
 class Resources(dict):
@@ -265,7 +273,7 @@ def test_paper_config_fetches_every_hub_source_before_any_gpu_job(tree):
                      cwd=tree)  # Gemma 3 layered: three pairs
     assert jobs(done.stdout)["fetch_sources"] == 1
     gpu_jobs = [j for j in planned(done.stdout) if j["rule"] in GPU_RULES]
-    assert len(gpu_jobs) == 168 and all("resources/sources.json" in j["input"] for j in gpu_jobs)  # 24 timing jobs
+    assert len(gpu_jobs) == 204 and all("resources/sources.json" in j["input"] for j in gpu_jobs)  # 24 timing jobs
     fetch = next(line for line in done.stdout.splitlines() if "diversed fetch-sources" in line)
     for source in ("meta-llama/Llama-3.1-8B-Instruct", "google/gemma-3-4b-it", "Qwen/Qwen3-0.6B"):
         assert f"--model {source} " in fetch
@@ -284,22 +292,27 @@ def test_local_models_and_data_need_no_fetch(tree):
     assert "--task gsm8k" in fetch and "--model" not in fetch
 
 
-def test_lambda_sweep_reuses_the_task_own_head_at_the_config_lambda(tree):
-    """A lambda sweep value equal to train_head's acceptance_weight (at the same temperature) is the head the
-    tables use, not a second training of it."""
-    config = with_config(tree, lambda_sweep={"tasks": ["arith"], "values": [0.1, 0.5]})  # smoke's lambda: 0.1
+def test_lambda_is_chosen_on_dev_for_the_tasks_of_the_lambda_sweep(tree):
+    """A task of lambda_sweep gets its head from sweep_lambda (a head per value, decoded on dev beside strict), never
+    from train_head at the config's lambda; the other tasks train at it; nothing of the sweep decodes eval."""
+    config = with_config(tree, lambda_sweep={"tasks": ["arith"], "values": [0.1, 0.5]})
     done = snakemake("-n", "--forceall", "-p", "--configfile", config, cwd=tree)
-    assert jobs(done.stdout)["train_head_lambda"] == 1
-    (line,) = [line for line in done.stdout.splitlines() if "diversed generate" in line and "decode_lambda" in line]
-    assert "head=results/heads/tiny/arith/head.safetensors label:method=dynamic label:lambda=0.1" in line
-    assert "head=results/lambda/tiny/arith/lambda0.5/head.safetensors" in line
+    counts = jobs(done.stdout)
+    assert counts["train_head_lambda"] == 2 and counts["sweep_lambda"] == 1 and counts["train_head"] == 1
+    heads = [line for line in done.stdout.splitlines() if "diversed train head" in line]
+    assert sorted(re.search(r"--task (\w+)", h).group(1) for h in heads) == ["arith", "arith", "open"]
+    (line,) = [line for line in done.stdout.splitlines() if "diversed sweep-lambda" in line]
+    assert "--split dev" in line and "--head-out results/heads/tiny/arith" in line
+    assert "--heads results/lambda/tiny/arith/heads/lambda0.1/head.safetensors results/lambda/tiny/arith/heads/" \
+           "lambda0.5/" in line
 
 
 def test_quality_decodes_are_batched_and_timing_decodes_interleaved_at_batch_1(tree):
     """The decode, transfer, lambda and sweep jobs decode batch_size prompts together; the time job decodes the
     first n_timing eval prompts at batch 1, every method interleaved prompt by prompt, in one job."""
     done = snakemake("-n", "--forceall", "-p", "--configfile", "config/smoke.yaml", cwd=tree)
-    lines = re.findall(r"^Shell command: .*?(diversed (?:generate|sweep-weight) .*)$", done.stdout, flags=re.M)
+    lines = re.findall(r"^Shell command: .*?(diversed (?:generate|sweep-weight|sweep-lambda) .*)$", done.stdout,
+                       flags=re.M)
     assert len(lines) == 4 + 4 + 1 + 1 + 5  # decode, time, transfer, lambda, sweep jobs
     timing = [line for line in lines if "--label timing=1" in line]
     assert len(timing) == 4 and all("--interleave" in line and "--limit 2" in line and "--batch-size" not in line
@@ -318,14 +331,14 @@ def test_cluster_jobs_fit_a_partition_retry_and_never_wait_on_the_network(tree):
     profile = yaml.safe_load((ROOT / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
     assert profile["retries"] >= 1 and profile["keep-going"] is True
     computed = longest_job_minutes(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()))
-    base = {"decode_transfer": "decode", "decode_lambda": "decode", "train_head_lambda": "train_head"}
+    base = {"decode_transfer": "decode", "train_head_lambda": "train_head"}
     limits = {rule: profile["set-resources"][rule]["runtime"] for rule in GPU_RULES}
     for rule, minutes in limits.items():
         assert 2 * computed[base.get(rule, rule)] <= minutes <= 24 * 60, (rule, minutes, computed)
     done = snakemake("-n", "--forceall", "-p", "--configfile", with_config(tree, lambda_sweep={
         "tasks": ["arith"], "values": [0.0, 0.5]}), cwd=tree)
     commands = re.findall(r"^Shell command: (.*)$", done.stdout, flags=re.M)
-    gpu = [c for c in commands if re.search(r"diversed (generate|sweep-weight|train) ", c)]
+    gpu = [c for c in commands if re.search(r"diversed (generate|sweep-weight|sweep-lambda|train) ", c)]
     assert len(gpu) == sum(n for rule, n in jobs(done.stdout).items() if rule in GPU_RULES)
     assert all(c.startswith("WANDB_MODE=${WANDB_MODE:-offline} HF_HUB_OFFLINE=1 diversed ") for c in gpu), gpu
 
@@ -336,15 +349,14 @@ def test_paper_config_runs_as_the_authors_did(tree):
     keeps chat prompts, the full vocabulary, a fixed lambda and distillation."""
     def commands(configfile):
         done = snakemake("-n", "--forceall", "-p", "--configfile", configfile, cwd=tree)
-        return re.findall(r"^Shell command: .*?(diversed (?:generate|sweep-weight|train \w+) .*)$", done.stdout,
-                          flags=re.M)
+        return re.findall(r"^Shell command: .*?(diversed (?:generate|sweep-weight|sweep-lambda|train \w+) .*)$",
+                          done.stdout, flags=re.M)
 
     paper, default = commands("config/paper.yaml"), commands("config/config.yaml")
-    # the default's lambda sweep trains heads at other weights: only the term is common to all its heads
-    for lines, (sampling, fmt, term, finetune) in ((paper, ("model", "raw", "relative --acceptance-weight 0.05",
-                                                            "sft")),
+    # lambda is chosen on dev among several values: only the term is common to all heads
+    for lines, (sampling, fmt, term, finetune) in ((paper, ("model", "raw", "relative", "sft")),
                                                    (default, ("full", "chat", "fixed", "distill"))):
-        decodes = [c for c in lines if c.startswith(("diversed generate", "diversed sweep-weight"))]
+        decodes = [c for c in lines if c.startswith(("diversed generate", "diversed sweep-"))]
         assert decodes and all(f"--sampling {sampling} --prompt-format {fmt}" in c for c in decodes)
         heads = [c for c in lines if c.startswith("diversed train head")]
         assert heads and all(f"--acceptance-term {term}" in c and f"--prompt-format {fmt}" in c for c in heads)

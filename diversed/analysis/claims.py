@@ -112,9 +112,9 @@ def n_text(e: Estimate) -> str:
 
 
 def own(units: pd.DataFrame) -> pd.DataFrame:
-    """Units decoded with the task's own head (no transfer, no lambda sweep), of the quality runs."""
+    """Units decoded with the task's own head (no transfer), of the quality runs."""
     q = quality_units(units)
-    return q[(q["head_task"] == "") & q["lambda"].isna()]
+    return q[q["head_task"] == ""]
 
 
 EMPTY = pd.DataFrame()
@@ -126,7 +126,7 @@ def cells(units: pd.DataFrame, T: float, timed: bool = False) -> dict[tuple, pd.
     quality runs', or with timed the timed ones (tables.timed_units)."""
     if timed:
         d = timed_units(units)
-        d = d[(d["head_task"] == "") & d["lambda"].isna()]
+        d = d[d["head_task"] == ""]
     else:
         d = own(units)
     d = d[d["temperature"] == T]
@@ -281,10 +281,9 @@ def weight_varies(units: pd.DataFrame, T: float) -> Claim:
 def transfer_worse(units: pd.DataFrame) -> Claim:
     """A head trained on another task against the task's own head on the same eval prompts: lower quality."""
     settings = []
-    d = units[units["lambda"].isna()]
-    cross = d[d["head_task"] != ""]
+    cross = units[units["head_task"] != ""]
     for (pair, task, head, T, K), g in cross.groupby(["pair", "task", "head_task", "temperature", "K"]):
-        mine = select(d, pair=pair, task=task, temperature=T, K=K, method="dynamic", head_task="")
+        mine = select(units, pair=pair, task=task, temperature=T, K=K, method="dynamic", head_task="")
         q = statistics.paired(mine, g, quality_column(g))
         a = statistics.paired(mine, g, "draft_acceptance_rate")
         settings.append(Setting(f"{pair}/{task} own - {head} head (T = {T:g}, K={int(K)})",

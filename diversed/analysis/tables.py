@@ -61,7 +61,7 @@ def paper_pair(runs: pd.DataFrame | None, units: pd.DataFrame) -> tuple[str, str
 
 
 # what a run's prompt rows carry of its record: the keys every table and claim selects on
-UNIT_KEYS = ["pair", "task", "method", "head_task", "lambda", "temperature", "K", "weight", "mixing", "knob",
+UNIT_KEYS = ["pair", "task", "method", "head_task", "temperature", "K", "weight", "mixing", "knob",
              "deferral", "hardware",
              "metric", "timing", "batch_size"]
 
@@ -169,7 +169,7 @@ def table1(units: pd.DataFrame, temperature: float, runs: pd.DataFrame | None = 
     """Paper Tables 1 / 2: rows pair x (SD, SD with fine-tuned draft, DIVERSED); columns tasks; beside each row of a
     pair the paper reports, at a temperature it reports, the paper's row (paper_numbers)."""
     d = units[(units["temperature"] == temperature) & units["method"].isin(TABLE1_METHODS)
-              & (units["head_task"] == "") & units["lambda"].isna()]
+              & (units["head_task"] == "")]
     tasks = sorted(d["task"].unique())
     paper = paper_numbers()
     rows = []
@@ -209,8 +209,7 @@ def table3(units: pd.DataFrame, temperature: float, runs: pd.DataFrame | None = 
     """Paper Table 3: SD, then the head trained on task X (rows) evaluated on task Y (columns), DIVERSED, at one
     temperature (the diagonal is the task's own head, taken from the same temperature as the cross-task runs);
     beside each row of a pair the paper reports, the paper's (TABLE3_CAVEAT)."""
-    d = units[units["method"].isin(["strict", "dynamic"]) & (units["temperature"] == temperature)
-              & units["lambda"].isna()].copy()
+    d = units[units["method"].isin(["strict", "dynamic"]) & (units["temperature"] == temperature)].copy()
     d = d[(d["method"] == "dynamic") | (d["head_task"] == "")]
     d["head_task"] = d["head_task"].where(d["head_task"] != "", d["task"])
     tasks = sorted(set(d["task"]) | set(d.loc[d["method"] == "dynamic", "head_task"]))
@@ -245,7 +244,7 @@ def speed_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.Dat
     rows = []
     keys = ["pair", "task", "temperature", "method", "K", "hardware"]
     timed = timed_units(units)
-    own = timed[(timed["head_task"] == "") & timed["lambda"].isna()]
+    own = timed[timed["head_task"] == ""]
     for key, g in own.groupby(keys, sort=True, dropna=False):
         row = dict(zip(keys, key, strict=True))
         row["K_text"] = "–" if pd.isna(row["K"]) else str(int(row["K"]))  # the baselines have no K
@@ -283,7 +282,7 @@ def families_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.
     by its sweep), evaluated on the eval prompts beside DIVERSED and the target alone, per pair/task/T/K:
     acceptance %, quality, and quality minus the target's (paired over prompts), each ± its 95% half-width."""
     rows = []
-    d = units[(units["head_task"] == "") & units["lambda"].isna()]
+    d = units[units["head_task"] == ""]
     for (pair, task, T, K), g in d[d["K"].notna()].groupby(["pair", "task", "temperature", "K"], sort=True):
         target = select(d, pair=pair, task=task, temperature=T, method="autoregressive")
         column = metric_spec(g["metric"].iloc[0]).statistic
@@ -302,22 +301,28 @@ def families_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.
     return pd.DataFrame(rows)
 
 
-def lambda_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The lambda sweep: acceptance, mean w, quality and fidelity of the heads trained at each lambda, per pair and
-    task, each with its 95% interval over prompts."""
+def lambda_table(sweeps: pd.DataFrame) -> pd.DataFrame:
+    """The lambda sweeps (runs.sweep.sweep_lambda, on dev): per pair and task, strict and the head trained at each
+    lambda: acceptance, mean w, quality, quality minus strict's (paired over the dev prompts), the
+    non-inferiority verdict, whether the head collapsed and which one was chosen."""
+    def cell(r, col, scale=1.0, digits=3, sign=False):
+        half = r[f"{col}_ci95"]
+        return statistics.Estimate(r[col], r[col] - half, r[col] + half, r["prompts"]).text(scale, digits, sign)
+
     rows = []
-    for (pair, task, lam), g in units.dropna(subset=["lambda"]).groupby(["pair", "task", "lambda"], sort=True):
-        row = {"pair": pair, "task": task, "lambda": lam, "metric": g["metric"].iloc[0]}
-        scale_q, digits_q = quality_scale(row["metric"])
-        for col, scale, digits in (("draft_acceptance_rate", 100, 1), ("mean_weight", 1, 3), ("quality", 1, 3),
-                                   ("target_logprob", 1, 3), ("target_argmax_agreement", 1, 3)):
-            e = quality(g, runs) if col == "quality" else statistics.estimate(g, col)
-            if col == "quality":
-                scale, digits = scale_q, digits_q
-            row[col], row[f"{col}_ci95"], row[f"{col}_text"] = e.value, e.half, e.text(scale, digits)
-        row["seeds"] = g["seed"].nunique()
-        row["prompts"] = g["prompt"].nunique()
-        rows.append(row)
+    for r in sweeps.to_dict("records"):
+        scale, digits = quality_scale(r["metric"])
+        head = r["verifier"] != "strict"
+        rows.append({"pair": r["pair"], "task": r["task"], "temperature": r["temperature"], "K": int(r["K"]),
+                     "lambda": f"{r['lambda']:g} ({r['acceptance_term']})" if head else "strict",
+                     "acceptance %": cell(r, "draft_acceptance_rate", 100, 1),
+                     "mean w": f"{r['mean_weight']:.3f}" if head else "1",
+                     "quality": cell(r, "quality", scale, digits),
+                     "quality - strict": cell(r, "quality_vs_strict", scale, digits, sign=True) if head else "",
+                     "non-inferior": r["verdict"] + (f" ({r['why']})" if isinstance(r["why"], str) else "")
+                     if head else "",
+                     "collapsed": (r["collapsed"] if isinstance(r["collapsed"], str) else "no") if head else "",
+                     "chosen": "yes" if r["chosen"] else "", "dev prompts": int(r["prompts"])})
     return pd.DataFrame(rows)
 
 
@@ -355,38 +360,39 @@ def sweep_units(sweeps: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str | Path] = (),
-              table3_temperature: float | None = None, lambda_dirs: list[str | Path] = (),
+              table3_temperature: float | None = None, lambda_csvs: list[str | Path] = (),
               timing_dirs: list[str | Path] = ()) -> list[Path]:
-    """Under out/: runs.csv (one row per run, the lambda sweep's and the timing runs included), prompts.csv (one
+    """Under out/: runs.csv (one row per run, the timing runs included), prompts.csv (one
     row per (run, prompt): what the claims and figures read), sweeps.csv and sweep_prompts.csv (the static sweeps'
     points and their prompt rows), weights.csv, the paper's tables, the speed table and the lambda table.
 
-    table3_temperature: the temperature of Table 3 (default: that of the cross-task runs); lambda_dirs: the lambda
-    sweep's scored runs (their manifests carry a `lambda` label); timing_dirs: the timing runs (label timing=1),
+    table3_temperature: the temperature of Table 3 (default: that of the cross-task runs); lambda_csvs: the lambda
+    sweeps' tables (runs.sweep.sweep_lambda's lambda.csv); timing_dirs: the timing runs (label timing=1),
     which only the speed table reads."""
     out = Path(out)
-    runs = collect([*run_dirs, *lambda_dirs, *timing_dirs])
+    runs = collect([*run_dirs, *timing_dirs])
     units = prompt_table(runs)
     sweeps = pd.concat([pd.read_csv(p) for p in sweep_csvs]) if sweep_csvs else pd.DataFrame(columns=SWEEP_COLUMNS)
-    own = units[units["lambda"].isna()]
     written = {"runs.csv": runs, "prompts.csv": units, "sweeps.csv": sweeps, "sweep_prompts.csv": sweep_units(sweeps),
-               "weights.csv": learned_weights(runs[runs["lambda"].isna() & ~is_timing(runs)])}
+               "weights.csv": learned_weights(runs[~is_timing(runs)])}
     for name, frame in written.items():
         write_text(out / name, frame.to_csv(index=False))
     paths = [out / name for name in written]
-    quality = quality_units(own)
+    quality = quality_units(units)
     paths += write_table(table1(quality, 1.0, runs), out / "table1", "Table 1 (T = 1.0): acceptance rate % / quality")
     paths += write_table(table1(quality, 0.1, runs), out / "table2", "Table 2 (T = 0.1): acceptance rate % / quality")
     t3 = transfer_temperature(runs) if table3_temperature is None else table3_temperature
     paths += write_table(table3(quality, t3, runs), out / "table3", f"Table 3 (T = {t3:g}): cross-task transfer of "
                          f"the DIVERSED head (acceptance % / quality); {TABLE3_CAVEAT}")
-    paths += write_table(speed_table(own, runs), out / "speed", "Speed (timed at batch 1): tokens/s, speedup over "
+    paths += write_table(speed_table(units, runs), out / "speed", "Speed (timed at batch 1): tokens/s, speedup over "
                                                                 "target-only, acceptance %, tau, bias TV, quality, "
                                                                 "fidelity")
     paths += write_table(families_table(quality, runs), out / "families", "Relaxed verifiers, each at the setting "
                          "its dev sweep chose (the largest acceptance non-inferior to strict on dev), on the eval "
                          "prompts: acceptance %, quality, quality minus the target's")
-    paths += write_table(lambda_table(quality_units(units), runs), out / "lambda", "Lambda sweep: the DIVERSED head "
-                         "trained at each lambda (weight of the acceptance term): acceptance %, mean w, quality, "
-                         "fidelity")
+    lambdas = pd.concat([pd.read_csv(p) for p in lambda_csvs]) if lambda_csvs else pd.DataFrame()
+    paths += write_table(lambda_table(lambdas), out / "lambda", "Lambda, chosen on dev: the DIVERSED head trained at "
+                         "each lambda (the acceptance term's weight) beside strict on the dev prompts; chosen: the "
+                         "largest acceptance non-inferior to strict among the heads that did not collapse, else the "
+                         "smallest lambda")
     return paths

@@ -55,6 +55,7 @@ def heads(runs: pd.DataFrame) -> pd.DataFrame:
                 final = t["final"]
                 rows[t["path"]] = {"head": t["path"], "task": t["config"]["task"],
                                    "lambda": t["config"]["acceptance_weight"],
+                                   "lambda from": f"{t['chosen']['split']} choice" if t.get("chosen") else "config",
                                    "acceptance term": t["config"].get("acceptance_term", "fixed"), "steps": t["steps"],
                                    "final mean w": round(final.get("mean_w", float("nan")), 3),
                                    "steps with varied rewards": f"{100 * final.get('reward_varied', 0):.0f}%",
@@ -70,13 +71,12 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Pa
     sweeps = pd.read_csv(tables / "sweeps.csv")
     units = read_units(tables / "prompts.csv")
     sweep_units = pd.read_csv(tables / "sweep_prompts.csv")
-    eval_runs = runs[runs["lambda"].isna()]
     parts = ["# diversed reproduction report", "",
              f"{len(runs)} scored decoding runs; pairs: {', '.join(sorted(runs['pair'].unique()))}; tasks: "
              f"{', '.join(sorted(runs['task'].unique()))}; temperatures: "
              f"{', '.join(f'{t:g}' for t in sorted(runs['temperature'].unique()))}; seeds: "
              f"{', '.join(str(s) for s in sorted(runs['seed'].unique()))}.", "", STATISTICS, ""]
-    found = claims(units[units["lambda"].isna()], sweep_units, sweeps)
+    found = claims(units, sweep_units, sweeps)
     parts += ["## Claims", "",
               "Each claim of the paper this run can test, at each temperature, over the settings it covers. A "
               "setting's verdict is a one-sided test at 2.5% on paired differences over the same prompts: "
@@ -92,8 +92,9 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Pa
                       f"{'; '.join(f'{r.task}: {r.collapsed}' for r in collapsed.itertuples())}.", ""]
     parts += deviations(runs)
     parts += ["## Splits", "", "Prompts per task and split. The head and the fine-tuned draft train on train, the "
-              "fixed w is chosen on dev, every table reports eval; the three are disjoint.", "",
-              split_sizes(eval_runs, sweeps).to_markdown(index=False), ""]
+              "fixed w, each family's knob and lambda are chosen on dev, every table reports eval; the three are "
+              "disjoint.", "",
+              split_sizes(runs, sweeps).to_markdown(index=False), ""]
     if off := sorted(set(sweeps["split"]) - {"dev"}):
         parts += [f"**Warning**: the fixed w was chosen on the {', '.join(off)} split, not on dev.", ""]
     parts += ["## Tables", ""]

@@ -27,6 +27,14 @@ def _per_task(runs: list[Run], value: Callable[[Run], object]) -> str:
     return "; ".join(f"{t} {_values(v)}" for t, v in sorted(by_task.items()))
 
 
+def _lambda_choice(training: dict) -> str:
+    """How a head's lambda was set: chosen on a split among candidates (sweep_lambda), or the config's."""
+    task, chosen = training["config"]["task"], training.get("chosen")
+    if not chosen:
+        return f"{task}: the config's"
+    return f"{task}: on {chosen['split']}, among {_values(c['lambda'] for c in chosen['candidates'])}"
+
+
 def _sampling(run: Run) -> str:
     c, s = run.config, run.manifest.get("decoding", {}).get("sampling", {})
     top_k, top_p = s.get("top_k", c.get("top_k")), s.get("top_p", c.get("top_p"))
@@ -36,7 +44,7 @@ def _sampling(run: Run) -> str:
 def settings(runs: pd.DataFrame) -> list[dict]:
     """One row per setting: setting, paper (value and source), this run, agrees (yes / no / the paper is silent)."""
     runs = runs.assign(**{c: runs.get(c) for c in ("timing", "head_task", "K", "knob")})
-    quality = runs[runs["lambda"].isna() & ~runs["timing"].fillna(False).astype(bool)]
+    quality = runs[~runs["timing"].fillna(False).astype(bool)]
     own = [Run(d) for d in quality.loc[quality["head_task"].isna(), "run_dir"]]
     cross = quality[quality["head_task"].notna()]
     heads = {t["path"]: t for r in own if r.config.get("head") for t in trained(r) if "final" in t}
@@ -68,6 +76,8 @@ def settings(runs: pd.DataFrame) -> list[dict]:
                  for t in heads.values()),
          {(t["config"].get("acceptance_term"), t["config"]["acceptance_weight"]) for t in heads.values()}
          == {("relative", 0.05)} if heads else None),
+        ("choice of lambda", f"{SILENT} (the authors' code fixes 5%)",
+         "; ".join(sorted({_lambda_choice(t) for t in heads.values()})) or "–", None),
         ("head training", "AdamW lr 5e-4, batch 8, 2 epochs, 400 train prompts (paper)",
          _values(f"lr {t['config']['lr']:g}, batch {t['config']['batch_size']}, {t['config']['epochs']} epochs, "
                  f"{t['prompts']} prompts" for t in heads.values()),

@@ -106,7 +106,7 @@ def quality_vs_time_points(units: pd.DataFrame, runs: pd.DataFrame, sweeps: pd.D
     "{task}: dev sweep" holds the sweep's points (method "sweep"; verifier strict, fixed or a family) on the dev
     prompts, quality against acceptance (x_kind "acceptance"): the sweep decodes batched, untimed, and DIVERSED,
     which decodes no dev prompts, is on the eval panel only."""
-    d = units[(units["temperature"] == temperature) & (units["head_task"] == "") & units["lambda"].isna()]
+    d = units[(units["temperature"] == temperature) & (units["head_task"] == "")]
     K = d["K"].max()
     d = d[d["K"].isna() | (d["K"] == K)]  # the baselines have no K
     timed, judged = timed_units(d), quality_units(d)
@@ -162,7 +162,7 @@ def quality_vs_time(units: pd.DataFrame, runs: pd.DataFrame, sweeps: pd.DataFram
 def acceptance_by_position_bars(runs: pd.DataFrame, temperature: float) -> pd.DataFrame:
     """What the acceptance-by-position figure plots: per (pair, task, method, position i) at one temperature,
     P(draft token i accepted | 1..i-1 accepted), the mean over runs."""
-    d = runs[(runs["temperature"] == temperature) & runs["head_task"].isna() & runs["lambda"].isna()
+    d = runs[(runs["temperature"] == temperature) & runs["head_task"].isna()
              & ~is_timing(runs) & runs["method"].isin([m for m in METHODS if m not in ("autoregressive", "draft")])]
     keys = ["pair", "task", "method", "position"]
     rows = [(r.pair, r.task, r.method, i + 1, a) for r in d.itertuples()

@@ -486,7 +486,6 @@ class Run:
         return {
             "pair": labels.get("pair", f"{c['target']}|{c['draft']}"), "task": labels.get("task", c.get("task")),
             "split": c.get("split", "eval"), "method": self.method, "head_task": labels.get("head_task"),
-            "lambda": float(labels["lambda"]) if "lambda" in labels else None,
             "timing": labels.get("timing") == "1",  # a timing run (batch 1, interleaved), not a quality run
             "verifier": c["verifier"], "temperature": c["temperature"],
             "K": None if c["verifier"] in BASELINES else c["K"], "seed": c["seed"], "target": c["target"],

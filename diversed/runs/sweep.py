@@ -7,11 +7,16 @@ reported on.
 
 `sweep_point` is one point, `choose_runs` the choice from the scored points, `sweep_weight` the whole sweep in
 one process (the pair loaded once, every point timed on the same hardware); a rerun keeps the points already
-finished with the same config and prompts, so a killed sweep resumes point by point."""
+finished with the same config and prompts, so a killed sweep resumes point by point.
+
+`sweep_lambda` chooses DIVERSED's lambda (the weight of the head's acceptance term) the same way: heads trained
+at several lambda decode the dev split beside strict, and the chosen head becomes the task's head."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -21,7 +26,7 @@ from diversed.decoding.engine import RULES, Execution
 from diversed.runs.evaluate import score_run
 from diversed.runs.run import Run, RunConfig, execute, run_id, task_prompts
 from diversed.tasks import get_task, metric_spec
-from diversed.utils import provenance, write_json, write_text
+from diversed.utils import atomic_path, provenance, write_json, write_text
 
 COLUMNS = ["pair", "task", "split", "prompts", "temperature", "K", "verifier", "weight", "mixing", "knob", "deferral",
            "draft_acceptance_rate", "mean_acceptance_length", "tokens_per_s", "seconds_per_sample", "bias_tv",
@@ -160,7 +165,113 @@ def sweep_weight(base: RunConfig, out: str | Path, *, weights=WEIGHTS, mixings=M
     return choose_runs(runs, out, tolerance)
 
 
-def write_table(stem: Path, rows: list[dict]) -> None:
-    df = pd.DataFrame(rows, columns=COLUMNS)
+LAMBDA_COLUMNS = ["pair", "task", "split", "prompts", "temperature", "K", "verifier", "lambda", "acceptance_term",
+                  "collapsed", "draft_acceptance_rate", "draft_acceptance_rate_ci95", "mean_weight", "metric",
+                  "quality", "quality_ci95", "quality_vs_strict", "quality_vs_strict_ci95", "verdict", "why", "chosen",
+                  "head", "run_id", "run_dir"]
+LAMBDA_RULE = ("the largest acceptance among the heads that did not collapse whose quality is non-inferior to "
+               "strict's on the same dev prompts; when none is shown to be, the smallest lambda among them (the head "
+               "that weighs quality most); when every head collapsed, the smallest lambda")
+
+
+def head_training(head: str | Path) -> dict:
+    """The training manifest beside a head (train_head's manifest.json)."""
+    path = Path(head).parent / "manifest.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{head}: no manifest.json beside it (a head written by `diversed train head`)")
+    return json.loads(path.read_text())
+
+
+def choose_lambda(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: float) -> tuple[dict, str]:
+    """The chosen head row by LAMBDA_RULE, and which branch of the rule chose it. rows: strict's and each head's
+    (verifier dynamic, with lambda and collapsed); each head's row gains its quality difference from strict, the
+    non-inferiority verdict and chosen."""
+    strict = next((r for r in rows if r["verifier"] == "strict"), None)
+    heads = sorted((r for r in rows if r["verifier"] == "dynamic"), key=lambda r: r["lambda"])
+    if strict is None or not heads:
+        raise ValueError("choosing lambda needs the strict point and at least one head's run")
+    column = metric_spec(strict["metric"]).statistic
+    for r in heads:
+        diff = statistics.paired(units[r["run_id"]], units[strict["run_id"]], column)
+        test = statistics.noninferior(diff, tolerance)
+        r.update(quality_vs_strict=diff.value, quality_vs_strict_ci95=diff.half, verdict=test.verdict(), why=test.why)
+    healthy = [r for r in heads if not r["collapsed"]]
+    safe = [r for r in healthy if r["verdict"] == statistics.HOLDS]
+    if safe:
+        best, reason = max(safe, key=lambda r: (r["draft_acceptance_rate"], -r["lambda"])), "non-inferior to strict"
+    elif healthy:
+        best, reason = healthy[0], "none shown non-inferior to strict: the smallest lambda"
+    else:
+        best, reason = heads[0], "every head collapsed: the smallest lambda"
+    for r in rows:
+        r["chosen"] = r is best
+    return best, reason
+
+
+def lambda_row(run: Run, units: pd.DataFrame) -> dict:
+    """One line of a lambda table from a scored run (strict's, or a head's with its training's lambda)."""
+    record = run.record()
+    row = {k: v for k, v in record.items() if k in LAMBDA_COLUMNS}
+    column = metric_spec(record["metric"]).statistic
+    acceptance, quality = statistics.estimate(units, "draft_acceptance_rate"), statistics.estimate(units, column)
+    row |= {"draft_acceptance_rate_ci95": acceptance.half, "quality_ci95": quality.half, "chosen": False}
+    if run.config.get("head"):
+        training = head_training(run.config["head"])
+        row |= {"lambda": training["config"]["acceptance_weight"], "collapsed": training.get("collapsed") or "",
+                "acceptance_term": training["config"].get("acceptance_term", "fixed"), "head": run.config["head"]}
+    return row
+
+
+def sweep_lambda(base: RunConfig, heads: list[str | Path], out: str | Path, head_out: str | Path, *,
+                 tolerance: float | None = None, progress: bool = True, labels: dict | None = None,
+                 batch_size: int = 1, execution: Execution | None = None) -> dict:
+    """Decode + score base's task split (dev) with strict and with DIVERSED at each head (each trained at another
+    lambda), choose one by LAMBDA_RULE and copy it to head_out (head.safetensors, manifest.json recording the
+    choice, train_log.csv): out/{point}/ runs, out/lambda.csv/.md (every candidate: acceptance, mean w, quality,
+    its difference from strict, the verdict, collapsed, chosen) and out/choice.json."""
+    out, models, labels = Path(out), {}, labels or {}
+    if not heads:
+        raise ValueError("a lambda sweep needs at least one head")
+    trainings = [head_training(h) for h in heads]
+    if len({t["config"]["task"] for t in trainings} | {base.task}) != 1:
+        raise ValueError(f"the heads of a lambda sweep are trained on its task {base.task!r}; got "
+                         f"{sorted({t['config']['task'] for t in trainings})}")
+    runs = [Run(sweep_point(base, {"verifier": "strict"}, out / point_name({"verifier": "strict"}),
+                            progress=progress, labels=labels, models=models, batch_size=batch_size,
+                            execution=execution))]
+    for head, t in zip(heads, trainings, strict=True):
+        lam = float(t["config"]["acceptance_weight"])
+        if Path(head).parent.resolve() == (out / f"lambda{lam}").resolve():
+            raise ValueError(f"{head}: a head inside the run folder {out / f'lambda{lam}'} would be overwritten by "
+                             "its run; train heads elsewhere")
+        runs.append(Run(sweep_point(base, {"verifier": "dynamic", "head": str(head)}, out / f"lambda{lam}",
+                                    progress=progress, labels=labels | {"method": "dynamic", "lambda": str(lam)},
+                                    models=models, batch_size=batch_size, execution=execution)))
+    units = {run.manifest["run_id"]: pd.DataFrame(run.prompt_rows()) for run in runs}
+    rows = [lambda_row(run, units[run.manifest["run_id"]]) for run in runs]
+    if tolerance is None:
+        tolerance = get_task(base.task).metric.tolerance
+    best, reason = choose_lambda(rows, units, tolerance)
+    candidates = [{k: r[k] for k in ("lambda", "collapsed", "draft_acceptance_rate", "quality", "quality_vs_strict",
+                                     "verdict", "why", "head")} for r in rows if r["verifier"] == "dynamic"]
+    choice = {"task": base.task, "split": base.split, "lambda": best["lambda"], "head": best["head"],
+              "rule": LAMBDA_RULE, "reason": reason, "tolerance": tolerance, "metric": best["metric"],
+              "strict_quality": rows[0]["quality"], "candidates": candidates}
+    install_head(Path(best["head"]), Path(head_out), choice)
+    write_table(out / "lambda", rows, LAMBDA_COLUMNS)
+    write_json(out / "choice.json", choice | {"config": runs[0].config, **provenance()})
+    return choice
+
+
+def install_head(head: Path, dest: Path, choice: dict) -> None:
+    """The chosen head's files into dest, each by an atomic rename; its manifest records the choice."""
+    for name in ("head.safetensors", "train_log.csv"):
+        with atomic_path(dest / name) as tmp:
+            shutil.copyfile(head.parent / name, tmp)
+    write_json(dest / "manifest.json", head_training(head) | {"chosen": choice})
+
+
+def write_table(stem: Path, rows: list[dict], columns: list[str] = COLUMNS) -> None:
+    df = pd.DataFrame(rows, columns=columns)
     write_text(stem.with_suffix(".csv"), df.to_csv(index=False))
     write_text(stem.with_suffix(".md"), df.to_markdown(index=False, floatfmt=".4g") + "\n")

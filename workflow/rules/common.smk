@@ -34,6 +34,9 @@ SWEEP = config["sweep"]
 LAMBDA = config["lambda_sweep"]
 if unknown := sorted(set(LAMBDA["tasks"]) - set(config["tasks"])):
     raise ValueError(f"lambda_sweep task(s) {', '.join(unknown)} are not among the config's tasks")
+if LAMBDA["tasks"] and not LAMBDA["values"]:
+    raise ValueError("lambda_sweep names tasks but no values: give the lambdas to choose among")
+LAMBDA_TASKS = LAMBDA["tasks"]  # their heads: the one sweep_lambda chooses on dev; the other tasks' train_head's
 BASELINES = ("autoregressive", "draft")  # one model decoding alone: no draft length K
 SPECULATIVE = [m for m in config["methods"] if m not in BASELINES]
 FAMILIES = [m for m in config["methods"] if m in SWEPT_FAMILIES]  # relaxed verifiers at the knob their sweep chose
@@ -53,7 +56,7 @@ NUMBER = r"\d+(\.\d+)?(e-\d+)?"  # a float as str() writes it: 0.1, 1.0, 1e-05
 
 
 def one_of(names):
-    return "|".join(re.escape(n) for n in names)
+    return "|".join(re.escape(n) for n in names) or "(?!)"  # (?!): matches nothing
 
 
 wildcard_constraints:
@@ -72,7 +75,8 @@ TIMING_RUN = "results/timing/{pair}/{task}/{method}/T{T}-K{K}"  # batch 1, the f
 TIMING_BASELINE = "results/timing/{pair}/{task}/{baseline}/T{T}"
 TIMING_SEED = config["seeds"][0]
 SWEEP_DIR = "results/sweeps/{pair}/{task}/T{T}-K{K}"
-LAMBDA_HEAD = "results/lambda/{pair}/{task}/lambda{lam}"
+LAMBDA_DIR = "results/lambda/{pair}/{task}"  # a lambda sweep: dev runs, lambda.csv, choice.json
+LAMBDA_HEAD = "results/lambda/{pair}/{task}/heads/lambda{lam}"  # beside the sweep's runs, lambda{lam}/
 
 
 def run_dir(pair, task, method, T, K, seed):
@@ -156,37 +160,15 @@ def transfer_outputs(name):
             for K in config["K"]]
 
 
-def lambda_run(pair, task, lam, seed):
-    """A lambda-sweep run's folder: the head of lambda decoding the task at the sweep's temperature, the first K."""
-    head = LAMBDA_HEAD.format(pair=pair, task=task, lam=float(lam))
-    return f"{head}/T{temperature(LAMBDA['temperature'])}-K{config['K'][0]}-s{seed}"
-
-
-def lambda_runs():
-    """The lambda sweep's runs: a head per lambda, each decoding a task's eval prompts at every seed."""
-    return [lambda_run(pair, task, lam, seed) for pair, task, lam, seed in
-            itertools.product(PAIRS, LAMBDA["tasks"], LAMBDA["values"], config["seeds"])]
-
-
 def lambda_head(lam):
-    """The head trained at lambda: the task's own head (train_head) where lambda and the temperature are the
-    config's, else one of train_head_lambda's."""
-    own = (float(lam), float(LAMBDA["temperature"])) == (float(config["train_head"]["acceptance_weight"]),
-                                                         float(config["train_head"]["temperature"]))
-    lambda_folder = LAMBDA_HEAD.format(pair="{pair}", task="{task}", lam=float(lam))
-    folder = "results/heads/{pair}/{task}" if own else lambda_folder
-    return os.path.join(folder, "head.safetensors")
+    """A lambda sweep's candidate head: its task's head trained at lambda (train_head_lambda)."""
+    return os.path.join(LAMBDA_HEAD.format(pair="{pair}", task="{task}", lam=float(lam)), "head.safetensors")
 
 
-def lambda_outputs(name):
-    """A file of every run of decode_lambda's (pair, task, seed): one per lambda."""
-    return [f"{lambda_run('{pair}', '{task}', lam, '{seed}')}/{name}" for lam in LAMBDA["values"]]
-
-
-def lambda_runs_flags(wildcards, input, output):
-    """decode_lambda's --run list: DIVERSED with each lambda's head."""
-    return " ".join(run_spec(os.path.dirname(m), "dynamic", config["K"][0], head=head) + f" label:lambda={lam}"
-                    for m, head, lam in zip(output.manifests, input.heads, LAMBDA["values"], strict=True))
+def lambda_sweeps():
+    """Each lambda sweep's table: one per (pair, task of lambda_sweep)."""
+    return [f"{LAMBDA_DIR.format(pair=pair, task=task)}/lambda.csv"
+            for pair, task in itertools.product(PAIRS, LAMBDA_TASKS)]
 
 
 def decode_inputs(wildcards):

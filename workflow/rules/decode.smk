@@ -85,19 +85,3 @@ use rule decode as decode_transfer with:
         runs=transfer_runs,
     log:
         "logs/decode_transfer/{pair}/{task}/dynamic@{head}/T{T}-s{seed}.log",
-
-
-use rule decode as decode_lambda with:
-    input:
-        unpack(models),
-        heads=[lambda_head(lam) for lam in LAMBDA["values"]],
-    output:
-        manifests=lambda_outputs("manifest.json"),
-        generations=lambda_outputs("generations.jsonl"),
-        scores=lambda_outputs("scores.json"),
-    params:
-        **{k: v for k, v in rules.decode.params.items() if k not in ("temperature", "runs")},
-        temperature=temperature(LAMBDA["temperature"]),
-        runs=lambda_runs_flags,
-    log:
-        "logs/decode_lambda/{pair}/{task}/s{seed}.log",

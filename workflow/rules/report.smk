@@ -1,11 +1,11 @@
 rule aggregate:
     """Tidy tables from every scored run and sweep (one row per run, one per (run, prompt)): the paper's Tables
-    1-3, a speed table and the lambda sweep, every interval over prompts."""
+    1-3, a speed table and the lambda sweeps' candidates, every interval over prompts."""
     input:
         scores=[f"{run}/scores.json" for run in runs()],
         timing_scores=[f"{run}/scores.json" for run in timing_runs()],
         sweeps=[f"{sweep}/sweep.csv" for sweep in sweeps()],
-        lambda_scores=[f"{run}/scores.json" for run in lambda_runs()],
+        lambda_sweeps=lambda_sweeps(),
     output:
         runs="results/tables/runs.csv",
         prompts="results/tables/prompts.csv",
@@ -16,9 +16,8 @@ rule aggregate:
     params:
         runs=lambda wildcards, input: [os.path.dirname(s) for s in input.scores],
         timing_runs=lambda wildcards, input: [os.path.dirname(s) for s in input.timing_scores],
-        lambda_runs=lambda wildcards, input: " ".join(["--lambda-runs"] + [os.path.dirname(s) for s in
-                                                                           input.lambda_scores])
-        if input.lambda_scores else "",
+        lambda_sweeps=lambda wildcards, input: f"--lambda-sweeps {' '.join(input.lambda_sweeps)}"
+        if input.lambda_sweeps else "",
         transfer_temperature=temperature(config["transfer_temperature"]),
         out=lambda wildcards, output: os.path.dirname(output.runs),
     threads: 1
@@ -28,7 +27,7 @@ rule aggregate:
         "../../environment.yml"
     shell:
         "diversed aggregate --runs {params.runs} --timing-runs {params.timing_runs} --sweeps {input.sweeps} "
-        "{params.lambda_runs} "
+        "{params.lambda_sweeps} "
         "--transfer-temperature {params.transfer_temperature} --out {params.out} > {log} 2>&1"
 
 

@@ -48,3 +48,44 @@ rule sweep:
         "{params.execution} "
         "--out {params.out} "
         "--label pair={wildcards.pair} --label experiment={params.experiment} > {log} 2>&1"
+
+
+rule sweep_lambda:
+    """DIVERSED's lambda, chosen on dev: the task's dev split decoded + scored with strict and with the head trained
+    at each lambda of lambda_sweep, one chosen (the largest acceptance non-inferior to strict's quality among the
+    heads that did not collapse; else the smallest lambda) and copied as the task's head; lambda.csv / .md list
+    every candidate with its verdict and collapse flag."""
+    wildcard_constraints:
+        task=one_of(LAMBDA_TASKS),
+    input:
+        unpack(models),
+        heads=[lambda_head(lam) for lam in LAMBDA["values"]],
+    output:
+        head="results/heads/{pair}/{task}/head.safetensors",
+        log_csv="results/heads/{pair}/{task}/train_log.csv",
+        choice=f"{LAMBDA_DIR}/choice.json",
+        table=f"{LAMBDA_DIR}/lambda.csv",
+        markdown=f"{LAMBDA_DIR}/lambda.md",
+    params:
+        **{k: v for k, v in rules.sweep.params.items() if k not in ("weights", "mixings", "families", "out")},
+        temperature=LAMBDA["temperature"],
+        K=config["K"][0],
+        head_out=lambda wildcards, output: os.path.dirname(output.head),
+        out=lambda wildcards, output: os.path.dirname(output.choice),
+    threads: all_cores
+    resources:
+        gpu=gpus,
+    log:
+        "logs/sweep_lambda/{pair}/{task}.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # jobs never wait on the network
+        "diversed sweep-lambda --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
+        "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} --split dev "
+        "-n {params.n} --max-new-tokens {params.max_new} --temperature {params.temperature} --sampling {params.sampling} "
+        "--prompt-format {params.prompt_format} -K {params.K} --seed 0 --heads {input.heads} {params.tolerance} "
+        "--batch-size {params.batch} "
+        "{params.execution} "
+        "--out {params.out} --head-out {params.head_out} "
+        "--label pair={wildcards.pair} --label experiment={params.experiment} > {log} 2>&1"

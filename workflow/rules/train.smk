@@ -1,5 +1,8 @@
 rule train_head:
-    """The DIVERSED weight head for one task (REINFORCE; resumable from its checkpoint)."""
+    """The DIVERSED weight head for one task (REINFORCE; resumable from its checkpoint) at the config's lambda; a
+    task of lambda_sweep gets its head from sweep_lambda instead."""
+    wildcard_constraints:
+        task=one_of([t for t in TASKS if t not in LAMBDA_TASKS]),
     input:
         unpack(models),
     output:
@@ -82,13 +85,14 @@ rule distill_draft:
 
 
 use rule train_head as train_head_lambda with:
+    wildcard_constraints:
+        task=one_of(LAMBDA_TASKS),
     output:
         head=f"{LAMBDA_HEAD}/head.safetensors",
         log_csv=f"{LAMBDA_HEAD}/train_log.csv",
     params:
-        **{k: v for k, v in rules.train_head.params.items() if k not in ("acceptance_weight", "temperature", "out")},
+        **{k: v for k, v in rules.train_head.params.items() if k not in ("acceptance_weight", "out")},
         acceptance_weight=lambda wildcards: wildcards.lam,
-        temperature=LAMBDA["temperature"],
         out=lambda wildcards, output: os.path.dirname(output.head),
     log:
         "logs/train_head_lambda/{pair}/{task}/lambda{lam}.log",
