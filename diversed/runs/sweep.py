@@ -236,14 +236,15 @@ def sweep_lambda(base: RunConfig, heads: list[str | Path], out: str | Path, head
     if len({t["config"]["task"] for t in trainings} | {base.task}) != 1:
         raise ValueError(f"the heads of a lambda sweep are trained on its task {base.task!r}; got "
                          f"{sorted({t['config']['task'] for t in trainings})}")
-    runs = [Run(sweep_point(base, {"verifier": "strict"}, out / point_name({"verifier": "strict"}),
-                            progress=progress, labels=labels, models=models, batch_size=batch_size,
-                            execution=execution))]
-    for head, t in zip(heads, trainings, strict=True):
-        lam = float(t["config"]["acceptance_weight"])
+    lambdas = [float(t["config"]["acceptance_weight"]) for t in trainings]
+    for head, lam in zip(heads, lambdas, strict=True):
         if Path(head).parent.resolve() == (out / f"lambda{lam}").resolve():
             raise ValueError(f"{head}: a head inside the run folder {out / f'lambda{lam}'} would be overwritten by "
                              "its run; train heads elsewhere")
+    runs = [Run(sweep_point(base, {"verifier": "strict"}, out / point_name({"verifier": "strict"}),
+                            progress=progress, labels=labels, models=models, batch_size=batch_size,
+                            execution=execution))]
+    for head, lam in zip(heads, lambdas, strict=True):
         runs.append(Run(sweep_point(base, {"verifier": "dynamic", "head": str(head)}, out / f"lambda{lam}",
                                     progress=progress, labels=labels | {"method": "dynamic", "lambda": str(lam)},
                                     models=models, batch_size=batch_size, execution=execution)))
