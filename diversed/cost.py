@@ -189,10 +189,11 @@ def job_ms(config: dict, pair: str) -> dict[str, list[float]]:
         jobs["time"] += [timed * new * point(1, ctx)] * len(config["temperatures"])
         h = config["train_head"]
         lam = config.get("lambda_sweep", {})
-        heads = len(lam.get("values", [])) if name in lam.get("tasks", []) else 1  # a lambda sweep trains one per value
+        swept = name in lam.get("tasks", [])
+        heads = len(lam["values"]) if swept else 1  # a lambda sweep trains one head per value
         jobs["train_head"] += [task["n_train"] * h["epochs"] * h["max_new_tokens"] * (
             per_token(None, h["batch_size"], ctx, t) + per_token(None, h["batch_size"], ctx, d))] * heads
-        if name in lam.get("tasks", []):  # sweep_lambda: strict and each head on the dev prompts
+        if swept:  # sweep_lambda: strict and each head on the dev prompts
             jobs["sweep_lambda"].append((1 + heads) * task["n_dev"] * new * per_token(config["K"][0], B, ctx))
         jobs["distill_draft"].append(task["n_train"] * config["distill"]["max_new_tokens"]
                                      * per_token(None, TEXT_BATCH, ctx, t))

@@ -58,8 +58,7 @@ def choose(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: float) -
         for r in rows:
             if r["verifier"] != family:
                 continue
-            diff = statistics.paired(units[r["run_id"]], units[strict["run_id"]], column)
-            test = statistics.noninferior(diff, tolerance)
+            diff, test = versus_strict(units[r["run_id"]], units[strict["run_id"]], column, tolerance)
             tested.append({**setting(r), "acceptance": r["draft_acceptance_rate"],
                            "quality_vs_strict": diff.text(digits=4, sign=True), "prompts": diff.n,
                            "verdict": test.verdict(), "why": test.why})
@@ -80,6 +79,12 @@ def choose(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: float) -
     fixed = out.pop("fixed")
     del fixed["verifier"]
     return {**fixed, **shared, "families": out}
+
+
+def versus_strict(point: pd.DataFrame, strict: pd.DataFrame, column: str, tolerance: float):
+    """A point's quality minus strict's, paired over the same prompts, and its non-inferiority test at tolerance."""
+    diff = statistics.paired(point, strict, column)
+    return diff, statistics.noninferior(diff, tolerance)
 
 
 def setting(row: dict) -> dict:
@@ -192,8 +197,7 @@ def choose_lambda(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: f
         raise ValueError("choosing lambda needs the strict point and at least one head's run")
     column = metric_spec(strict["metric"]).statistic
     for r in heads:
-        diff = statistics.paired(units[r["run_id"]], units[strict["run_id"]], column)
-        test = statistics.noninferior(diff, tolerance)
+        diff, test = versus_strict(units[r["run_id"]], units[strict["run_id"]], column, tolerance)
         r.update(quality_vs_strict=diff.value, quality_vs_strict_ci95=diff.half, verdict=test.verdict(), why=test.why)
     healthy = [r for r in heads if not r["collapsed"]]
     safe = [r for r in healthy if r["verdict"] == statistics.HOLDS]
@@ -208,15 +212,14 @@ def choose_lambda(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: f
     return best, reason
 
 
-def lambda_row(run: Run, units: pd.DataFrame) -> dict:
-    """One line of a lambda table from a scored run (strict's, or a head's with its training's lambda)."""
+def lambda_row(run: Run, units: pd.DataFrame, training: dict | None = None) -> dict:
+    """One line of a lambda table from a scored run: strict's, or a head's with its training manifest's lambda."""
     record = run.record()
     row = {k: v for k, v in record.items() if k in LAMBDA_COLUMNS}
     column = metric_spec(record["metric"]).statistic
     acceptance, quality = statistics.estimate(units, "draft_acceptance_rate"), statistics.estimate(units, column)
     row |= {"draft_acceptance_rate_ci95": acceptance.half, "quality_ci95": quality.half, "chosen": False}
-    if run.config.get("head"):
-        training = head_training(run.config["head"])
+    if training is not None:
         row |= {"lambda": training["config"]["acceptance_weight"], "collapsed": training.get("collapsed") or "",
                 "acceptance_term": training["config"].get("acceptance_term", "fixed"), "head": run.config["head"]}
     return row
@@ -249,7 +252,8 @@ def sweep_lambda(base: RunConfig, heads: list[str | Path], out: str | Path, head
                                     progress=progress, labels=labels | {"method": "dynamic", "lambda": str(lam)},
                                     models=models, batch_size=batch_size, execution=execution)))
     units = {run.manifest["run_id"]: pd.DataFrame(run.prompt_rows()) for run in runs}
-    rows = [lambda_row(run, units[run.manifest["run_id"]]) for run in runs]
+    rows = [lambda_row(run, units[run.manifest["run_id"]], training)
+            for run, training in zip(runs, [None, *trainings], strict=True)]
     if tolerance is None:
         tolerance = get_task(base.task).metric.tolerance
     best, reason = choose_lambda(rows, units, tolerance)
