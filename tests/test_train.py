@@ -237,15 +237,18 @@ def test_paper_config_trains_on_128_tokens_and_decodes_at_the_task_length(tmp_pa
     from conftest import snakemake, workflow_copy
 
     wd = workflow_copy(tmp_path)
-    done = snakemake("-n", "--forceall", "-p", "--configfile", "config/paper.yaml", cwd=wd)
+    config = yaml.safe_load((wd / "config" / "paper.yaml").read_text())
+    config["tasks"]["gsm8k"]["max_new_tokens"] = 256  # a decode length other than the training's
+    (wd / "longer.yaml").write_text(yaml.safe_dump(config))
+    done = snakemake("-n", "--forceall", "-p", "--configfile", "longer.yaml", cwd=wd)
     lengths = {}  # command -> {(task, --max-new-tokens)}
     for line in done.stdout.splitlines():
         if command := re.search(r"\bdiversed (train head|train draft|generate) ", line):
             task = re.search(r"--task (\w+)", line).group(1)
             lengths.setdefault(command.group(1), set()).add((task, int(re.search(r"--max-new-tokens (\d+)",
                                                                                    line).group(1))))
-    tasks = yaml.safe_load((wd / "config" / "paper.yaml").read_text())["tasks"]
-    assert {v["max_new_tokens"] for v in tasks.values()} == {128, 256}  # GSM8K and MBPP decode 256
+    tasks = config["tasks"]
+    assert {v["max_new_tokens"] for v in tasks.values()} == {128, 256}  # GSM8K decodes 256 here
     assert lengths["train head"] == lengths["train draft"] == {(t, 128) for t in tasks}
     assert lengths["generate"] == {(t, v["max_new_tokens"]) for t, v in tasks.items()}
 
