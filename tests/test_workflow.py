@@ -59,8 +59,26 @@ def test_default_config_dry_run(tree):
     counts = dag(tree)
     # (capitals, open) x (T = 0.1, 1) x 1 seed; the transfer runs at T = 1 only
     assert counts["prepare_models"] == 1 and counts["decode"] == 2 * 2 and counts["decode_transfer"] == 2
-    assert counts["sweep"] == 5  # (capitals, open) x (T = 0.1, 1) at K = 5, the figure's capitals at K = 3
+    assert counts["sweep"] == 4  # (capitals, open) x (T = 0.1, 1) at K = 5 (the figure's K = 5 among them)
     assert counts["time"] == 2 * 2
+
+
+def test_untimed_jobs_run_side_by_side_and_timed_jobs_alone(tree):
+    """The default config on 2 cores: untimed jobs (quality decodes, sweeps, training) take job_threads = 1, so two
+    run at once; a timed decode and the pair's build take both cores, so nothing runs beside them. Each job's
+    torch threads are its Snakemake threads (OMP_NUM_THREADS in its shell command)."""
+    done = snakemake("-n", "--forceall", "-p", "--cores", "2", cwd=tree)
+    threads = {}
+    for job in planned(done.stdout):
+        threads.setdefault(job["rule"], set()).add(job["threads"])
+    assert threads["time"] == threads["prepare_models"] == {2}, threads
+    for rule in ("decode", "decode_transfer", "sweep", "sweep_lambda", "train_head", "train_head_lambda",
+                 "distill_draft"):
+        assert threads[rule] == {1}, (rule, threads)
+    shell = [line.removeprefix("Shell command: ") for line in done.stdout.splitlines() if "diversed generate" in line]
+    timed, untimed = [s for s in shell if "logs/time/" in s], [s for s in shell if "logs/decode/" in s]
+    assert timed and all(s.startswith("OMP_NUM_THREADS=2 ") for s in timed)
+    assert untimed and all(s.startswith("OMP_NUM_THREADS=1 ") for s in untimed)
 
 
 def test_dry_run_ignores_what_the_working_tree_already_made(tmp_path):

@@ -244,9 +244,16 @@ def gpus(wildcards):
 
 
 def all_cores(wildcards):
-    """Every core of a local run: a timed decode never shares them, and training is the heaviest job (cluster
-    profiles set these rules' threads with set-threads)."""
+    """Every core of a local run: a timed decode never shares them (nor does the pair's build, which all else
+    waits for)."""
     return workflow.cores
+
+
+def job_threads(wildcards):
+    """The threads of an untimed job (quality decodes, sweeps, training): config `job_threads` (at most every
+    core), else every core. One thread a job on a small CPU runs two jobs side by side, whose start-up and
+    single-threaded work overlap; cluster profiles set each rule's threads with set-threads."""
+    return min(config.get("job_threads") or workflow.cores, workflow.cores)
 
 
 TABLES = [f"results/tables/{name}.{ext}" for name in ("table1", "table2", "table3", "speed", "families", "lambda")

@@ -24,7 +24,7 @@ rule decode:
         execution=EXECUTION,
         batch=config["batch_size"],
         runs=point_runs,
-    threads: all_cores
+    threads: job_threads
     resources:
         gpu=gpus,
     log:
@@ -32,7 +32,7 @@ rule decode:
     conda:
         "../../environment.yml"
     shell:
-        "WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # jobs never wait on the network
+        "OMP_NUM_THREADS={threads} WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # torch's threads; no network
         "diversed generate --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} -n {params.n} "
         "--max-new-tokens {params.max_new} --temperature {params.temperature} --sampling {params.sampling} "
@@ -63,7 +63,7 @@ rule time:
     conda:
         "../../environment.yml"
     shell:
-        "WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # jobs never wait on the network
+        "OMP_NUM_THREADS={threads} WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # torch's threads; no network
         "diversed generate --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} -n {params.n} "
         "--limit {params.n_timing} --max-new-tokens {params.max_new} --temperature {params.temperature} "

@@ -30,7 +30,7 @@ rule sweep:
         batch=config["batch_size"],
         execution=EXECUTION,
         out=lambda wildcards, output: os.path.dirname(output.choice),
-    threads: all_cores
+    threads: job_threads
     resources:
         gpu=gpus,
     log:
@@ -38,7 +38,7 @@ rule sweep:
     conda:
         "../../environment.yml"
     shell:
-        "WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # jobs never wait on the network
+        "OMP_NUM_THREADS={threads} WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # torch's threads; no network
         "diversed sweep-weight --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} --split dev "
         "-n {params.n} --max-new-tokens {params.max_new} --temperature {wildcards.T} --sampling {params.sampling} "
@@ -72,7 +72,7 @@ rule sweep_lambda:
         K=config["K"][0],
         head_out=lambda wildcards, output: os.path.dirname(output.head),
         out=lambda wildcards, output: os.path.dirname(output.choice),
-    threads: all_cores
+    threads: job_threads
     resources:
         gpu=gpus,
     log:
@@ -80,7 +80,7 @@ rule sweep_lambda:
     conda:
         "../../environment.yml"
     shell:
-        "WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # jobs never wait on the network
+        "OMP_NUM_THREADS={threads} WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # torch's threads; no network
         "diversed sweep-lambda --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} --split dev "
         "-n {params.n} --max-new-tokens {params.max_new} --temperature {params.temperature} --sampling {params.sampling} "

@@ -29,7 +29,7 @@ rule train_head:
         reward=config["train_head"]["reward"],
         execution=EXECUTION,
         out=lambda wildcards, output: os.path.dirname(output.head),
-    threads: all_cores
+    threads: job_threads
     resources:
         gpu=gpus,
     log:
@@ -37,7 +37,7 @@ rule train_head:
     conda:
         "../../environment.yml"
     shell:
-        "WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # jobs never wait on the network
+        "OMP_NUM_THREADS={threads} WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # torch's threads; no network
         "diversed train head --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} "
         "--n-train {params.n_train} --max-new-tokens {params.max_new} --seed 0 --epochs {params.epochs} "
@@ -68,7 +68,7 @@ rule distill_draft:
         finetune=config["distill"]["finetune"],
         prompt_format=config["prompt_format"],
         execution=EXECUTION,
-    threads: all_cores
+    threads: job_threads
     resources:
         gpu=gpus,
     log:
@@ -76,7 +76,7 @@ rule distill_draft:
     conda:
         "../../environment.yml"
     shell:
-        "WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # jobs never wait on the network
+        "OMP_NUM_THREADS={threads} WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # torch's threads; no network
         "diversed train draft --target {params.target} --draft {params.draft} --draft-layers {params.draft_layers} "
         "--dtype {params.dtype} --device {params.device} --task {wildcards.task} {params.data} "
         "--n-train {params.n_train} --max-new-tokens {params.max_new} --seed 0 --epochs {params.epochs} "
