@@ -84,6 +84,38 @@ def test_runs_of_one_setting_in_one_process_equal_separate_runs(tiny_dir, tmp_pa
     assert labels == {"pair": "tiny", "method": "fixed"}
 
 
+@pytest.mark.parametrize("interleave", [False, True])
+def test_runs_of_one_config_decode_once(tiny_dir, tmp_path, capsys, interleave):
+    """A decode or timing job whose dev choices fell on strict (fixed w = 1, a family's knob kept strict) decodes
+    that config once: the other methods' folders get its generations and timings under their own labels."""
+    import diversed.decoding.engine
+    import diversed.runs.run
+    from diversed.utils import write_json
+
+    strict_choice = tmp_path / "strict.json"
+    write_json(strict_choice, {"weight": 1.0, "mixing": "linear"})
+    shared = ["--task", "arith", "-n", "2", "--temperature", "1.0", "--seed", "1"] + (["--interleave"] if interleave
+                                                                                      else [])
+    runs = {"strict": ["verifier=strict", "K=2", "label:method=strict"],
+            "fixed": ["verifier=fixed", "K=2", f"weight_file={strict_choice}", "label:method=fixed"],
+            "other": ["verifier=fixed", "K=2", "weight=0.5", "label:method=other"]}
+    calls = []
+    engine_generate = diversed.runs.run.generate
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(diversed.runs.run, "generate", lambda *a, **kw: calls.append(a[3]) or engine_generate(*a, **kw))
+        generate(tiny_dir, tmp_path, *shared, *[x for name, changes in runs.items()
+                                                for x in ("--run", str(tmp_path / name), *changes)])
+    decodes = [c for c in calls if c.max_new_tokens == 12]  # not the warm-ups
+    assert len(decodes) == 2 * (2 if interleave else 1)  # two configs (per prompt when interleaved)
+    strict, fixed, other = (json.loads((tmp_path / name / "manifest.json").read_text()) for name in runs)
+    assert strict["run_id"] == fixed["run_id"] != other["run_id"]
+    assert fixed["labels"] == {"method": "fixed"} and fixed["copied_from"] == str(tmp_path / "strict")
+    assert fixed["prompt_seconds"] == strict["prompt_seconds"] and fixed["summary"] == strict["summary"]
+    assert (tmp_path / "fixed" / "generations.jsonl").read_bytes() == (tmp_path / "strict" /
+                                                                       "generations.jsonl").read_bytes()
+    assert "copied_from" not in strict and "copied_from" not in other
+
+
 def test_kept_runs_are_taken_back_only_when_the_same_code_decoded_them_with_the_same_labels(tiny_dir, tmp_path,
                                                                                           capsys):
     """generate --keep DIR: each finished run is hard-linked into DIR/{run_id}; a rerun whose outputs were deleted

@@ -239,6 +239,18 @@ class Decoder:
         return run_dir
 
 
+def copy_run(source: Path, run_dir: str | Path, labels: dict) -> Path:
+    """The run at `source` written again at run_dir under other labels: the same run_id (config and prompts), so
+    the same tokens and timings; its manifest names the source (`copied_from`). Its W&B run is the source's
+    (decode-{run_id})."""
+    manifest = _read_json(Path(source) / "manifest.json") | {"labels": labels, "copied_from": str(source)}
+    print(f"run {manifest['run_id']}: {run_dir} is {source} (the same config), copied")
+    with atomic_dir(Path(run_dir)) as tmp:
+        link_or_copy(Path(source) / "generations.jsonl", tmp / "generations.jsonl")
+        write_json(tmp / "manifest.json", manifest)  # last: its presence marks a complete run
+    return Path(run_dir)
+
+
 def keep_run(run_dir: str | Path, keep: str | Path) -> Path:
     """A finished run's files hard-linked (copied where links cannot be made) into keep/{run_id}: a failed
     workflow job deletes its outputs, these links survive, and its rerun takes them back (restore_run)."""
@@ -314,18 +326,24 @@ def execute_interleaved(base: RunConfig, prompts: list[dict], specs: list[RunSpe
                         progress: bool = True, execution: Execution | None = None) -> list[Path]:
     """Timing runs: the runs of one setting on the same prompts, at batch 1, interleaved prompt by prompt (prompt
     1 with every run, then prompt 2, ...), so that a drift of the machine's speed falls on every run alike. Run i
-    is base with specs[i].changes, written to specs[i].run_dir; the models load once."""
+    is base with specs[i].changes, written to specs[i].run_dir; the models load once, and runs of one config (one
+    run_id, e.g. a fixed w = 1 and strict) decode and are timed once (copy_run)."""
     configs = run_configs(base, specs)
+    ids = [run_id(cfg, prompts) for cfg in configs]
     models: dict = {}
-    decoders = [Decoder.prepare(cfg, prompts, models, execution) for cfg in configs]
-    for decoder in decoders:
+    decoders = {rid: Decoder.prepare(cfg, prompts, models, execution)
+                for rid, cfg in dict(zip(ids, configs, strict=True)).items()}  # each distinct run once
+    for decoder in decoders.values():
         decoder.warm_up()
-    started, gens = time.time(), [[] for _ in decoders]
+    started, gens = time.time(), {rid: [] for rid in decoders}
     for i in tqdm(range(len(prompts)), desc="timing (interleaved)", unit="prompt", disable=not progress):
-        for decoder, out in zip(decoders, gens, strict=True):
-            out += decoder([i])
-    return [decoder.write(g, spec.run_dir, (labels or {}) | spec.labels, 1, started)
-            for decoder, g, spec in zip(decoders, gens, specs, strict=True)]
+        for rid, decoder in decoders.items():
+            gens[rid] += decoder([i])
+    first: dict[str, Path] = {}
+    return [copy_run(first[rid], spec.run_dir, (labels or {}) | spec.labels) if rid in first else
+            first.setdefault(rid, decoders[rid].write(gens[rid], spec.run_dir, (labels or {}) | spec.labels, 1,
+                                                      started))
+            for rid, spec in zip(ids, specs, strict=True)]
 
 
 PROMPT_FIELDS = ("task", "split", "n", "data_files")  # what the runs of one batch must share
@@ -407,12 +425,16 @@ def execute_all(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, l
                 keep: str | Path | None = None) -> list[Path]:
     """The runs of one setting in one process, one after another on the same prompts and hardware: run i is
     base with specs[i].changes, written to specs[i].run_dir. Every config is checked before the first decode,
-    and each (target, draft) loads once; batch_size and keep as in execute."""
+    each (target, draft) loads once, and runs of one config (one run_id) decode once (copy_run); batch_size and
+    keep as in execute."""
     configs = run_configs(base, specs)
     models: dict = {}
-    return [execute(cfg, prompts, run_dir=spec.run_dir, labels=(labels or {}) | spec.labels, progress=progress,
-                    models=models, batch_size=batch_size, execution=execution, keep=keep)
-            for cfg, spec in zip(configs, specs, strict=True)]
+    first: dict[str, Path] = {}
+    return [copy_run(first[rid], spec.run_dir, (labels or {}) | spec.labels) if rid in first else
+            first.setdefault(rid, execute(cfg, prompts, run_dir=spec.run_dir, labels=(labels or {}) | spec.labels,
+                                          progress=progress, models=models, batch_size=batch_size,
+                                          execution=execution, keep=keep))
+            for cfg, spec in zip(configs, specs, strict=True) for rid in [run_id(cfg, prompts)]]
 
 
 BASELINES = ("autoregressive", "draft")  # one model decoding alone: no draft length K
