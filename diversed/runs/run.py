@@ -429,12 +429,17 @@ def execute_all(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, l
     keep as in execute."""
     configs = run_configs(base, specs)
     models: dict = {}
-    first: dict[str, Path] = {}
-    return [copy_run(first[rid], spec.run_dir, (labels or {}) | spec.labels) if rid in first else
-            first.setdefault(rid, execute(cfg, prompts, run_dir=spec.run_dir, labels=(labels or {}) | spec.labels,
-                                          progress=progress, models=models, batch_size=batch_size,
-                                          execution=execution, keep=keep))
-            for cfg, spec in zip(configs, specs, strict=True) for rid in [run_id(cfg, prompts)]]
+    first: dict[str, Path] = {}  # run_id -> the folder that decoded it
+    out = []
+    for cfg, spec in zip(configs, specs, strict=True):
+        rid, run_labels = run_id(cfg, prompts), (labels or {}) | spec.labels
+        if rid in first:
+            out.append(copy_run(first[rid], spec.run_dir, run_labels))
+        else:
+            first[rid] = execute(cfg, prompts, run_dir=spec.run_dir, labels=run_labels, progress=progress,
+                                 models=models, batch_size=batch_size, execution=execution, keep=keep)
+            out.append(first[rid])
+    return out
 
 
 BASELINES = ("autoregressive", "draft")  # one model decoding alone: no draft length K
