@@ -264,7 +264,8 @@ def cmd_sweep(a: argparse.Namespace) -> None:
     labels = _sweep_labels(a)
     families = {f: getattr(a, f) for f in FAMILIES if getattr(a, f)}
     choice = sweep_weight(_sweep_base(a), a.out, weights=a.weights or WEIGHTS, mixings=a.mixings or MIXINGS,
-                          families=families, deferrals=a.deferrals, tolerance=a.tolerance, labels=labels,
+                          families=families, deferrals=a.deferrals, head=a.head, target_only=a.target_only,
+                          tolerance=a.tolerance, labels=labels,
                           batch_size=a.batch_size, execution=_execution(a))
     _print_choice(a.out, choice)
 
@@ -285,7 +286,8 @@ def cmd_sweep_lambda(a: argparse.Namespace) -> None:
 def cmd_aggregate(a: argparse.Namespace) -> None:
     from diversed.analysis.tables import write_all
 
-    for path in write_all(a.runs, a.out, a.sweeps, a.transfer_temperature, a.lambda_sweeps, a.timing_runs):
+    for path in write_all(a.runs, a.out, a.sweeps, a.transfer_temperature, a.lambda_sweeps, a.timing_runs,
+                          a.sweep_timing_runs):
         print(path)
 
 
@@ -436,6 +438,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"also sweep the {family} verifier at these values of its {knob}")
     p.add_argument("--deferrals", nargs="+", default=["chow"], help="cascade's deferral rules swept: chow | diff | "
                    "opt (default: %(default)s)")
+    p.add_argument("--head", help="also decode DIVERSED with this trained head (a reference point of the fronts)")
+    p.add_argument("--target-only", action="store_true", help="also decode the target alone (the fronts' reference)")
     p.add_argument("--out", required=True, help="folder of the points' runs (finished ones are kept), sweep.csv/.md "
                    "and choice.json")
     p.set_defaults(func=cmd_sweep)
@@ -461,6 +465,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the lambda sweeps' tables (sweep-lambda's lambda.csv)")
     p.add_argument("--timing-runs", nargs="*", default=[], metavar="RUN_DIR",
                    help="scored runs timed at batch 1 (generate --interleave): the speed table's")
+    p.add_argument("--sweep-timing-runs", nargs="*", default=[], metavar="RUN_DIR",
+                   help="the sweeps' points timed at batch 1 on dev prompts, each in a folder named as its point "
+                   "beside the target alone's (autoregressive), under a folder named as its sweep's (T{T}-K{K})")
     p.set_defaults(func=cmd_aggregate)
 
     p = sub.add_parser("plot", help="every figure (PNG + PDF) from the aggregated tables")

@@ -149,15 +149,15 @@ def crossover(target: str, draft: str, *, K: int = 5, tau: float = 3.0, context:
     return None
 
 
-RULES = ("decode", "time", "sweep", "sweep_lambda", "train_head", "distill_draft")
+RULES = ("decode", "time", "sweep", "time_sweep", "sweep_lambda", "train_head", "distill_draft")
 
 
 def job_ms(config: dict, pair: str) -> dict[str, list[float]]:
     """GPU milliseconds of every job of each GPU rule for one pair of a workflow config, every completion at full
     length: quality decodes (decode, its transfer runs, sweep, sweep_lambda) at the config's batch_size, timing
-    decodes (time) at batch 1 on the first n_timing eval prompts, head rollouts train_head.batch_size at a time and
-    the fine-tuned draft's text TEXT_BATCH at a time; a speculative token costs token_ms at TAU, over each task's
-    mean context.
+    decodes at batch 1 (time: the first n_timing eval prompts; time_sweep: the first sweep.n_timing dev prompts),
+    head rollouts train_head.batch_size at a time and the fine-tuned draft's text TEXT_BATCH at a time; a
+    speculative token costs token_ms at TAU, over each task's mean context.
     Transfer runs count under decode (their jobs are decode_transfer's), the lambda sweep's heads under train_head
     (train_head_lambda's)."""
     p, tasks = config["pairs"][pair], config["tasks"]
@@ -201,13 +201,22 @@ def job_ms(config: dict, pair: str) -> dict[str, list[float]]:
     families = {f: v for f, v in sweep.get("families", {}).items() if f in config["methods"]}
     points = 1 + len([w for w in sweep["weights"] if w != 1]) * len(sweep["mixings"]) + sum(
         len(v) * (len(sweep.get("deferrals", ["chow"])) if f == "cascade" else 1) for f, v in families.items())
-    sweeps = {(task, float(T), K) for task in tasks for T in config["temperatures"] for K in config["K"]} \
+    points += "dynamic" in config["methods"]  # DIVERSED, the fronts' reference (the target alone below)
+
+    def sweep_point_ms(task, K, rows, prompts):  # every point of one sweep on `prompts` dev prompts
+        new = tasks[task]["max_new_tokens"]
+        ctx = PROMPT_TOKENS.get(task, 256) + new // 2
+        alone = per_token(None, rows, ctx, t) if "autoregressive" in baselines else 0.0
+        return prompts * new * (points * per_token(K, rows, ctx) + alone)
+
+    timed = {(task, float(T), K) for task in tasks for T in config["temperatures"] for K in config["K"]} \
         if "fixed" in config["methods"] or families else set()
-    sweeps |= {(task, float(sweep.get("figure_temperature", 1.0)), K) for task in sweep.get("figure_tasks", [])
-               for K in sweep.get("figure_K", [])}
-    jobs["sweep"] = [points * tasks[task]["n_dev"] * tasks[task]["max_new_tokens"]
-                     * per_token(K, B, PROMPT_TOKENS.get(task, 256) + tasks[task]["max_new_tokens"] // 2)
-                     for task, _, K in sorted(sweeps)]
+    sweeps = timed | {(task, float(sweep.get("figure_temperature", 1.0)), K) for task in sweep.get("figure_tasks", [])
+                      for K in sweep.get("figure_K", [])}
+    jobs["sweep"] = [sweep_point_ms(task, K, B, tasks[task]["n_dev"]) for task, _, K in sorted(sweeps)]
+    timing = {task: min(sweep.get("n_timing") or tasks[task].get("n_timing", tasks[task]["n_dev"]),
+                        tasks[task]["n_dev"]) for task in tasks}
+    jobs["time_sweep"] = [sweep_point_ms(task, K, 1, timing[task]) for task, _, K in sorted(timed)]
     return jobs
 
 
@@ -235,8 +244,8 @@ def disk_gb(config: dict, pair: str) -> float:
 def cost_table(config: dict) -> str:
     """Markdown: the computed GPU-hours of each pair by rule, and its disk."""
     rules = RULES
-    rows = ["| pair | decode | time | sweep | lambda sweep | train head | distill | GPU-hours | disk |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| pair | decode | time | sweep | sweep timing | lambda sweep | train head | distill | GPU-hours | disk |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for name in config["pairs"]:
         h = gpu_hours(config, name)
         rows.append(f"| {name} | " + " | ".join(f"{h[r]:.1f}" for r in rules)

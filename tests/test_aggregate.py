@@ -303,3 +303,29 @@ def test_deviations_read_what_ran_from_the_manifests(tmp_path):
     write_json(tuned / "manifest.json", m)
     pairs = {r["setting"]: r for r in settings(collect([run, tuned]))}["model pairs"]["this run"]
     assert pairs == f"{draft} / Qwen/Qwen3-8B"  # the dynamic run's pair only
+
+
+def test_sweep_points_take_their_speed_from_their_timing_runs(tmp_path):
+    """The fronts against tokens/s: each sweep point's speed comes from its timing run at batch 1 (same folder
+    name, same sweep T-K), as a ratio of totals over the target alone's on the same dev prompts; the sweep's own
+    batched decodes give none, and a point nobody timed keeps nan."""
+    from diversed.analysis.tables import sweep_speed
+
+    target = [(20, 1.0, 0, 0, 1.0), (60, 3.0, 0, 0, 0.0)]
+    point = [(20, 0.5, 5, 10, 1.0), (60, 1.0, 30, 40, 0.0)]
+    timing = tmp_path / "sweep_timing" / "T1.0-K5"
+    dirs = [write_run(timing / name, method, 5, tokens_per_s=1.0, per_prompt=rows)
+            for name, method, rows in (("autoregressive", "autoregressive", target), ("w0.5-linear", "fixed", point))]
+    sweeps = pd.DataFrame([{"pair": "p", "task": "arith", "temperature": 1.0, "K": 5, "verifier": v,
+                            "run_dir": str(tmp_path / "sweeps" / "T1.0-K5" / name), "tokens_per_s": float("nan")}
+                           for v, name in (("autoregressive", "autoregressive"), ("fixed", "w0.5-linear"),
+                                           ("strict", "w1.0-linear"))])
+    out = sweep_speed(sweeps, dirs).set_index("verifier")
+    assert out.loc["fixed", "timed_tokens_per_s"] == pytest.approx(80 / 1.5)
+    assert out.loc["fixed", "speedup"] == pytest.approx((80 / 1.5) / (80 / 4.0))  # not the mean of 2 and 3
+    assert out.loc["autoregressive", "speedup"] == pytest.approx(1.0) and out.loc["fixed", "timed_prompts"] == 2
+    assert out.loc["strict", ["timed_tokens_per_s", "speedup"]].isna().all()
+    other = sweeps.assign(run_dir=sweeps["run_dir"].str.replace("T1.0-K5", "T0.1-K5"))  # another sweep: not its times
+    assert sweep_speed(other, dirs)["speedup"].isna().all()
+    both = sweep_speed(pd.concat([other, sweeps]), dirs)  # sweep tables read one after another: their index repeats
+    assert both["speedup"].isna().tolist() == [True] * 3 + [False, False, True]

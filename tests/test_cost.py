@@ -105,8 +105,11 @@ def test_forward_times_and_gpu_hours_follow_the_stated_model():
     # the transfer run on b
     assert h["decode"] == pytest.approx(2 * 15 * 20 * (alone(t, 4) + 2 * spec(5, 4)) + 2 * 5 * 20 * spec(5, 4))
     assert h["time"] == pytest.approx(2 * 3 * 20 * (alone(t, 1) + 2 * spec(5, 1)))  # 3 timed prompts, batch 1
-    # 3 points (strict, 0.5 linear, 0.5 logit): a and b at (T = 1, K = 5), and a at the figure's K = 3, batched
-    assert h["sweep"] == pytest.approx(3 * 4 * 20 * (2 * spec(5, 4) + spec(3, 4)))
+    # 3 points (strict, 0.5 linear, 0.5 logit) and the target alone: a and b at (T = 1, K = 5), and a at the
+    # figure's K = 3, batched
+    assert h["sweep"] == pytest.approx(3 * 4 * 20 * (2 * spec(5, 4) + spec(3, 4)) + 3 * 4 * 20 * alone(t, 4))
+    # the sweeps the runs read (a and b at K = 5) timed: 3 points and the target alone on 3 dev prompts, batch 1
+    assert h["time_sweep"] == pytest.approx(2 * 3 * 20 * (3 * spec(5, 1) + alone(t, 1)))
     assert h["train_head"] == pytest.approx(2 * 6 * 2 * 8 * (alone(t, 2) + alone(d, 2)))
     assert h["distill_draft"] == pytest.approx(2 * 6 * 8 * alone(t, TEXT_BATCH))
     assert disk_gb(config, "qwen") == pytest.approx((MODELS[pair["target"]].params + MODELS[pair["draft"]].params) * 2

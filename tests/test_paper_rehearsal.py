@@ -71,8 +71,8 @@ def rehearsal(tmp_path_factory):
     config = rehearsal_config(wd)
     (wd / "rehearsal.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     # one thread a job, two jobs at a time: nothing here is timed for the record, and most of a job is start-up
-    one_thread = [f"{rule}=1" for rule in ("decode", "decode_transfer", "time", "sweep", "sweep_lambda", "train_head",
-                                           "train_head_lambda", "distill_draft")]
+    one_thread = [f"{rule}=1" for rule in ("decode", "decode_transfer", "time", "sweep", "time_sweep", "sweep_lambda",
+                                           "train_head", "train_head_lambda", "distill_draft")]
     snakemake("--profile", "workflow/profiles/local", "--cores", "2", "--set-threads", *one_thread,
               "--configfile", "rehearsal.yaml", cwd=wd, timeout=1800)
     return wd, config
@@ -111,6 +111,10 @@ def test_every_pair_task_method_and_temperature_ran_and_was_scored(rehearsal):
     # the fixed w of each (pair, task, T) was chosen on the dev split, every sweep on two prompts
     sweeps = pd.read_csv(wd / "results" / "tables" / "sweeps.csv")
     assert set(sweeps["split"]) == {"dev"} and set(sweeps["prompts"]) == {2} and set(sweeps["pair"]) == set(PAIRS)
+    # with DIVERSED and the target alone beside the fronts, and each point of a sweep the runs read timed at batch 1
+    assert {"strict", "fixed", "cascade", "lenient", "dynamic", "autoregressive"} == set(sweeps["verifier"])
+    read = sweeps["K"].isin(config["K"])
+    assert sweeps.loc[read, "speedup"].notna().all() and sweeps.loc[~read, "speedup"].isna().all()
 
 
 def test_gemma_decodes_cross_its_sliding_window(rehearsal):

@@ -63,6 +63,27 @@ def test_the_dev_panel_draws_every_familys_sweep(tmp_path):
     assert all(p.stat().st_size > 0 for p in paths)
 
 
+def test_the_dev_panels_set_diversed_and_the_target_alone_beside_the_fronts(tmp_path):
+    """Every family's front on the dev prompts, against acceptance and against tokens/s at batch 1, beside DIVERSED
+    and the target alone decoded on the same prompts; the target alone has no acceptance, and its speed is 1."""
+    s = sweeps().assign(speedup=1.2)
+    refs = pd.DataFrame([{"pair": pair, "task": "gsm8k", "temperature": 1.0, "K": 5, "verifier": v, "mixing": "linear",
+                          "weight": float("nan"), "draft_acceptance_rate": alpha, "speedup": speed,
+                          "quality": q, "metric": "accuracy"}
+                         for pair in PAIRS for v, alpha, speed, q in (("dynamic", 0.95, 1.5, 0.7),
+                                                                      ("autoregressive", float("nan"), 1.0, 0.75))])
+    points = quality_vs_time_points(units(), runs(), pd.concat([s, refs], ignore_index=True), 1.0)
+    dev = points[points["method"] == "sweep"].set_index(["pair", "task", "verifier"])
+    for pair in PAIRS:
+        assert dev.loc[(pair, "gsm8k: dev, acceptance", "dynamic"), "x"] == 0.95
+        assert dev.loc[(pair, "gsm8k: dev, speed", "dynamic"), "x"] == 1.5
+        assert dev.loc[(pair, "gsm8k: dev, speed", "autoregressive"), "x"] == 1.0
+        assert pd.isna(dev.loc[(pair, "gsm8k: dev, acceptance", "autoregressive"), "x"])
+        assert set(dev.loc[(pair, "gsm8k: dev, speed")].index) == {"strict", "fixed", "dynamic", "autoregressive"}
+    paths = quality_vs_time(units(), runs(), pd.concat([s, refs], ignore_index=True), tmp_path / "q", 1.0)
+    assert all(p.stat().st_size > 0 for p in paths)
+
+
 def weights() -> pd.DataFrame:
     """Learned w per pair: llama's near the target, gemma's near the draft, at two temperatures."""
     return pd.DataFrame([{"pair": pair, "task": "gsm8k", "head_task": None, "temperature": T, "seed": 0,
@@ -79,9 +100,10 @@ def test_quality_vs_time_keeps_pairs_apart():
         assert (dyn["x"], dyn["quality"]) == pytest.approx((v["seconds"], v["quality"])) and dyn["x_kind"] == "seconds"
         assert dyn["quality_low"] < v["quality"] < dyn["quality_high"]  # its 95% interval over the prompts
         assert points.loc[(pair, "autoregressive"), "x"] == 2 * v["seconds"]
-        sweep = points.loc[(pair, "sweep")]  # the dev sweep decodes batched: quality against acceptance
-        assert len(sweep) == 4 and set(sweep["x"]) == {v["alpha"] / 2, 0.75 * v["alpha"]}
-        assert set(sweep["x_kind"]) == {"acceptance"}
+        sweep = points.loc[(pair, "sweep")]  # the dev sweep: quality against acceptance, and against speed
+        accept = sweep[sweep["x_kind"] == "acceptance"]
+        assert len(accept) == 4 and set(accept["x"]) == {v["alpha"] / 2, 0.75 * v["alpha"]}
+        assert set(sweep["x_kind"]) == {"acceptance", "speedup"}
 
 
 def test_quality_vs_time_times_only_runs_at_batch_1():
@@ -97,7 +119,7 @@ def test_quality_vs_time_times_only_runs_at_batch_1():
 def test_quality_vs_time_keeps_the_dev_sweep_on_its_own_panel():
     """Regression: the dev split's sweep points were drawn among the eval split's methods, on one panel."""
     points = quality_vs_time_points(units(), runs(), sweeps(), 1.0)
-    assert set(points.loc[points["method"] == "sweep", "task"]) == {"gsm8k: dev sweep"}
+    assert set(points.loc[points["method"] == "sweep", "task"]) == {"gsm8k: dev, acceptance", "gsm8k: dev, speed"}
     assert set(points.loc[points["method"] != "sweep", "task"]) == {"gsm8k: eval"}
 
 
@@ -123,7 +145,7 @@ def test_weight_distribution_keeps_pairs_and_temperatures_apart():
 def test_acceptance_vs_weight_plots_one_temperature():
     """Regression: the K = 5 line averaged the T = 0.1 and T = 1.0 sweeps while the other K were T = 1 only."""
     sweeps = pd.DataFrame([{"pair": "p", "task": "arith", "K": K, "temperature": T, "mixing": m, "weight": w,
-                            "draft_acceptance_rate": alpha}
+                            "verifier": "strict" if w == 1.0 else "fixed", "draft_acceptance_rate": alpha}
                            for K, T, alpha in ((3, 1.0, 0.6), (5, 1.0, 0.4), (5, 0.1, 0.9), (7, 1.0, 0.2))
                            for m in ("linear", "logit") for w in (0.5, 1.0)])
     lines = acceptance_vs_weight_lines(sweeps, 1.0)

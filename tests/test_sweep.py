@@ -118,6 +118,9 @@ def test_grid_is_strict_then_each_mixing_then_each_family():
     points = grid((0.5,), ("linear",), {"lenient": [0.5], "cascade": [0.1, 0.3]}, deferrals=("chow", "opt"))
     assert [point_name(p) for p in points] == ["w1.0-linear", "w0.5-linear", "lenient-0.5", "cascade-chow-0.1",
                                                "cascade-chow-0.3", "cascade-opt-0.1", "cascade-opt-0.3"]
+    refs = grid((0.5,), ("linear",), head="h.safetensors", target_only=True)[-2:]  # the fronts' references, last
+    assert refs == [{"verifier": "dynamic", "head": "h.safetensors"}, {"verifier": "autoregressive"}]
+    assert [point_name(p) for p in refs] == ["dynamic", "autoregressive"]
     with pytest.raises(ValueError, match="unknown family 'dynamic' to sweep; allowed: cascade, lenient, typical"):
         grid((0.5,), ("linear",), {"dynamic": [0.5]})
 
@@ -223,12 +226,22 @@ def test_a_family_reads_its_knob_from_the_sweeps_choice(tmp_path):
 
 
 def test_sweep_weight_sweeps_the_families_on_tiny_pair(tiny_dir, tmp_path):
-    base = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), K=3,
-                     temperature=1.0, max_new_tokens=6, task="arith", split="dev", n=2)
-    choice = sweep_weight(base, tmp_path, weights=(0.5,), mixings=("linear",), families={"lenient": [0.0],
-                          "cascade": [1.0]}, progress=False)
+    """Each family at its knobs, and DIVERSED and the target alone on the same dev prompts as the fronts'
+    references: in the sweep's table (the target alone under the sweep's K), never chosen."""
+    from diversed.training.train import HeadTrainConfig, train_head
+
+    pair = {"target": str(tiny_dir / "tiny-target"), "draft": str(tiny_dir / "tiny-draft-l1")}
+    head = train_head(HeadTrainConfig(task="arith", n_train=2, epochs=1, batch_size=2, max_new_tokens=4,
+                                      rollout="sample", reward="fidelity", draft_layers=1, **pair),
+                      tmp_path / "head", progress=False)
+    base = RunConfig(**pair, K=3, temperature=1.0, max_new_tokens=6, task="arith", split="dev", n=2)
+    choice = sweep_weight(base, tmp_path / "sweep", weights=(0.5,), mixings=("linear",),
+                          families={"lenient": [0.0], "cascade": [1.0]}, head=head, target_only=True, progress=False)
+    tmp_path = tmp_path / "sweep"
     df = pd.read_csv(tmp_path / "sweep.csv").set_index("verifier")
-    assert set(df.index) == {"strict", "fixed", "lenient", "cascade"}
+    assert set(df.index) == {"strict", "fixed", "lenient", "cascade", "dynamic", "autoregressive"}
+    assert df.loc["autoregressive", "K"] == 3 and pd.isna(df.loc["autoregressive", "draft_acceptance_rate"])
+    assert df.loc["dynamic", "draft_acceptance_rate"] >= 0 and (tmp_path / "dynamic").is_dir()
     assert df.loc["cascade", "draft_acceptance_rate"] == 1.0  # chow at alpha 1 never defers: every draft kept
     assert df.loc["lenient", "knob"] == 0.0 and df.loc["cascade", "deferral"] == "chow"
     assert set(choice["families"]) == {"lenient", "cascade"}

@@ -49,6 +49,7 @@ def test_paper_config_builds_its_full_dag_offline(tree, configs, pairs):
     # sweeps: pairs x 4 tasks x 2 temperatures at K = 5, + pairs x 2 figure K
     assert counts["sweep"] == pairs * 4 * 2 + pairs * 2
     assert counts["time"] == pairs * 4 * 2  # every method timed in one job per pair, task and temperature
+    assert counts["time_sweep"] == pairs * 4 * 2  # the points of each sweep the runs read, timed in one job
     # every task's lambda chosen on dev: a head per value, and one sweep_lambda, per pair and task
     assert "train_head" not in counts and counts["distill_draft"] == pairs * 4
     assert counts["train_head_lambda"] == pairs * 4 * 3 and counts["sweep_lambda"] == pairs * 4
@@ -60,7 +61,7 @@ def test_default_config_dry_run(tree):
     # (capitals, open) x (T = 0.1, 1) x 1 seed; the transfer runs at T = 1 only
     assert counts["prepare_models"] == 1 and counts["decode"] == 2 * 2 and counts["decode_transfer"] == 2
     assert counts["sweep"] == 4  # (capitals, open) x (T = 0.1, 1) at K = 5 (the figure's K = 5 among them)
-    assert counts["time"] == 2 * 2
+    assert counts["time"] == 2 * 2 and counts["time_sweep"] == 2 * 2
 
 
 def test_untimed_jobs_run_side_by_side_and_timed_jobs_alone(tree):
@@ -71,12 +72,13 @@ def test_untimed_jobs_run_side_by_side_and_timed_jobs_alone(tree):
     threads = {}
     for job in planned(done.stdout):
         threads.setdefault(job["rule"], set()).add(job["threads"])
-    assert threads["time"] == threads["prepare_models"] == {2}, threads
+    assert threads["time"] == threads["time_sweep"] == threads["prepare_models"] == {2}, threads
     for rule in ("decode", "decode_transfer", "sweep", "sweep_lambda", "train_head", "train_head_lambda",
                  "distill_draft"):
         assert threads[rule] == {1}, (rule, threads)
     shell = [line.removeprefix("Shell command: ") for line in done.stdout.splitlines() if "diversed generate" in line]
-    timed, untimed = [s for s in shell if "logs/time/" in s], [s for s in shell if "logs/decode/" in s]
+    timed = [s for s in shell if "logs/time/" in s or "logs/time_sweep/" in s]
+    untimed = [s for s in shell if "logs/decode/" in s]
     assert timed and all(s.startswith("OMP_NUM_THREADS=2 ") for s in timed)
     assert untimed and all(s.startswith("OMP_NUM_THREADS=1 ") for s in untimed)
 
@@ -136,8 +138,10 @@ def test_sweeps_decode_the_dev_split(tree):
     done = snakemake("-n", "--forceall", "-p", "--configfile", with_config(tree, tasks=tasks), cwd=tree)
     lines = done.stdout.splitlines()
     sweeps = [line for line in lines if "diversed sweep-weight" in line]
-    decodes = [line for line in lines if "diversed generate" in line]
+    timed_sweeps = [line for line in lines if "diversed generate" in line and "results/sweep_timing/" in line]
+    decodes = [line for line in lines if "diversed generate" in line and line not in timed_sweeps]
     assert sweeps and all(" --split dev -n 2 " in line for line in sweeps)
+    assert timed_sweeps and all(" --split dev -n 2 --limit " in line for line in timed_sweeps)  # the fronts' speed
     assert decodes and all(" -n 3 " in line and "split=" not in line and "--split" not in line
                            for line in decodes)  # eval, the default
 
@@ -194,7 +198,11 @@ def test_smoke_config_end_to_end(smoke_run):
     families = pd.read_csv(wd / "results" / "tables" / "families.csv")
     assert set(families["method"]) >= {"Static ensemble (fixed w)", "Speculative cascade", "Lenient SD", "DIVERSED"}
     sweeps = pd.read_csv(wd / "results" / "tables" / "sweeps.csv")
-    assert {"cascade", "lenient", "fixed", "strict"} <= set(sweeps["verifier"])
+    assert {"cascade", "lenient", "fixed", "strict", "dynamic", "autoregressive"} <= set(sweeps["verifier"])
+    read = sweeps["K"] == 3  # the sweeps the runs read are timed at batch 1 (not the figure's K = 2 sweep)
+    assert sweeps.loc[read, "speedup"].notna().all() and sweeps.loc[~read, "speedup"].isna().all()
+    assert sweeps.loc[read & (sweeps["verifier"] == "autoregressive"), "speedup"].tolist() == pytest.approx([1.0] * 4)
+    assert set(sweeps.loc[read, "timed_prompts"]) == {2}
     assert list(pd.read_csv(wd / "results" / "tables" / "table1.csv")["method"]) == [
         "SD", "SD with fine-tuned draft", "DIVERSED"]
     assert len(list((wd / "figures").glob("*.png"))) == 6
@@ -217,10 +225,10 @@ def test_smoke_config_end_to_end(smoke_run):
     config["sweep"]["weights"] = [0.25]
     (wd / "config" / "smoke.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     counts = jobs(snakemake("-n", "--configfile", "config/smoke.yaml", cwd=wd).stdout)
-    assert set(counts) == {"sweep", "decode", "time", "aggregate", "plot", "report", "all"}, counts
-    # 2 tasks x 2 temperatures + the K-figure sweep (each keeps its finished points: see test_sweep), and the
-    # decode and timing jobs whose fixed run reads a re-chosen w
-    assert counts["sweep"] == 5 and counts["decode"] == 4 and counts["time"] == 4
+    assert set(counts) == {"sweep", "time_sweep", "decode", "time", "aggregate", "plot", "report", "all"}, counts
+    # 2 tasks x 2 temperatures + the K-figure sweep (each keeps its finished points: see test_sweep), their
+    # timing, and the decode and timing jobs whose fixed run reads a re-chosen w
+    assert counts["sweep"] == 5 and counts["time_sweep"] == 4 and counts["decode"] == 4 and counts["time"] == 4
 
 
 def planned(dry_run_output: str) -> list[dict]:
@@ -237,8 +245,8 @@ def planned(dry_run_output: str) -> list[dict]:
     return out
 
 
-GPU_RULES = {"decode", "decode_transfer", "time", "sweep", "train_head", "distill_draft", "train_head_lambda",
-             "sweep_lambda"}
+GPU_RULES = {"decode", "decode_transfer", "time", "sweep", "time_sweep", "train_head", "distill_draft",
+             "train_head_lambda", "sweep_lambda"}
 
 
 class Resources(dict):
@@ -291,7 +299,8 @@ def test_paper_config_fetches_every_hub_source_before_any_gpu_job(tree):
                      cwd=tree)  # Gemma 3 layered: three pairs
     assert jobs(done.stdout)["fetch_sources"] == 1
     gpu_jobs = [j for j in planned(done.stdout) if j["rule"] in GPU_RULES]
-    assert len(gpu_jobs) == 204 and all("resources/sources.json" in j["input"] for j in gpu_jobs)  # 24 timing jobs
+    # 24 timing jobs and 24 sweep timing jobs
+    assert len(gpu_jobs) == 228 and all("resources/sources.json" in j["input"] for j in gpu_jobs)
     fetch = next(line for line in done.stdout.splitlines() if "diversed fetch-sources" in line)
     for source in ("meta-llama/Llama-3.1-8B-Instruct", "google/gemma-3-4b-it", "Qwen/Qwen3-0.6B"):
         assert f"--model {source} " in fetch
@@ -327,13 +336,14 @@ def test_lambda_is_chosen_on_dev_for_the_tasks_of_the_lambda_sweep(tree):
 
 def test_quality_decodes_are_batched_and_timing_decodes_interleaved_at_batch_1(tree):
     """The decode, transfer, lambda and sweep jobs decode batch_size prompts together; the time job decodes the
-    first n_timing eval prompts at batch 1, every method interleaved prompt by prompt, in one job."""
+    first n_timing eval prompts at batch 1, every method interleaved prompt by prompt, in one job, and the
+    time_sweep job the sweep's points on the first dev prompts alike."""
     done = snakemake("-n", "--forceall", "-p", "--configfile", "config/smoke.yaml", cwd=tree)
     lines = re.findall(r"^Shell command: .*?(diversed (?:generate|sweep-weight|sweep-lambda) .*)$", done.stdout,
                        flags=re.M)
-    assert len(lines) == 4 + 4 + 1 + 1 + 5  # decode, time, transfer, lambda, sweep jobs
+    assert len(lines) == 4 + 4 + 1 + 1 + 5 + 4  # decode, time, transfer, lambda, sweep, time_sweep jobs
     timing = [line for line in lines if "--label timing=1" in line]
-    assert len(timing) == 4 and all("--interleave" in line and "--limit 2" in line and "--batch-size" not in line
+    assert len(timing) == 4 + 4 and all("--interleave" in line and "--limit 2" in line and "--batch-size" not in line
                                     for line in timing)
     assert all("--batch-size 2" in line for line in lines if line not in timing)
 

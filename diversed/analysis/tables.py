@@ -359,20 +359,46 @@ def sweep_units(sweeps: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*keys, "run_id", "prompt"])
 
 
+def sweep_speed(sweeps: pd.DataFrame, timing_dirs: list[str | Path]) -> pd.DataFrame:
+    """sweeps with each point's speed at batch 1 from its timing run (workflow rule time_sweep: the sweep's points,
+    DIVERSED and the target alone on the first n_timing dev prompts, interleaved in one job): timed_tokens_per_s
+    (total new tokens / total seconds), speedup and speedup_ci95 (its tokens/s over the target alone's on the same
+    prompts: a ratio of totals, paired over prompts), timed_prompts. A timing run matches the sweep point with its
+    pair, task, sweep folder (T{T}-K{K}) and point name; points without one keep nan."""
+    timed = {}
+    for d in map(Path, timing_dirs):
+        run = Run(d)
+        timed[(run.record()["pair"], run.config["task"], d.parent.name, d.name)] = pd.DataFrame(run.prompt_rows())
+    out = sweeps.reset_index(drop=True).assign(timed_tokens_per_s=np.nan, speedup=np.nan, speedup_ci95=np.nan,
+                                               timed_prompts=np.nan)
+    for i, r in out.iterrows():
+        key = (r["pair"], r["task"], Path(r["run_dir"]).parent.name)
+        g, base = timed.get((*key, Path(r["run_dir"]).name)), timed.get((*key, "autoregressive"))
+        if g is None:
+            continue
+        out.loc[i, ["timed_tokens_per_s", "timed_prompts"]] = [g["new_tokens"].sum() / g["seconds"].sum(),
+                                                               g["prompt"].nunique()]
+        if base is not None:
+            e = statistics.paired(g, base, "tokens_per_s", relative=True)
+            out.loc[i, ["speedup", "speedup_ci95"]] = [e.value, e.half]
+    return out
+
+
 def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str | Path] = (),
               table3_temperature: float | None = None, lambda_csvs: list[str | Path] = (),
-              timing_dirs: list[str | Path] = ()) -> list[Path]:
+              timing_dirs: list[str | Path] = (), sweep_timing_dirs: list[str | Path] = ()) -> list[Path]:
     """Under out/: runs.csv (one row per run, the timing runs included), prompts.csv (one
     row per (run, prompt): what the claims and figures read), sweeps.csv and sweep_prompts.csv (the static sweeps'
     points and their prompt rows), weights.csv, the paper's tables, the speed table and the lambda table.
 
     table3_temperature: the temperature of Table 3 (default: that of the cross-task runs); lambda_csvs: the lambda
     sweeps' tables (runs.sweep.sweep_lambda's lambda.csv); timing_dirs: the timing runs (label timing=1),
-    which only the speed table reads."""
+    which only the speed table reads; sweep_timing_dirs: the sweeps' timing runs (sweep_speed)."""
     out = Path(out)
     runs = collect([*run_dirs, *timing_dirs])
     units = prompt_table(runs)
-    sweeps = pd.concat([pd.read_csv(p) for p in sweep_csvs]) if sweep_csvs else pd.DataFrame(columns=SWEEP_COLUMNS)
+    sweeps = sweep_speed(pd.concat([pd.read_csv(p) for p in sweep_csvs], ignore_index=True) if sweep_csvs else
+                         pd.DataFrame(columns=SWEEP_COLUMNS), sweep_timing_dirs)
     written = {"runs.csv": runs, "prompts.csv": units, "sweeps.csv": sweeps, "sweep_prompts.csv": sweep_units(sweeps),
                "weights.csv": learned_weights(runs[~is_timing(runs)])}
     for name, frame in written.items():

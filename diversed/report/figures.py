@@ -68,7 +68,8 @@ def _legend(fig) -> None:
 def acceptance_vs_weight_lines(sweeps: pd.DataFrame, temperature: float) -> pd.DataFrame:
     """What the acceptance-vs-w figure plots: per (pair, task, K, w), the acceptance of the linear-mixing sweeps
     at one temperature."""
-    d = sweeps[(sweeps["mixing"] == "linear") & (sweeps["temperature"] == temperature)]
+    d = sweeps[(sweeps["mixing"] == "linear") & (sweeps["temperature"] == temperature)
+               & sweeps["verifier"].isin(["fixed", "strict"])]
     keys = ["pair", "task", "K", "weight"]
     return d.groupby(keys, as_index=False)["draft_acceptance_rate"].mean().sort_values(keys, ignore_index=True)
 
@@ -99,13 +100,14 @@ def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
 
 def quality_vs_time_points(units: pd.DataFrame, runs: pd.DataFrame, sweeps: pd.DataFrame,
                            temperature: float) -> pd.DataFrame:
-    """What the quality-vs-time figure plots, per pair at one temperature and the largest K, on two panels per
+    """What the quality-vs-time figure plots, per pair at one temperature and the largest K, on three panels per
     task that never mix splits. "{task}: eval" holds each method's seconds per sample, from its timed runs
     (tables.timed_units: batch 1, the methods interleaved in one job, on the same prompts), against its quality
     with its 95% interval over prompts, from its quality runs (every eval prompt, the same for every method).
-    "{task}: dev sweep" holds the sweep's points (method "sweep"; verifier strict, fixed or a family) on the dev
-    prompts, quality against acceptance (x_kind "acceptance"): the sweep decodes batched, untimed, and DIVERSED,
-    which decodes no dev prompts, is on the eval panel only."""
+    "{task}: dev, acceptance" and "{task}: dev, speed" hold the sweep's points (method "sweep"; verifier strict,
+    fixed, a family, dynamic for DIVERSED or autoregressive for the target alone), each at its quality over every
+    dev prompt, against its acceptance (x_kind "acceptance"; the target alone has none) and against its tokens/s
+    over the target alone's, timed at batch 1 on the first dev prompts (x_kind "speedup", tables.sweep_speed)."""
     d = units[(units["temperature"] == temperature) & (units["head_task"] == "")]
     K = d["K"].max()
     d = d[d["K"].isna() | (d["K"] == K)]  # the baselines have no K
@@ -121,33 +123,53 @@ def quality_vs_time_points(units: pd.DataFrame, runs: pd.DataFrame, sweeps: pd.D
                      "quality": q.value, "quality_low": q.low, "quality_high": q.high})
     s = sweeps[(sweeps["temperature"] == temperature) & (sweeps["K"] == K)]
     s = s.merge(d[["pair", "task"]].drop_duplicates(), on=["pair", "task"])
-    s = s.assign(method="sweep", task=s["task"] + ": dev sweep", x=s["draft_acceptance_rate"], x_kind="acceptance",
-                 quality_low=float("nan"), quality_high=float("nan"))
-    return pd.concat([pd.DataFrame(rows, columns=cols), s[cols]], ignore_index=True).sort_values(
+    s = s.assign(method="sweep", quality_low=float("nan"), quality_high=float("nan"))
+    speed = s["speedup"] if "speedup" in s else pd.Series(float("nan"), index=s.index)
+    dev = [s.assign(task=s["task"] + ": dev, acceptance", x=s["draft_acceptance_rate"], x_kind="acceptance"),
+           s.assign(task=s["task"] + ": dev, speed", x=speed, x_kind="speedup")]
+    return pd.concat([pd.DataFrame(rows, columns=cols), *(f[cols] for f in dev)], ignore_index=True).sort_values(
         ["pair", "task"], ignore_index=True)
+
+
+def _dev_panel(ax, s: pd.DataFrame) -> None:
+    """One dev panel of the quality-vs-time figure: strict, each family's points and front (more x, more quality;
+    every front starts at strict), DIVERSED, and the target alone (a point at speedup 1, a line on acceptance)."""
+    kind = s["x_kind"].iloc[0]
+    strict = s[s["verifier"] == "strict"]
+    ax.scatter(strict["x"], strict["quality"], marker=MARKERS["strict"], c=COLORS["strict"], s=30,
+               label="SD (dev split)", zorder=3)
+    references = ("strict", "dynamic", "autoregressive")
+    for family, f in s[~s["verifier"].isin(references)].groupby("verifier"):
+        f = pd.concat([strict, f]).dropna(subset=["x"])
+        colour = "0.5" if family == "fixed" else COLORS.get(family, "k")
+        name = "static" if family == "fixed" else METHOD_NAMES.get(family, family)
+        ax.scatter(f["x"], f["quality"], c=colour, s=14, marker=MARKERS.get(family, "o"),
+                   label=f"{name} sweep (dev split)")
+        front = pareto_front(f.assign(x=-f["x"]), "x", "quality")
+        ax.plot(-front["x"], front["quality"], c=colour, lw=1, ls="--")
+    for method in ("dynamic", "autoregressive"):
+        r = s[s["verifier"] == method]
+        label = f"{METHOD_NAMES[method]} (dev split)"
+        if r.empty:
+            continue
+        if r["x"].notna().any():
+            ax.scatter(r["x"], r["quality"], marker=MARKERS[method], c=COLORS[method], s=70, label=label, zorder=4)
+        elif method == "autoregressive":  # no acceptance: its quality as a line
+            ax.axhline(r["quality"].iloc[0], c=COLORS[method], lw=1, ls=":", label=label)
+    ax.set(xlabel="acceptance rate (dev split)" if kind == "acceptance" else
+           "tokens/s × the target alone (batch 1, dev split)", ylabel=s["metric"].iloc[0])
 
 
 def quality_vs_time(units: pd.DataFrame, runs: pd.DataFrame, sweeps: pd.DataFrame, stem: Path,
                     temperature: float) -> list[Path]:
     """Quality vs time per sample: per task, the methods on the eval prompts (target only, draft only, SD, the
     fine-tuned draft, the fixed w, DIVERSED and each relaxed family at its chosen setting, with 95% intervals)
-    and, on its own panel, every family's sweep on the dev prompts with its front (quality against acceptance)."""
+    and, on two panels of their own, every family's sweep on the dev prompts with its front, beside DIVERSED and
+    the target alone on the same prompts: quality against acceptance, and against tokens/s at batch 1."""
     fig, panels = _panels(quality_vs_time_points(units, runs, sweeps, temperature), f" (T = {temperature:g})")
     for ax, _, _, g in panels:
-        s = g[g["method"] == "sweep"]
-        if len(s):
-            strict = s[s["verifier"] == "strict"]
-            ax.scatter(strict["x"], strict["quality"], marker=MARKERS["strict"], c=COLORS["strict"], s=30,
-                       label="SD (dev split)", zorder=3)
-            for family, f in s[s["verifier"] != "strict"].groupby("verifier"):
-                f = pd.concat([strict, f])  # every family's front starts at strict
-                colour = "0.5" if family == "fixed" else COLORS.get(family, "k")
-                name = "static" if family == "fixed" else METHOD_NAMES.get(family, family)
-                ax.scatter(f["x"], f["quality"], c=colour, s=14, marker=MARKERS.get(family, "o"),
-                           label=f"{name} sweep (dev split)")
-                front = pareto_front(f.assign(x=-f["x"]), "x", "quality")  # more acceptance, more quality
-                ax.plot(-front["x"], front["quality"], c=colour, lw=1, ls="--")
-            ax.set(xlabel="acceptance rate (dev split)", ylabel=g["metric"].iloc[0])
+        if (g["method"] == "sweep").any():
+            _dev_panel(ax, g)
         for method in sorted(set(g["method"]) - {"sweep"}, key=lambda m: (METHODS + (m,)).index(m)):
             r = g[g["method"] == method]
             err = [(r["quality"] - r["quality_low"]).fillna(0), (r["quality_high"] - r["quality"]).fillna(0)]

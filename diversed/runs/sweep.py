@@ -94,9 +94,11 @@ def setting(row: dict) -> dict:
     return {"knob": row["knob"]} | ({"deferral": row["deferral"]} if row["verifier"] == "cascade" else {})
 
 
-def grid(weights=WEIGHTS, mixings=MIXINGS, families: dict | None = None, deferrals=("chow",)) -> list[dict]:
+def grid(weights=WEIGHTS, mixings=MIXINGS, families: dict | None = None, deferrals=("chow",),
+         head: str | Path | None = None, target_only: bool = False) -> list[dict]:
     """The sweep's points as RunConfig changes: strict (w = 1) first, then every w < 1 of the grid with each
-    mixing, then each family's knobs (families: {verifier: knobs}; cascade's at each deferral rule)."""
+    mixing, then each family's knobs (families: {verifier: knobs}; cascade's at each deferral rule), then DIVERSED
+    with head and the target alone where asked (the references each front is drawn against; no choice reads them)."""
     for w in weights:
         if not 0 <= w <= 1:
             raise ValueError(f"weight w must be in [0, 1], got {w}")
@@ -107,15 +109,21 @@ def grid(weights=WEIGHTS, mixings=MIXINGS, families: dict | None = None, deferra
             raise ValueError(f"unknown family {family!r} to sweep; allowed: {', '.join(FAMILIES)}")
         for rule in deferrals if family == "cascade" else [None]:
             points += [{"verifier": family, "knob": float(x)} | ({"deferral": rule} if rule else {}) for x in knobs]
+    if head is not None:
+        points.append({"verifier": "dynamic", "head": str(head)})
+    if target_only:
+        points.append({"verifier": "autoregressive"})
     return points
 
 
 def point_name(point: dict) -> str:
-    """A point's folder in a sweep: w1.0-linear (strict), w0.5-linear, lenient-0.5, cascade-opt-0.3 (the
-    workflow's layout too)."""
+    """A point's folder in a sweep: w1.0-linear (strict), w0.5-linear, lenient-0.5, cascade-opt-0.3, dynamic,
+    autoregressive (the workflow's layout too)."""
     v = point["verifier"]
     if v == "strict":
         return "w1.0-linear"
+    if v in ("dynamic", "autoregressive"):
+        return v
     if v == "fixed":
         return f"w{float(point['weight'])}-{point['mixing']}"
     return "-".join([v, *([point["deferral"]] if "deferral" in point else []), f"{float(point['knob']):g}"])
@@ -145,6 +153,9 @@ def choose_runs(run_dirs: list[str | Path], out: str | Path, tolerance: float | 
     out = Path(out)
     runs = [Run(d) for d in run_dirs]
     rows = [run_row(run) for run in runs]
+    K = next((r["K"] for r in rows if r["verifier"] == "strict"), None)
+    for r in rows:  # the target alone has no K: its row carries the sweep's
+        r["K"] = K if r["K"] is None else r["K"]
     for key in ("task", "split"):
         if len({r[key] for r in rows}) != 1:
             raise ValueError(f"a sweep covers one {key}; the runs given cover {sorted({str(r[key]) for r in rows})}")
@@ -160,13 +171,15 @@ def choose_runs(run_dirs: list[str | Path], out: str | Path, tolerance: float | 
 
 
 def sweep_weight(base: RunConfig, out: str | Path, *, weights=WEIGHTS, mixings=MIXINGS, families: dict | None = None,
-                 deferrals=("chow",), tolerance: float | None = None, progress: bool = True,
-                 labels: dict | None = None, batch_size: int = 1, execution: Execution | None = None) -> dict:
-    """Every point of the grid, then the choice: out/{point}/ runs, out/sweep.csv/.md and out/choice.json."""
+                 deferrals=("chow",), head: str | Path | None = None, target_only: bool = False,
+                 tolerance: float | None = None, progress: bool = True, labels: dict | None = None,
+                 batch_size: int = 1, execution: Execution | None = None) -> dict:
+    """Every point of the grid (with DIVERSED at head and the target alone where asked), then the choice:
+    out/{point}/ runs, out/sweep.csv/.md and out/choice.json."""
     out, models = Path(out), {}
     runs = [sweep_point(base, point, out / point_name(point), progress=progress, labels=labels, models=models,
                         batch_size=batch_size, execution=execution)
-            for point in grid(weights, mixings, families, deferrals)]
+            for point in grid(weights, mixings, families, deferrals, head, target_only)]
     return choose_runs(runs, out, tolerance)
 
 

@@ -8,7 +8,7 @@ from snakemake.utils import validate
 
 from diversed.training.draft import DraftRecipe
 from diversed.decoding.engine import VERIFIERS
-from diversed.runs.sweep import FAMILIES as SWEPT_FAMILIES
+from diversed.runs.sweep import FAMILIES as SWEPT_FAMILIES, grid, point_name
 from diversed.decoding.sources import hub_model, hub_sources, hub_task
 from diversed.tasks import registry
 from diversed.training.train import DistillConfig, HeadTrainConfig
@@ -75,6 +75,7 @@ TIMING_RUN = "results/timing/{pair}/{task}/{method}/T{T}-K{K}"  # batch 1, the f
 TIMING_BASELINE = "results/timing/{pair}/{task}/{baseline}/T{T}"
 TIMING_SEED = config["seeds"][0]
 SWEEP_DIR = "results/sweeps/{pair}/{task}/T{T}-K{K}"
+SWEEP_TIMING = "results/sweep_timing/{pair}/{task}/T{T}-K{K}"  # batch 1, a sweep's points on the first n_timing dev prompts
 LAMBDA_DIR = "results/lambda/{pair}/{task}"  # a lambda sweep: dev runs, lambda.csv, choice.json
 LAMBDA_HEAD = "results/lambda/{pair}/{task}/heads/lambda{lam}"  # beside the sweep's runs, lambda{lam}/
 
@@ -133,6 +134,52 @@ def sweeps():
 
 HUB = hub_sources(config)  # the hub models and hub datasets this config reads
 SOURCES = "resources/sources.json"  # fetch_sources' record: every HUB source is in the Hugging Face cache
+
+
+def sweep_points():
+    """A sweep's points as (folder name, RunConfig changes): strict, the w grid, each family's knobs of methods, then
+    DIVERSED (head: the task's, given by the job) and the target alone where methods have them."""
+    points = grid(SWEEP["weights"], SWEEP["mixings"], {f: SWEEP["families"][f] for f in FAMILIES},
+                  SWEEP["deferrals"], head="{head}" if "dynamic" in SPECULATIVE else None,
+                  target_only="autoregressive" in config["methods"])
+    return [(point_name(p), p) for p in points]
+
+
+def timed_sweeps():
+    """The sweeps timed at batch 1 (time_sweep): those whose choice the runs read, at every (pair, task, T, K)."""
+    if not CHOSEN:
+        return []
+    return [SWEEP_TIMING.format(pair=pair, task=task, T=temperature(T), K=K)
+            for pair, task, T, K in itertools.product(PAIRS, TASKS, config["temperatures"], config["K"])]
+
+
+def sweep_timing_outputs(name):
+    """A file of every run of time_sweep's (pair, task, T, K): one per sweep point."""
+    return [f"{SWEEP_TIMING}/{point}/{name}" for point, _ in sweep_points()]
+
+
+def sweep_timing_runs(wildcards, input, output):
+    """time_sweep's --run list: each sweep point's changes at the sweep's K (DIVERSED with the task's head)."""
+    specs = []
+    for manifest, (_, point) in zip(output.manifests, sweep_points(), strict=True):
+        changes = {k: (input.head if v == "{head}" else v) for k, v in point.items()}
+        K = None if point["verifier"] in BASELINES else int(wildcards.K)
+        specs.append(run_spec(os.path.dirname(manifest), point["verifier"], K, **changes))
+    return " ".join(specs)
+
+
+def sweep_inputs(wildcards):
+    """What a sweep (and its timing) reads besides the models: the task's head, for DIVERSED's reference point."""
+    inputs = models(wildcards)
+    if "dynamic" in SPECULATIVE:
+        inputs["head"] = f"results/heads/{wildcards.pair}/{wildcards.task}/head.safetensors"
+    return inputs
+
+
+def sweep_references(wildcards, input):
+    """sweep-weight's reference points: DIVERSED with the task's head, the target alone."""
+    return " ".join(([f"--head {input.head}"] if "dynamic" in SPECULATIVE else []) +
+                    (["--target-only"] if "autoregressive" in config["methods"] else []))
 
 
 def models(wildcards):

@@ -4,6 +4,7 @@ rule aggregate:
     input:
         scores=[f"{run}/scores.json" for run in runs()],
         timing_scores=[f"{run}/scores.json" for run in timing_runs()],
+        sweep_timing_scores=[f"{sweep}/{point}/scores.json" for sweep in timed_sweeps() for point, _ in sweep_points()],
         sweeps=[f"{sweep}/sweep.csv" for sweep in sweeps()],
         lambda_sweeps=lambda_sweeps(),
     output:
@@ -16,6 +17,7 @@ rule aggregate:
     params:
         runs=lambda wildcards, input: [os.path.dirname(s) for s in input.scores],
         timing_runs=lambda wildcards, input: [os.path.dirname(s) for s in input.timing_scores],
+        sweep_timing_runs=lambda wildcards, input: [os.path.dirname(s) for s in input.sweep_timing_scores],
         lambda_sweeps=lambda wildcards, input: f"--lambda-sweeps {' '.join(input.lambda_sweeps)}"
         if input.lambda_sweeps else "",
         transfer_temperature=temperature(config["transfer_temperature"]),
@@ -27,6 +29,7 @@ rule aggregate:
         "../../environment.yml"
     shell:
         "diversed aggregate --runs {params.runs} --timing-runs {params.timing_runs} --sweeps {input.sweeps} "
+        "--sweep-timing-runs {params.sweep_timing_runs} "
         "{params.lambda_sweeps} "
         "--transfer-temperature {params.transfer_temperature} --out {params.out} > {log} 2>&1"
 
