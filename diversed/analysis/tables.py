@@ -376,7 +376,7 @@ def sweep_speed(sweeps: pd.DataFrame, timing_dirs: list[str | Path]) -> pd.DataF
         g, base = timed.get((*key, Path(r["run_dir"]).name)), timed.get((*key, "autoregressive"))
         if g is None:
             continue
-        out.loc[i, ["timed_tokens_per_s", "timed_prompts"]] = [g["new_tokens"].sum() / g["seconds"].sum(),
+        out.loc[i, ["timed_tokens_per_s", "timed_prompts"]] = [statistics.estimate(g, "tokens_per_s").value,
                                                                g["prompt"].nunique()]
         if base is not None:
             e = statistics.paired(g, base, "tokens_per_s", relative=True)

@@ -136,12 +136,15 @@ HUB = hub_sources(config)  # the hub models and hub datasets this config reads
 SOURCES = "resources/sources.json"  # fetch_sources' record: every HUB source is in the Hugging Face cache
 
 
+# the fronts' references each sweep decodes beside its points, where methods have them
+SWEEP_HEAD, SWEEP_TARGET = "dynamic" in SPECULATIVE, "autoregressive" in config["methods"]
+
+
 def sweep_points():
     """A sweep's points as (folder name, RunConfig changes): strict, the w grid, each family's knobs of methods, then
     DIVERSED (head: the task's, given by the job) and the target alone where methods have them."""
     points = grid(SWEEP["weights"], SWEEP["mixings"], {f: SWEEP["families"][f] for f in FAMILIES},
-                  SWEEP["deferrals"], head="{head}" if "dynamic" in SPECULATIVE else None,
-                  target_only="autoregressive" in config["methods"])
+                  SWEEP["deferrals"], head="{head}" if SWEEP_HEAD else None, target_only=SWEEP_TARGET)
     return [(point_name(p), p) for p in points]
 
 
@@ -171,15 +174,14 @@ def sweep_timing_runs(wildcards, input, output):
 def sweep_inputs(wildcards):
     """What a sweep (and its timing) reads besides the models: the task's head, for DIVERSED's reference point."""
     inputs = models(wildcards)
-    if "dynamic" in SPECULATIVE:
+    if SWEEP_HEAD:
         inputs["head"] = f"results/heads/{wildcards.pair}/{wildcards.task}/head.safetensors"
     return inputs
 
 
 def sweep_references(wildcards, input):
     """sweep-weight's reference points: DIVERSED with the task's head, the target alone."""
-    return " ".join(([f"--head {input.head}"] if "dynamic" in SPECULATIVE else []) +
-                    (["--target-only"] if "autoregressive" in config["methods"] else []))
+    return " ".join(([f"--head {input.head}"] if SWEEP_HEAD else []) + (["--target-only"] if SWEEP_TARGET else []))
 
 
 def models(wildcards):
