@@ -15,8 +15,9 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from diversed.decoding.engine import Decoding, Execution, Sampling, speculative_generate
+from diversed.decoding.engine import speculative_generate
 from diversed.decoding.models import truncated_draft
+from diversed.decoding.settings import Decoding, Execution, Sampling
 from diversed.utils import command_line, provenance, record_result, write_json, write_text
 
 

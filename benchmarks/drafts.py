@@ -12,8 +12,9 @@ import dataclasses
 import torch
 
 from diversed.bench import step_ms
-from diversed.decoding.engine import Decoding, Execution, Sampling, speculative_generate
+from diversed.decoding.engine import speculative_generate
 from diversed.decoding.models import draft_vocabulary, encode_prompt, load_model, load_tokenizer
+from diversed.decoding.settings import Decoding, Execution, Sampling
 from diversed.decoding.stats import summarize
 from diversed.tasks import get_task
 from diversed.utils import command_line, provenance, record_result, write_json, write_text

@@ -18,7 +18,8 @@ import time
 import torch
 
 from diversed.bench import hf_generate, ideal_speedup, step_ms, time_prompts
-from diversed.decoding.engine import Decoding, Execution, Sampling, speculative_generate, synchronize
+from diversed.decoding.engine import speculative_generate, synchronize
+from diversed.decoding.settings import Decoding, Execution, Sampling
 from diversed.decoding.stats import summarize
 from diversed.utils import command_line, provenance, record_result, write_json, write_text
 

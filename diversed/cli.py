@@ -8,9 +8,9 @@ import sys
 import typing
 from pathlib import Path
 
-from diversed.decoding.models import DEFAULT_DRAFT_LAYERS
+from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, FAMILIES, RULES
 from diversed.runs.run import RunConfig
-from diversed.training.train import DistillConfig, HeadTrainConfig
+from diversed.training.settings import DistillConfig, HeadTrainConfig
 from diversed.utils import field_type, write_json, write_text
 
 
@@ -27,6 +27,7 @@ def add_config_args(p: argparse.ArgumentParser, cls: type, *, required: tuple[st
         kind = field_type(hints[f.name])
         required_ = f.name in required
         p.add_argument(flag, dest=f.name, type=kind, default=None if required_ else f.default, required=required_,
+                       choices=f.metadata.get("choices"),
                        help=help if required_ or f.default is None else f"{help} (default %(default)s)")
 
 
@@ -45,7 +46,7 @@ def _execution_args(p: argparse.ArgumentParser) -> None:
 
 
 def _execution(a: argparse.Namespace):
-    from diversed.decoding.engine import Execution
+    from diversed.decoding.settings import Execution
 
     return Execution.here(a.capture, not a.no_fastpath)
 
@@ -61,7 +62,8 @@ def _pair_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_prepare_models(a: argparse.Namespace) -> None:
-    from diversed.decoding.models import EMBEDDED_DRAFTS, prepare_tiny, resources_dir
+    from diversed.decoding.models import prepare_tiny, resources_dir
+    from diversed.decoding.settings import EMBEDDED_DRAFTS
     from diversed.training.embedded import prepare_embedded
     from diversed.utils import provenance, write_json
 
@@ -184,7 +186,8 @@ def cmd_bench(a: argparse.Namespace) -> None:
 
 
 def cmd_train_head(a: argparse.Namespace) -> None:
-    from diversed.training.train import HeadTrainConfig, load_log, train_head
+    from diversed.training.settings import HeadTrainConfig
+    from diversed.training.train import load_log, train_head
 
     cfg = config_from_args(HeadTrainConfig, a)
     cfg.validate()
@@ -195,7 +198,8 @@ def cmd_train_head(a: argparse.Namespace) -> None:
 
 
 def cmd_train_draft(a: argparse.Namespace) -> None:
-    from diversed.training.train import DistillConfig, distill_draft
+    from diversed.training.finetune import distill_draft
+    from diversed.training.settings import DistillConfig
 
     cfg = config_from_args(DistillConfig, a)
     cfg.validate()
@@ -396,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/runs", help="parent folder of the run directory")
     p.add_argument("--run-dir", help="write the run exactly here instead of OUT/{run_id}")
     p.add_argument("--weight-file", help="take the verifier's setting from a sweep's choice.json (fixed: --weight "
-                   "and --mixing; cascade, lenient, typical, topk, fly: --knob and --deferral)")
+                   f"and --mixing; {', '.join(FAMILIES)}: --knob and --deferral)")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                    help="a label stored in the manifest (pair, experiment, ...); not part of the run_id")
     p.add_argument("--run", action="append", nargs="+", default=[], metavar="DIR [KEY=VALUE ...]",
@@ -432,8 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", type=float, nargs="+", help="the grid of w (default: the paper's, 0 to 0.9); "
                    "strict (w = 1) is always added")
     p.add_argument("--mixings", nargs="+", help="linear | logit (default: both)")
-    for family, knob in (("cascade", "alpha"), ("lenient", "l"), ("typical", "epsilon"), ("topk", "k"),
-                         ("fly", "entropy threshold")):
+    for family in FAMILIES:
+        knob = RULES[family].knob
         p.add_argument(f"--{family}", type=float, nargs="+", metavar=knob.split()[-1].upper(),
                        help=f"also sweep the {family} verifier at these values of its {knob}")
     p.add_argument("--deferrals", nargs="+", default=["chow"], help="cascade's deferral rules swept: chow | diff | "

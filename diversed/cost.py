@@ -15,6 +15,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from diversed.plan import Plan, load
+from diversed.training.settings import TEXT_BATCH
+
 GB = 1e9
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 JOBS = ("decode", "train_head", "distill")
@@ -109,7 +112,6 @@ FLOPS = 4e14  # bf16 multiply-adds x 2 per second, sustained (an H100's dense pe
 LAYER_MS = 0.25
 TAU = 1.25  # tokens per speculative step at a low acceptance (alpha ~0.2 with K = 5): the slow end
 PROMPT_TOKENS = {"gsm8k": 150, "mbpp": 150, "cnndm": 900, "xsum": 500}  # typical prompt lengths (others: 256)
-TEXT_BATCH = 16  # the fine-tuned draft's text: target prompts decoded together (training.train.TEXT_BATCH)
 
 
 def step_ms(a: Arch, rows: int = 1, tokens: int = 1, context: int = 0, dtype: str = "bfloat16") -> float:
@@ -150,22 +152,20 @@ def crossover(target: str, draft: str, *, K: int = 5, tau: float = 3.0, context:
 
 
 RULES = ("decode", "time", "sweep", "time_sweep", "sweep_lambda", "train_head", "distill_draft")
+PRICED_AS = {"decode_transfer": "decode", "train_head_lambda": "train_head"}  # rules priced under another's column
 
 
-def job_ms(config: dict, pair: str) -> dict[str, list[float]]:
-    """GPU milliseconds of every job of each GPU rule for one pair of a workflow config, every completion at full
-    length: quality decodes (decode, its transfer runs, sweep, sweep_lambda) at the config's batch_size, timing
-    decodes at batch 1 (time: the first n_timing eval prompts; time_sweep: the first sweep.n_timing dev prompts),
-    head rollouts train_head.batch_size at a time and the fine-tuned draft's text TEXT_BATCH at a time; a
-    speculative token costs token_ms at TAU, over each task's mean context.
-    Transfer runs count under decode (their jobs are decode_transfer's), the lambda sweep's heads under train_head
-    (train_head_lambda's)."""
-    p, tasks = config["pairs"][pair], config["tasks"]
+def job_ms(plan: Plan, pair: str) -> dict[str, list[float]]:
+    """GPU milliseconds of every job of each GPU rule for one pair of a workflow plan (diversed.plan), every
+    completion at full length: each decoding run of a job (quality decodes at the config's batch_size, timing
+    decodes at batch 1) costs prompts x max_new_tokens x its per-token time (the target alone, the draft alone,
+    or a speculative token at TAU: token_ms), over the task's mean context; head training decodes n_train x
+    epochs rollouts of max_new_tokens, batch_size at a time, through both models; the fine-tuned draft's text is
+    the target's, TEXT_BATCH prompts at a time. Transfer runs count under decode, the lambda sweep's heads under
+    train_head (PRICED_AS)."""
+    p = plan.pairs[pair]
     dtype = p.get("dtype", "bfloat16")
     t, d = arch(p["target"]), arch(p["draft"])
-    B = config.get("batch_size", 1)
-    baselines = [m for m in config["methods"] if m in ("autoregressive", "draft")]
-    speculative = [m for m in config["methods"] if m not in baselines]
     jobs: dict[str, list[float]] = {rule: [] for rule in RULES}
 
     def per_token(K, rows, ctx, model=None):
@@ -173,85 +173,62 @@ def job_ms(config: dict, pair: str) -> dict[str, list[float]]:
             return step_ms(model, rows, 1, ctx, dtype) / rows
         return token_ms(t, d, K=K, rows=rows, context=ctx, dtype=dtype)
 
-    def point(rows, ctx):  # every method of one decode job, per token of a prompt
-        alone = sum(per_token(None, rows, ctx, t if b == "autoregressive" else d) for b in baselines)
-        return alone + len(speculative) * sum(per_token(K, rows, ctx) for K in config["K"])
+    def context(task, new):
+        return PROMPT_TOKENS.get(task, 256) + new // 2
 
-    for name, task in tasks.items():
-        new = task["max_new_tokens"]
-        ctx = PROMPT_TOKENS.get(name, 256) + new // 2
-        tokens = task["n_eval"] * new
-        runs = len(config["temperatures"]) * len(config["seeds"])
-        jobs["decode"] += [tokens * point(B, ctx)] * runs
-        jobs["decode"] += [tokens * sum(per_token(K, B, ctx) for K in config["K"])] * (
-            len(config["seeds"]) * sum(x["eval"] == name for x in config["transfer"]))
-        timed = min(task.get("n_timing", task["n_eval"]), task["n_eval"])
-        jobs["time"] += [timed * new * point(1, ctx)] * len(config["temperatures"])
-        h = config["train_head"]
-        lam = config.get("lambda_sweep", {})
-        swept = name in lam.get("tasks", [])
-        heads = len(lam["values"]) if swept else 1  # a lambda sweep trains one head per value
-        jobs["train_head"] += [task["n_train"] * h["epochs"] * h["max_new_tokens"] * (
-            per_token(None, h["batch_size"], ctx, t) + per_token(None, h["batch_size"], ctx, d))] * heads
-        if swept:  # sweep_lambda: strict and each head on the dev prompts
-            jobs["sweep_lambda"].append((1 + heads) * task["n_dev"] * new * per_token(config["K"][0], B, ctx))
-        jobs["distill_draft"].append(task["n_train"] * config["distill"]["max_new_tokens"]
-                                     * per_token(None, TEXT_BATCH, ctx, t))
-    sweep = config["sweep"]
-    families = {f: v for f, v in sweep.get("families", {}).items() if f in config["methods"]}
-    points = 1 + len([w for w in sweep["weights"] if w != 1]) * len(sweep["mixings"]) + sum(
-        len(v) * (len(sweep.get("deferrals", ["chow"])) if f == "cascade" else 1) for f, v in families.items())
-    points += "dynamic" in config["methods"]  # DIVERSED, the fronts' reference (the target alone below)
+    def run_ms(r):
+        ctx = context(r.task, r.max_new_tokens)
+        alone = {"autoregressive": t, "draft": d}.get(r.verifier)
+        return r.prompts * r.max_new_tokens * per_token(r.K, r.batch_size, ctx, alone)
 
-    def sweep_point_ms(task, K, rows, prompts):  # every point of one sweep on `prompts` dev prompts
-        new = tasks[task]["max_new_tokens"]
-        ctx = PROMPT_TOKENS.get(task, 256) + new // 2
-        alone = per_token(None, rows, ctx, t) if "autoregressive" in baselines else 0.0
-        return prompts * new * (points * per_token(K, rows, ctx) + alone)
-
-    timed = {(task, float(T), K) for task in tasks for T in config["temperatures"] for K in config["K"]} \
-        if "fixed" in config["methods"] or families else set()
-    sweeps = timed | {(task, float(sweep.get("figure_temperature", 1.0)), K) for task in sweep.get("figure_tasks", [])
-                      for K in sweep.get("figure_K", [])}
-    jobs["sweep"] = [sweep_point_ms(task, K, B, tasks[task]["n_dev"]) for task, _, K in sorted(sweeps)]
-    timing = {task: min(sweep.get("n_timing") or tasks[task].get("n_timing", tasks[task]["n_dev"]),
-                        tasks[task]["n_dev"]) for task in tasks}
-    jobs["time_sweep"] = [sweep_point_ms(task, K, 1, timing[task]) for task, _, K in sorted(timed)]
+    for job in plan.jobs:
+        if job.pair != pair or PRICED_AS.get(job.rule, job.rule) not in RULES:
+            continue
+        rule, cfg = PRICED_AS.get(job.rule, job.rule), job.train
+        if rule == "train_head":
+            ctx = context(cfg.task, plan.tasks[cfg.task]["max_new_tokens"])
+            ms = cfg.n_train * cfg.epochs * cfg.max_new_tokens * (
+                per_token(None, cfg.batch_size, ctx, t) + per_token(None, cfg.batch_size, ctx, d))
+        elif rule == "distill_draft":
+            ctx = context(cfg.task, plan.tasks[cfg.task]["max_new_tokens"])
+            ms = cfg.n_train * cfg.max_new_tokens * per_token(None, TEXT_BATCH, ctx, t)
+        else:
+            ms = sum(run_ms(r) for r in job.runs)
+        jobs[rule].append(ms)
     return jobs
 
 
-def gpu_hours(config: dict, pair: str) -> dict[str, float]:
-    """GPU-hours of each GPU rule for one pair of a workflow config: its jobs' job_ms, summed."""
-    return {rule: sum(ms) / 3.6e6 for rule, ms in job_ms(config, pair).items()}
+def gpu_hours(plan: Plan, pair: str) -> dict[str, float]:
+    """GPU-hours of each GPU rule for one pair of a workflow plan: its jobs' job_ms, summed."""
+    return {rule: sum(ms) / 3.6e6 for rule, ms in job_ms(plan, pair).items()}
 
 
-def longest_job_minutes(config: dict) -> dict[str, float]:
-    """GPU minutes of the longest job of each GPU rule over every pair of a workflow config (computed): what a
+def longest_job_minutes(plan: Plan) -> dict[str, float]:
+    """GPU minutes of the longest job of each GPU rule over every pair of a workflow plan (computed): what a
     cluster profile's time limit per rule must cover."""
-    return {rule: max((max(job_ms(config, name)[rule], default=0.0) for name in config["pairs"]), default=0.0)
+    return {rule: max((max(job_ms(plan, name)[rule], default=0.0) for name in plan.pairs), default=0.0)
             / 6e4 for rule in RULES}
 
 
-def disk_gb(config: dict, pair: str) -> float:
-    """The pair's checkpoints in the Hugging Face cache, and one fine-tuned draft per task (saved in the pair's
+def disk_gb(plan: Plan, pair: str) -> float:
+    """The pair's checkpoints in the Hugging Face cache, and the fine-tuned drafts its jobs save (in the pair's
     dtype), in GB."""
-    p = config["pairs"][pair]
+    p = plan.pairs[pair]
     b, t, d = BYTES[p.get("dtype", "bfloat16")], arch(p["target"]), arch(p["draft"])
-    drafts = len(config["tasks"]) if "finetuned" in config["methods"] else 0
+    drafts = sum(job.pair == pair for job in plan.of("distill_draft"))
     return (t.params + (1 + drafts) * d.params) * b / GB
 
 
-def cost_table(config: dict) -> str:
+def cost_table(plan: Plan) -> str:
     """Markdown: the computed GPU-hours of each pair by rule, and its disk."""
-    rules = RULES
     rows = ["| pair | decode | time | sweep | sweep timing | lambda sweep | train head | distill | GPU-hours | disk |",
             "|---|---|---|---|---|---|---|---|---|---|"]
-    for name in config["pairs"]:
-        h = gpu_hours(config, name)
-        rows.append(f"| {name} | " + " | ".join(f"{h[r]:.1f}" for r in rules)
-                    + f" | {sum(h.values()):.0f} | {disk_gb(config, name):.0f} GB |")
-    total_hours = sum(sum(gpu_hours(config, name).values()) for name in config["pairs"])
-    return "\n".join(rows) + f"\n\nAll pairs: {total_hours:.0f} GPU-hours (batch size {config.get('batch_size', 1)})."
+    for name in plan.pairs:
+        h = gpu_hours(plan, name)
+        rows.append(f"| {name} | " + " | ".join(f"{h[r]:.1f}" for r in RULES)
+                    + f" | {sum(h.values()):.0f} | {disk_gb(plan, name):.0f} GB |")
+    total_hours = sum(sum(gpu_hours(plan, name).values()) for name in plan.pairs)
+    return "\n".join(rows) + f"\n\nAll pairs: {total_hours:.0f} GPU-hours (batch size {plan.config['batch_size']})."
 
 
 def crossover_table(pairs: dict[str, dict], taus=(2.0, 3.0, 4.0), K: int = 5, context: int = 512) -> str:
@@ -276,8 +253,6 @@ def table(pairs: dict[str, dict], **kw) -> str:
 
 
 if __name__ == "__main__":
-    from diversed.decoding.sources import load_config
-
-    config = load_config(*(sys.argv[1:] or ["config/paper.yaml"]))  # several files layer (paper-gemma.yaml)
-    print(table(config["pairs"], decode_batch=config.get("batch_size", 1)), cost_table(config),
-          crossover_table(config["pairs"]), sep="\n\n")
+    plan = load(*(sys.argv[1:] or ["config/paper.yaml"]))  # several files layer (paper-gemma.yaml)
+    print(table(plan.pairs, decode_batch=plan.config["batch_size"]), cost_table(plan), crossover_table(plan.pairs),
+          sep="\n\n")

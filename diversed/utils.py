@@ -17,13 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
 
-
-def option(default: Any, help: str, flag: str | None = None) -> Any:
+def option(default: Any, help: str, flag: str | None = None, choices: tuple | None = None) -> Any:
     """A config dataclass field with its help text: the command line's flag for it is generated from the field
-    (cli.add_config_args), so its default lives in one place. flag: a short form such as "-K"."""
-    return dataclasses.field(default=default, metadata={"help": help} | ({"flag": flag} if flag else {}))
+    (cli.add_config_args), so its default lives in one place. flag: a short form such as "-K"; choices: the values
+    the flag accepts."""
+    meta = {"help": help} | ({"flag": flag} if flag else {}) | ({"choices": tuple(choices)} if choices else {})
+    return dataclasses.field(default=default, metadata=meta)
 
 
 def field_type(hint) -> type:
@@ -138,6 +138,9 @@ def versions() -> dict[str, str]:
 
 
 def hardware() -> dict[str, Any]:
+    """The CPU, its cores, torch's threads and version, CUDA's, and the GPU where there is one."""
+    import torch  # here, not at the top: the workflow's plan imports this module without the ML stack
+
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():

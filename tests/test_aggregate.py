@@ -239,7 +239,7 @@ def test_paper_rows_beside_both_pairs_temperatures_and_table_3():
 def test_a_batched_run_never_enters_the_speed_table_a_speedup_or_the_speed_claim():
     """Quality runs decode batched (their rows share the wall clock); the speed table, the speedups and the speed
     claim read only the timing runs (batch 1, interleaved), or runs at batch 1 where there are none."""
-    from conftest import claim_units
+    from helpers import claim_units
 
     from diversed.analysis.claims import faster_than_sd
     from diversed.analysis.tables import collect, speed_table, speedup
@@ -268,9 +268,12 @@ def test_a_batched_run_never_enters_the_speed_table_a_speedup_or_the_speed_claim
 def test_deviations_read_what_ran_from_the_manifests(tmp_path):
     """The deviations section compares what the runs' and trainings' manifests record with the paper's settings:
     a run with the authors' settings agrees; the default's chat prompts, full sampling and distilled draft do not."""
-    from diversed.analysis.tables import collect
-    from diversed.report.deviations import settings
+    from diversed.analysis.tables import collect, trained_table
+    from diversed.report.deviations import settings as from_tables
     from diversed.utils import write_json
+
+    def settings(runs):  # from the aggregated tables, as the report reads them
+        return from_tables(runs, trained_table(runs["run_dir"]))
 
     head, draft = tmp_path / "head", tmp_path / "draft"
     write_json(head / "manifest.json", {"config": {"task": "arith", "acceptance_term": "relative",

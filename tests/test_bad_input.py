@@ -84,7 +84,8 @@ def test_corrupted_head_and_checkpoint(tmp_path):
 def test_nan_or_inf_logits_are_reported_with_the_step(target, draft, bad):
     import copy
 
-    from diversed.decoding.engine import Decoding, speculative_generate
+    from diversed.decoding.engine import speculative_generate
+    from diversed.decoding.settings import Decoding
 
     broken = copy.deepcopy(target)
     with torch.no_grad():

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import host_syncs, tiny, tiny_paper_model
+from helpers import host_syncs, tiny, tiny_paper_model
 
-from diversed.decoding.engine import Decoding, Execution, Sampling, generate, speculative_generate
+from diversed.decoding.engine import generate, speculative_generate
 from diversed.decoding.head import WeightHead
 from diversed.decoding.models import truncated_draft
+from diversed.decoding.settings import Decoding, Execution, Sampling
 
 # prompts of different lengths, so that rows sit at different positions and end at different steps
 PROMPTS = [[1, 5, 7, 9], [1, 30, 31], [4], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], [7, 7], [9, 40, 41, 42, 43, 44]]
@@ -135,7 +136,8 @@ def test_one_host_transfer_per_step_for_the_whole_batch(llama_pair, monkeypatch)
 
 
 def test_batched_rollouts_and_target_text_do_not_depend_on_their_batch(llama_pair):
-    from diversed.training.train import rollouts, target_text
+    from diversed.training.finetune import target_text
+    from diversed.training.train import rollouts
 
     target, draft = llama_pair
     head = head_for(target, draft)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny
+from helpers import tiny
 
 from diversed.bench import expected_tokens_per_step, ideal_speedup, markdown, run_bench
 from diversed.decoding.models import truncated_draft

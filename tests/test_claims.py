@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import claim_units
+from helpers import claim_units
 
 from diversed.analysis.claims import (
     FAILS,

@@ -174,7 +174,7 @@ def test_bad_run_items_are_refused_before_any_model_loads(tiny_dir, tmp_path, ca
 @pytest.mark.parametrize(("args", "message"), [
     (["--verifier", "fixed", "--weight", "1.5"], "weight w must be in [0, 1], got 1.5"),
     (["--verifier", "strict", "-K", "0"], "K must be >= 1, got 0"),
-    (["--verifier", "speculative"], "unknown verifier 'speculative'"),
+    (["--verifier", "speculative"], "invalid choice: 'speculative'"),  # the registry's verifiers only
     (["--verifier", "dynamic"], "needs --head"),
     (["--verifier", "dynamic", "--head", "missing.safetensors"], "weight head not found"),
     (["--verifier", "strict", "--mixing", "cubic"], "unknown mixing 'cubic'"),
@@ -193,7 +193,7 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(tiny_dir, tmp_path, capsy
 
 
 def test_mismatched_vocabularies_are_refused(tiny_dir, tmp_path, capsys):
-    from conftest import tiny_llama
+    from helpers import tiny_llama
 
     from diversed.decoding.models import char_tokenizer
 
@@ -236,7 +236,7 @@ def test_flags_default_to_the_config_dataclass(command):
     """The dataclass is the one place a default lives: parsing only the required flags gives its defaults."""
     from diversed.cli import build_parser, config_from_args
     from diversed.runs.run import RunConfig
-    from diversed.training.train import DistillConfig, HeadTrainConfig
+    from diversed.training.settings import DistillConfig, HeadTrainConfig
 
     cls = {"head": HeadTrainConfig, "draft": DistillConfig, "generate": RunConfig}[command[1] if command[0] == "train"
                                                                                   else "generate"]

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 import yaml
-from conftest import ROOT
+from helpers import ROOT
 
 from diversed.cost import GB, JOBS, MODELS, estimate, table, total
+from diversed.plan import Plan
 
 PAPER = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
 PAIRS = PAPER["pairs"] | yaml.safe_load((ROOT / "config" / "paper-gemma.yaml").read_text())["pairs"]  # Gemma opt-in
@@ -86,13 +87,15 @@ def test_forward_times_and_gpu_hours_follow_the_stated_model():
                                                    "meta-llama/Llama-3.1-8B-Instruct")] == [28, 14, 19]
     pair = PAIRS["qwen"]
     config = {"pairs": {"qwen": pair}, "methods": ["autoregressive", "strict", "fixed"], "temperatures": [1.0],
-              "K": [5], "seeds": [0, 1], "transfer": [{"head": "a", "eval": "b"}], "batch_size": 4,
-              "tasks": {"a": {"n_eval": 10, "n_dev": 4, "n_train": 6, "max_new_tokens": 20, "n_timing": 3},
-                        "b": {"n_eval": 5, "n_dev": 4, "n_train": 6, "max_new_tokens": 20, "n_timing": 3}},
-              "sweep": {"weights": [0.5, 1.0], "mixings": ["linear", "logit"], "figure_K": [3], "figure_tasks": ["a"]},
+              "K": [5], "seeds": [0, 1], "transfer": [{"head": "arith", "eval": "open"}], "batch_size": 4,
+              "tasks": {"arith": {"n_eval": 10, "n_dev": 4, "n_train": 6, "max_new_tokens": 20, "n_timing": 3},
+                        "open": {"n_eval": 5, "n_dev": 4, "n_train": 6, "max_new_tokens": 20, "n_timing": 3}},
+              "sweep": {"weights": [0.5, 1.0], "mixings": ["linear", "logit"], "figure_K": [3],
+                        "figure_tasks": ["arith"]},
               "train_head": {"epochs": 2, "max_new_tokens": 8, "batch_size": 2}, "distill": {"max_new_tokens": 8}}
     t, d = MODELS[pair["target"]], MODELS[pair["draft"]]
-    ctx = 256 + 10  # a task's prompt (unknown tasks: 256 tokens) and half its completion
+    plan = Plan(config)
+    ctx = 256 + 10  # a task's prompt (tasks other than the paper's: 256 tokens) and half its completion
 
     def spec(K, rows):
         return token_ms(t, d, K=K, rows=rows, context=ctx)
@@ -100,19 +103,22 @@ def test_forward_times_and_gpu_hours_follow_the_stated_model():
     def alone(m, rows):
         return step_ms(m, rows, 1, ctx) / rows
 
-    h = {rule: v * 3.6e6 for rule, v in gpu_hours(config, "qwen").items()}  # ms
+    h = {rule: v * 3.6e6 for rule, v in gpu_hours(plan, "qwen").items()}  # ms
     # quality decodes at batch 4: 2 seeds x (10 + 5) prompts x 20 tokens x (target alone + 2 speculative runs), and
-    # the transfer run on b
+    # the transfer run on open
     assert h["decode"] == pytest.approx(2 * 15 * 20 * (alone(t, 4) + 2 * spec(5, 4)) + 2 * 5 * 20 * spec(5, 4))
     assert h["time"] == pytest.approx(2 * 3 * 20 * (alone(t, 1) + 2 * spec(5, 1)))  # 3 timed prompts, batch 1
-    # 3 points (strict, 0.5 linear, 0.5 logit) and the target alone: a and b at (T = 1, K = 5), and a at the
-    # figure's K = 3, batched
+    # 3 points (strict, 0.5 linear, 0.5 logit) and the target alone: arith and open at (T = 1, K = 5), and arith at
+    # the figure's K = 3, batched
     assert h["sweep"] == pytest.approx(3 * 4 * 20 * (2 * spec(5, 4) + spec(3, 4)) + 3 * 4 * 20 * alone(t, 4))
-    # the sweeps the runs read (a and b at K = 5) timed: 3 points and the target alone on 3 dev prompts, batch 1
+    # the sweeps the runs read (arith and open at K = 5) timed: 3 points and the target alone on 3 dev prompts, batch 1
     assert h["time_sweep"] == pytest.approx(2 * 3 * 20 * (3 * spec(5, 1) + alone(t, 1)))
-    assert h["train_head"] == pytest.approx(2 * 6 * 2 * 8 * (alone(t, 2) + alone(d, 2)))
-    assert h["distill_draft"] == pytest.approx(2 * 6 * 8 * alone(t, TEXT_BATCH))
-    assert disk_gb(config, "qwen") == pytest.approx((MODELS[pair["target"]].params + MODELS[pair["draft"]].params) * 2
+    # the jobs the DAG has: one head (arith's, which the transfer run reads; no dynamic method), no fine-tuned draft
+    assert h["train_head"] == pytest.approx(6 * 2 * 8 * (alone(t, 2) + alone(d, 2)))
+    assert h["distill_draft"] == 0
+    with_finetuned = Plan(config | {"methods": [*config["methods"], "finetuned"]})
+    assert gpu_hours(with_finetuned, "qwen")["distill_draft"] * 3.6e6 == pytest.approx(2 * 6 * 8 * alone(t, TEXT_BATCH))
+    assert disk_gb(plan, "qwen") == pytest.approx((MODELS[pair["target"]].params + MODELS[pair["draft"]].params) * 2
                                                     / GB)  # no finetuned method: no fine-tuned drafts
 
 
@@ -141,6 +147,6 @@ def test_the_paper_config_evaluates_full_test_sets_for_fewer_gpu_hours_than_batc
     tasks = config["tasks"]
     assert tasks["gsm8k"]["n_eval"] >= 1319 and tasks["mbpp"]["n_eval"] >= 500
     assert tasks["cnndm"]["n_eval"] >= 1000 and tasks["xsum"]["n_eval"] >= 1000
-    batched = sum(sum(gpu_hours(config, p).values()) for p in config["pairs"])
-    before = config | {"batch_size": 1, "tasks": {k: v | {"n_eval": 200} for k, v in tasks.items()}}
+    batched = sum(sum(gpu_hours(Plan(config), p).values()) for p in config["pairs"])
+    before = Plan(config | {"batch_size": 1, "tasks": {k: v | {"n_eval": 200} for k, v in tasks.items()}})
     assert batched < sum(sum(gpu_hours(before, p).values()) for p in config["pairs"]) / 2

@@ -6,12 +6,15 @@ import copy
 
 import pytest
 import torch
-from conftest import tiny_llama
+from helpers import tiny_llama
 
 from diversed.decoding import models
-from diversed.decoding.engine import Decoding, Execution, Sampling, output_head, speculative_generate
+from diversed.decoding.engine import speculative_generate
+from diversed.decoding.settings import Decoding, Execution, Sampling
+from diversed.decoding.stepper import output_head
 from diversed.training import embedded
-from diversed.training.draft import DraftRecipe, Sample, distil, draft_vocabulary
+from diversed.training.draft import Sample, distil, draft_vocabulary
+from diversed.training.settings import DraftRecipe
 
 ROWS = [0, 2, 3, 5, 8, 13, 21, 34, 55, 89]
 
@@ -87,7 +90,7 @@ def test_embedded_draft_names(tmp_path, monkeypatch):
 
 
 def test_fine_tuning_a_restricted_draft_compares_it_over_its_vocabulary():
-    from diversed.training.train import fit_draft, kl_loss
+    from diversed.training.finetune import fit_draft, kl_loss
 
     target = tiny_llama(0, dtype=torch.float32)
     student = restricted(models.truncated_draft(target, 1)).train().requires_grad_(True)
@@ -126,7 +129,7 @@ def test_the_draft_is_distilled_on_no_prompt_of_any_task_split():
 
 
 def test_sft_on_a_restricted_draft_learns_only_the_tokens_it_can_propose():
-    from diversed.training.train import sft_loss
+    from diversed.training.finetune import sft_loss
 
     logits = torch.randn(3, len(ROWS), generator=torch.Generator().manual_seed(0))  # [3, R]
     tokens = torch.tensor([ROWS[4], 7, ROWS[1]])  # 7 is not in the draft's vocabulary

@@ -29,8 +29,9 @@ def test_embedded_pair_shapes(pair):
 
 def test_strict_greedy_is_target_greedy_on_embedded_pair(pair):
     from diversed.bench import hf_generate, no_eos
-    from diversed.decoding.engine import Decoding, Sampling, speculative_generate
+    from diversed.decoding.engine import speculative_generate
     from diversed.decoding.models import encode_prompt
+    from diversed.decoding.settings import Decoding, Sampling
 
     for text in ["What is 12 + 7?", "Write a haiku about the sea."]:
         ids = encode_prompt(pair.tokenizer, text)
@@ -50,8 +51,9 @@ def test_a_prompt_decodes_as_in_a_batch_of_one_on_the_embedded_pair(pair, temper
     as others end at their EOS) emits the tokens and acceptances of a batch of one, strict and fixed w."""
     import torch
 
-    from diversed.decoding.engine import Decoding, Sampling, generate
+    from diversed.decoding.engine import generate
     from diversed.decoding.models import encode_prompt
+    from diversed.decoding.settings import Decoding, Sampling
     from diversed.tasks import get_task
 
     prompts = [encode_prompt(pair.tokenizer, ex.prompt) for ex in get_task("capitals").examples("eval", 10)]

@@ -6,11 +6,12 @@ import math
 
 import pytest
 import torch
-from conftest import negated, reference_speculative, tiny_llama
+from helpers import negated, reference_speculative, tiny_llama
 
 from diversed.bench import hf_generate
-from diversed.decoding.engine import Decoding, Sampling, speculative_generate
+from diversed.decoding.engine import speculative_generate
 from diversed.decoding.head import WeightHead
+from diversed.decoding.settings import Decoding, Sampling
 from diversed.decoding.stats import summarize
 from diversed.decoding.verifiers import ensemble
 
@@ -130,11 +131,11 @@ def test_dynamic_weight_uses_the_hidden_states_that_predict_each_draft(target, d
 
 def test_a_verifier_is_one_weight_rule(target, other_draft, monkeypatch):
     """A verifier is one RULES entry: a rule giving w = 0.4 decodes as the fixed verifier at w = 0.4."""
-    from diversed.decoding import engine
+    from diversed.decoding import settings, verifiers
 
-    monkeypatch.setitem(engine.RULES, "two_fifths", engine.Rule(lambda R, k, device, **_: torch.full(
-        (R, k), 0.4, device=device)))
-    monkeypatch.setattr(engine, "VERIFIERS", (*engine.VERIFIERS, "two_fifths"))
+    monkeypatch.setitem(verifiers.WEIGHTS, "two_fifths", lambda q, **_: q.new_full(q.shape[:2], 0.4))
+    monkeypatch.setitem(settings.RULES, "two_fifths", settings.Rule("Two fifths", "two_fifths"))
+    monkeypatch.setattr(settings, "VERIFIERS", (*settings.VERIFIERS, "two_fifths"))
     outs = [speculative_generate(target, other_draft, PROMPTS[1], Decoding(K=3, max_new_tokens=40,
                                                                            sampling=Sampling(1.0), **kw),
                                  generator=torch.Generator().manual_seed(5))
@@ -236,7 +237,7 @@ def test_sampling_is_a_checked_value():
         Sampling(float("nan"))
     with pytest.raises(ValueError, match="top_p must be in \\(0, 1\\], got 1.5"):
         Sampling(1.0, 1.5)
-    with pytest.raises(TypeError, match="sampling must be an engine.Sampling"):
+    with pytest.raises(TypeError, match="sampling must be a settings.Sampling"):
         speculative_generate(tiny_llama(0), None, [1, 2], Decoding(verifier="autoregressive", max_new_tokens=2,
                                                                    sampling=0.5))
 
@@ -325,7 +326,7 @@ def test_logit_mixing_at_low_temperature(target, other_draft):
 def test_manifest_records_the_execution_and_the_run_id_ignores_it(tiny_dir, tmp_path, monkeypatch):
     """Execution settings (the --capture / --no-fastpath flags) are resolved once per run, land in manifest.json,
     never in the run id."""
-    from diversed.decoding.engine import Execution
+    from diversed.decoding.settings import Execution
     from diversed.runs.run import Run, RunConfig, execute
 
     cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), max_new_tokens=4,
@@ -372,7 +373,7 @@ def test_sampling_model_takes_the_target_generation_configs_filters(tiny_dir, tm
     assert runs["full"].manifest["decoding"]["sampling"] == {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
     tokens = {s: [g["tokens"] for g in run.generations] for s, run in runs.items()}
     assert tokens["model"] != tokens["full"]
-    from diversed.runs.run import model_filters
+    from diversed.runs.settings import model_filters
 
     assert model_filters(GenerationConfig()) == (50, 1.0)  # generate's defaults where the model's file sets none
     assert model_filters(GenerationConfig(top_p=0.9)) == (50, 0.9)  # Llama 3's

@@ -9,10 +9,12 @@ import math
 
 import pytest
 import torch
+from helpers import verify
 from test_verifiers import DRAWS, V, chi_square_ok, random_dists
 
-from diversed.decoding.engine import Decoding, Sampling, generate
-from diversed.decoding.verifiers import defer, fly_window, total_variation, typical_threshold, verify, verify_rows
+from diversed.decoding.engine import generate
+from diversed.decoding.settings import Decoding, Sampling
+from diversed.decoding.verifiers import defer, fly_window, total_variation, typical_threshold, verify_rows
 
 PROMPTS = [[1, 5, 7, 9], [1, 30, 31], [1, 80, 3, 3, 3, 40, 12]]
 

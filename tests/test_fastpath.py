@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import host_syncs, reference_speculative, tiny
+from helpers import host_syncs, reference_speculative, tiny
 
 from diversed.decoding import fastpath
-from diversed.decoding.engine import Decoding, Execution, Sampling, Stepper, speculative_generate
+from diversed.decoding.engine import speculative_generate
 from diversed.decoding.models import truncated_draft
+from diversed.decoding.settings import Decoding, Execution, Sampling
+from diversed.decoding.stepper import Stepper
 
 COMPILE = Execution(capture="compile")
 
@@ -157,7 +159,8 @@ def test_in_place_change_to_a_later_layer_reaches_the_next_decode(capture, eager
     """The fused CPU copies follow an in-place change to any decoder layer, not only the first: after a decode,
     the next decode's logits and tokens are transformers' forward with the new weights."""
     from diversed.bench import hf_generate
-    from diversed.decoding.engine import Decoding, speculative_generate
+    from diversed.decoding.engine import speculative_generate
+    from diversed.decoding.settings import Decoding
 
     model = tiny("llama")  # float32 on CPU: fused, transposed copies of the projections
     execution = Execution(capture=capture)

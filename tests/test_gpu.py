@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from diversed.decoding import fastpath
-from diversed.decoding.engine import Decoding, Execution, Sampling, Stepper, speculative_generate
+from diversed.decoding.engine import speculative_generate
 from diversed.decoding.models import truncated_draft
+from diversed.decoding.settings import Decoding, Execution, Sampling
+from diversed.decoding.stepper import Stepper
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

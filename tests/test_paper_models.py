@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import PAPER_KINDS, reference_speculative, thinking_tokenizer, tiny_paper_model
+from helpers import PAPER_KINDS, reference_speculative, thinking_tokenizer, tiny_paper_model
 
 from diversed.bench import hf_generate
-from diversed.decoding.engine import Decoding, Sampling, speculative_generate
+from diversed.decoding.engine import speculative_generate
 from diversed.decoding.head import WeightHead, load_head
 from diversed.decoding.models import (
     char_tokenizer,
@@ -22,6 +22,7 @@ from diversed.decoding.models import (
     truncated_draft,
     vocab_size,
 )
+from diversed.decoding.settings import Decoding, Sampling
 
 PROMPT = [1, 30, 31, 40, 50]  # + 40 new tokens: five times Gemma's window of 8
 
@@ -123,7 +124,9 @@ def test_load_model_loads_the_class_the_checkpoint_declares(tmp_path, gemma):
 
 
 def test_gemma3_pair_trains_a_head_and_distils_from_checkpoints(gemma_dir, tmp_path):
-    from diversed.training.train import DistillConfig, HeadTrainConfig, distill_draft, load_log, train_head
+    from diversed.training.finetune import distill_draft
+    from diversed.training.settings import DistillConfig, HeadTrainConfig
+    from diversed.training.train import load_log, train_head
 
     target, draft = str(gemma_dir / "target"), str(gemma_dir / "draft")
     pair = load_pair(target, draft)

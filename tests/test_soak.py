@@ -1,5 +1,5 @@
-"""Soak: a 2,000-token decode and a 200-prompt run on the tiny pair, without memory growth.
-Part of the suite (a few seconds); `pytest -m soak -s` runs it alone and prints RSS at 20, 100 and 200 prompts."""
+"""Soak: a 2,000-token decode and a 200-prompt run on the tiny pair, without memory growth. Not in the default suite
+(about a minute on 2 cores); `pytest -m soak -s` runs it and prints RSS at 20, 100 and 200 prompts."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import time
 
 import pytest
 import torch
-from conftest import tiny_llama
+from helpers import tiny_llama
 
-from diversed.decoding.engine import Decoding, Sampling, speculative_generate
+from diversed.decoding.engine import speculative_generate
 from diversed.decoding.models import truncated_draft
+from diversed.decoding.settings import Decoding, Sampling
 
-pytestmark = pytest.mark.soak
+pytestmark = [pytest.mark.soak, pytest.mark.slow]
 
 
 def rss_mb() -> float:

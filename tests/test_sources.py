@@ -10,7 +10,7 @@ import os
 import httpx2
 import pytest
 import yaml
-from conftest import ROOT, tiny_paper_model
+from helpers import ROOT, tiny_paper_model
 from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError
 
 from diversed.cli import main

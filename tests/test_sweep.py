@@ -9,14 +9,13 @@ import shutil
 import pandas as pd
 import pytest
 
-from diversed.runs.run import RunConfig
+from diversed.runs.settings import RunConfig, point_name
+from diversed.runs.settings import sweep_grid as grid
 from diversed.runs.sweep import (
     COLUMNS,
     choose,
     choose_lambda,
     choose_runs,
-    grid,
-    point_name,
     sweep_lambda,
     sweep_point,
     sweep_weight,
@@ -174,22 +173,21 @@ def test_sweep_command_decodes_the_dev_split(monkeypatch):
 
 def test_report_states_the_split_sizes(tmp_path):
     """REPORT.md gives the prompts of each task's train (the head's prompts), dev (the sweeps) and eval (the runs)
-    splits, read from the manifests."""
+    splits, read from the aggregated tables alone: the run folders they name are gone (regression: the report
+    opened every run folder and training manifest itself)."""
+    from diversed.analysis.tables import TRAINED_COLUMNS
     from diversed.report.compose import write_report
-    from diversed.utils import write_json
 
-    head = tmp_path / "heads" / "arith"
-    write_json(head / "manifest.json", {"config": {"task": "arith", "n_train": 40}, "prompts": 32})
-    runs = []
-    for i, (task, prompts) in enumerate([("arith", 10), ("arith", 10), ("open", 6)]):
-        run = tmp_path / "runs" / str(i)
-        config = {"task": task, "split": "eval", "draft": "embedded", "head": str(head / "head.safetensors")}
-        write_json(run / "manifest.json", {"config": config, "summary": {"prompts": prompts}})
-        runs.append({"pair": "p", "task": task, "method": "strict", "temperature": 1.0, "lambda": None, "seed": 0,
-                     "run_dir": str(run)})
+    runs = [{"experiment": "x", "pair": "p", "task": task, "split": "eval", "method": "strict", "temperature": 1.0,
+             "seed": 0, "prompts": prompts, "timing": False, "head_task": None, "K": 5, "knob": None,
+             "target": "t", "draft": "d", "sampling": "full", "top_k": 0, "top_p": 1.0, "prompt_format": "chat",
+             "max_new_tokens": 8, "run_dir": str(tmp_path / "gone" / str(i))}
+            for i, (task, prompts) in enumerate([("arith", 10), ("arith", 10), ("open", 6)])]
     tables = tmp_path / "tables"
     tables.mkdir()
     pd.DataFrame(runs).to_csv(tables / "runs.csv", index=False)
+    head = {"kind": "head", "path": str(tmp_path / "gone" / "head"), "task": "arith", "prompts": 32}
+    pd.DataFrame([head], columns=TRAINED_COLUMNS).to_csv(tables / "trained.csv", index=False)
     columns = ["pair", "task", "method", "head_task", "lambda", "temperature", "K", "metric", "seed", "prompt"]
     pd.DataFrame(columns=columns).to_csv(tables / "prompts.csv", index=False)
     pd.DataFrame(columns=columns).to_csv(tables / "sweep_prompts.csv", index=False)
@@ -228,7 +226,8 @@ def test_a_family_reads_its_knob_from_the_sweeps_choice(tmp_path):
 def test_sweep_weight_sweeps_the_families_on_tiny_pair(tiny_dir, tmp_path):
     """Each family at its knobs, and DIVERSED and the target alone on the same dev prompts as the fronts'
     references: in the sweep's table (the target alone under the sweep's K), never chosen."""
-    from diversed.training.train import HeadTrainConfig, train_head
+    from diversed.training.settings import HeadTrainConfig
+    from diversed.training.train import train_head
 
     pair = {"target": str(tiny_dir / "tiny-target"), "draft": str(tiny_dir / "tiny-draft-l1")}
     head = train_head(HeadTrainConfig(task="arith", n_train=2, epochs=1, batch_size=2, max_new_tokens=4,
@@ -288,7 +287,8 @@ def test_choose_lambda_falls_back_to_the_smallest_lambda_that_did_not_collapse()
 def test_sweep_lambda_chooses_on_dev_and_installs_the_head(tiny_dir, tmp_path):
     """Heads at two lambdas decode the dev split beside strict; the chosen one is copied as the task's head, its
     manifest recording the choice, and every candidate is in lambda.csv and choice.json."""
-    from diversed.training.train import HeadTrainConfig, train_head
+    from diversed.training.settings import HeadTrainConfig
+    from diversed.training.train import train_head
 
     pair = {"target": str(tiny_dir / "tiny-target"), "draft": str(tiny_dir / "tiny-draft-l1"), "draft_layers": 1}
     heads = [train_head(HeadTrainConfig(task="arith", n_train=4, epochs=1, batch_size=2, max_new_tokens=6,

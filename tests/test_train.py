@@ -131,7 +131,8 @@ def test_train_head_end_to_end_and_resume(tiny_pair, tmp_path):
 
 
 def test_trained_head_runs_in_the_engine(tiny_pair, tmp_path):
-    from diversed.decoding.engine import Decoding, Sampling, speculative_generate
+    from diversed.decoding.engine import speculative_generate
+    from diversed.decoding.settings import Decoding, Sampling
 
     path = train_head(config(), tmp_path, pair=tiny_pair, progress=False)
     head = load_head(path, tiny_pair.target, tiny_pair.draft)
@@ -164,9 +165,11 @@ def test_bad_training_config(field, value, message):
 
 
 def test_distilled_draft_moves_toward_target_and_is_a_usable_draft(tiny_dir, tmp_path):
-    from diversed.decoding.engine import Decoding, Sampling, speculative_generate
+    from diversed.decoding.engine import speculative_generate
     from diversed.decoding.models import load_pair
-    from diversed.training.train import DistillConfig, distill_draft, kl_loss
+    from diversed.decoding.settings import Decoding, Sampling
+    from diversed.training.finetune import distill_draft, kl_loss
+    from diversed.training.settings import DistillConfig
 
     target, draft = str(tiny_dir / "tiny-target"), str(tiny_dir / "tiny-draft-l1")
     cfg = DistillConfig(task="arith", target=target, draft=draft, n_train=4, max_new_tokens=16, epochs=3, lr=3e-3)
@@ -215,7 +218,8 @@ def padded_draft_dir(tiny_dir, tmp_path_factory):
 
 def test_head_training_and_distillation_on_a_padded_pair(tiny_dir, padded_draft_dir, tmp_path):
     from diversed.decoding.models import load_pair, vocab_size
-    from diversed.training.train import DistillConfig, distill_draft
+    from diversed.training.finetune import distill_draft
+    from diversed.training.settings import DistillConfig
 
     target = str(tiny_dir / "tiny-target")
     pair = load_pair(target, str(padded_draft_dir))
@@ -234,7 +238,7 @@ def test_paper_config_trains_on_128_tokens_and_decodes_at_the_task_length(tmp_pa
     import re
 
     import yaml
-    from conftest import snakemake, workflow_copy
+    from helpers import snakemake, workflow_copy
 
     wd = workflow_copy(tmp_path)
     config = yaml.safe_load((wd / "config" / "paper.yaml").read_text())
@@ -256,7 +260,7 @@ def test_paper_config_trains_on_128_tokens_and_decodes_at_the_task_length(tmp_pa
 @pytest.fixture(scope="module")
 def gemma_dirs(tmp_path_factory):
     """A tiny Gemma 3 pair of the paper's class (Gemma3ForConditionalGeneration), saved with the char tokenizer."""
-    from conftest import tiny_paper_model
+    from helpers import tiny_paper_model
 
     from diversed.decoding.models import char_tokenizer
 
@@ -274,7 +278,8 @@ def test_distillation_loads_the_pair_once_and_trains_the_draft_in_bfloat16(gemma
     from transformers import PreTrainedModel
 
     import diversed.decoding.models
-    from diversed.training.train import DistillConfig, distill_draft
+    from diversed.training.finetune import distill_draft
+    from diversed.training.settings import DistillConfig
 
     loads, checkpointed = [], []
     load_model = diversed.decoding.models.load_model
@@ -300,7 +305,7 @@ def test_distillation_loads_the_pair_once_and_trains_the_draft_in_bfloat16(gemma
 def test_adamw16_is_adamw_with_unbiased_bfloat16_steps():
     """AdamW16 takes AdamW's steps; in bfloat16 a step below the resolution moves a weight on average (rounding
     to nearest would leave 1.0 at 1.0: its neighbours are 1 - 2^-8 and 1 + 2^-7)."""
-    from diversed.training.train import AdamW16
+    from diversed.training.finetune import AdamW16
 
     gen = torch.Generator().manual_seed(0)
     w = (0.05 * torch.randn(64, 32, generator=gen)).to(torch.bfloat16).float()  # bfloat16 resolution <= 2^-10
@@ -325,7 +330,8 @@ def test_adamw16_is_adamw_with_unbiased_bfloat16_steps():
 def test_relative_acceptance_term_is_a_fixed_fraction_of_the_reward_loss():
     """acceptance_term relative (the authors'): every step lambda = f |L_reward| / |L_acc|, so the acceptance term
     is f of the reward loss's magnitude whatever their scales; RELATIVE_AT_ZERO on a step without reward loss."""
-    from diversed.training.train import RELATIVE_AT_ZERO, acceptance_lambda, sequence_terms
+    from diversed.training.settings import RELATIVE_AT_ZERO
+    from diversed.training.train import acceptance_lambda, sequence_terms
 
     gen = torch.Generator().manual_seed(0)
     head = WeightHead(H, H)
@@ -356,7 +362,8 @@ def test_sft_draft_learns_the_reference_answers(tiny_dir, tmp_path):
 
     from test_tasks import hub_row
 
-    from diversed.training.train import DistillConfig, distill_draft
+    from diversed.training.finetune import distill_draft
+    from diversed.training.settings import DistillConfig
 
     data = tmp_path / "gsm8k.jsonl"
     data.write_text("".join(json_.dumps(hub_row("gsm8k", i)) + "\n" for i in range(20)))

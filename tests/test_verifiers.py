@@ -6,8 +6,9 @@ import math
 
 import pytest
 import torch
+from helpers import verify
 
-from diversed.decoding.verifiers import ensemble, logits_to_probs, total_variation, verify
+from diversed.decoding.verifiers import ensemble, logits_to_probs, total_variation
 
 V = 8
 DRAWS = 20_000
@@ -177,7 +178,7 @@ def test_shape_errors_and_unknown_mixing():
 
 
 def test_synthetic_acceptance_rate_and_position_structure():
-    from diversed.decoding.verifiers import synthetic_verify
+    from helpers import synthetic_verify
 
     p = random_dists(3, 6)
     g = torch.Generator().manual_seed(0)
@@ -235,3 +236,21 @@ def test_strict_is_exact_on_top_k_top_p_filtered_distributions():
         counts, _, _ = emitted_histogram(q, p, w, "linear", position=0, seed=5)
         assert chi_square_ok(counts, ensemble(p[:1], q, w, "linear")[0]), (w, counts / DRAWS)
     assert counts[(p[0] == 0) & (q[0] == 0)].sum() == 0  # a token both filters drop is never emitted
+
+
+@pytest.mark.parametrize("bad", ["draft_tokens", "p", "w", "k", "generators", "log_q", "test"])
+def test_verify_rows_checks_its_shapes_at_entry(bad):
+    """Every decode verifies through verify_rows: arguments that disagree in shape fail there, with their shapes,
+    not deep inside the math (or silently, by broadcasting)."""
+    from diversed.decoding.verifiers import verify_rows
+
+    R, K, V = 2, 3, 7
+    q = torch.full((R, K, V), 1 / V)
+    args = {"draft_tokens": torch.zeros(R, K, dtype=torch.long), "q": q, "p": torch.full((R, K + 1, V), 1 / V),
+            "w": torch.ones(R, K), "k": [K, K - 1], "generators": [None, None], "log_q": q.log(), "test": "ensemble"}
+    verify_rows(**args)  # as given: fine
+    args[bad] = {"draft_tokens": torch.zeros(R, K + 1, dtype=torch.long), "p": torch.full((R, K, V), 1 / V),
+                 "w": torch.ones(R), "k": [K + 1, K], "generators": [None], "log_q": q[:, :, :-1],
+                 "test": "unknown"}[bad]
+    with pytest.raises(ValueError, match="verify_rows|unknown verification test"):
+        verify_rows(**args)

@@ -13,17 +13,15 @@ import numpy as np
 import pandas as pd
 
 from diversed import statistics
-from diversed.runs.run import Run
+from diversed.decoding.settings import FAMILIES, METHODS
+from diversed.runs.run import Run, trained
 from diversed.runs.sweep import COLUMNS as SWEEP_COLUMNS
 from diversed.statistics import NONE, Estimate
 from diversed.tasks import metric_spec
 from diversed.utils import write_text
 
-METHOD_NAMES = {"autoregressive": "Target only", "draft": "Draft only", "strict": "SD",
-                "finetuned": "SD with fine-tuned draft", "fixed": "Static ensemble (fixed w)",
-                "dynamic": "DIVERSED", "cascade": "Speculative cascade", "lenient": "Lenient SD",
-                "typical": "Typical acceptance", "topk": "Top-k acceptance", "fly": "FLy"}
-FRONT_METHODS = ("fixed", "cascade", "lenient", "typical", "topk", "fly")  # each family, at its setting chosen on dev
+METHOD_NAMES = METHODS  # every method's name in tables, figures and the report (settings.RULES' labels)
+FRONT_METHODS = ("fixed", *FAMILIES)  # each family, at its setting chosen on dev
 TABLE1_METHODS = ("strict", "finetuned", "dynamic")
 SPEEDUP_KEYS = ["pair", "task", "temperature", "seed", "timing"]  # what a run shares with its target-only baseline
 
@@ -72,6 +70,32 @@ def collect(run_dirs: list[str | Path]) -> pd.DataFrame:
     df["K"] = df["K"].astype("Int64")  # empty for the baselines
     df["speedup"] = speedup(df)
     return df
+
+
+TRAINED_COLUMNS = ["kind", "path", "task", "prompts", "steps", "acceptance_term", "acceptance_weight", "lr",
+                   "batch_size", "epochs", "finetune", "final_mean_w", "reward_varied", "collapsed", "chosen_split",
+                   "candidates"]
+
+
+def trained_table(run_dirs: list[str | Path]) -> pd.DataFrame:
+    """One row per trained artifact behind the runs (runs.run.trained): each DIVERSED head (kind "head": its
+    training config, steps, final mean w, the share of steps whose rewards varied, its collapse, where its lambda
+    was chosen and among which candidates) and each fine-tuned draft (kind "draft": its objective), once."""
+    rows = {}
+    for run_dir in run_dirs:
+        for t in trained(Run(run_dir)):
+            c, final, chosen = t["config"], t.get("final", {}), t.get("chosen") or {}
+            rows[t["path"]] = {
+                "kind": t["kind"], "path": t["path"], "task": c["task"], "prompts": t.get("prompts"),
+                "steps": t.get("steps"), "acceptance_term": c.get("acceptance_term", "fixed") if t["kind"] == "head"
+                else None, "acceptance_weight": c.get("acceptance_weight"), "lr": c.get("lr"),
+                "batch_size": c.get("batch_size"), "epochs": c.get("epochs"),
+                "finetune": c.get("finetune", "distill") if t["kind"] == "draft" else None,
+                "final_mean_w": final.get("mean_w"), "reward_varied": final.get("reward_varied"),
+                "collapsed": t.get("collapsed") or "no" if t["kind"] == "head" else None,
+                "chosen_split": chosen.get("split"),
+                "candidates": ", ".join(f"{x['lambda']:g}" for x in chosen.get("candidates", [])) or None}
+    return pd.DataFrame(list(rows.values()), columns=TRAINED_COLUMNS)
 
 
 def speedup(df: pd.DataFrame) -> pd.Series:
@@ -389,7 +413,8 @@ def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str 
               timing_dirs: list[str | Path] = (), sweep_timing_dirs: list[str | Path] = ()) -> list[Path]:
     """Under out/: runs.csv (one row per run, the timing runs included), prompts.csv (one
     row per (run, prompt): what the claims and figures read), sweeps.csv and sweep_prompts.csv (the static sweeps'
-    points and their prompt rows), weights.csv, the paper's tables, the speed table and the lambda table.
+    points and their prompt rows), weights.csv, trained.csv (the heads and fine-tuned drafts behind the quality
+    runs), the paper's tables, the speed table and the lambda table.
 
     table3_temperature: the temperature of Table 3 (default: that of the cross-task runs); lambda_csvs: the lambda
     sweeps' tables (runs.sweep.sweep_lambda's lambda.csv); timing_dirs: the timing runs (label timing=1),
@@ -400,7 +425,7 @@ def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str 
     sweeps = sweep_speed(pd.concat([pd.read_csv(p) for p in sweep_csvs], ignore_index=True) if sweep_csvs else
                          pd.DataFrame(columns=SWEEP_COLUMNS), sweep_timing_dirs)
     written = {"runs.csv": runs, "prompts.csv": units, "sweeps.csv": sweeps, "sweep_prompts.csv": sweep_units(sweeps),
-               "weights.csv": learned_weights(runs[~is_timing(runs)])}
+               "weights.csv": learned_weights(runs[~is_timing(runs)]), "trained.csv": trained_table(run_dirs)}
     for name, frame in written.items():
         write_text(out / name, frame.to_csv(index=False))
     paths = [out / name for name in written]

@@ -1,12 +1,13 @@
 """The decoding engine: speculative decoding with strict / fixed / dynamic verification, and the target-only and
 draft-only baselines, for B sequences advancing in lockstep (B = 1 for timing).
 
-Each model keeps a KV cache of B rows (`Stepper`), each row at its own length, holding every token of its
-sequence but the newest. A speculative step, over the live rows at once: draft_block (the draft proposes k tokens
-per row), score_block (one target forward over [newest, d_1..d_k] per row), RULES (w at each drafted
-position), verify_step (verifiers.verify_rows, then the step's one host transfer for the whole batch),
-Generation.record per row, roll_back (each row's caches cropped to its own accepted prefix: accepted tokens are
-never re-encoded). A row that ends (EOS, its token budget) leaves the batch and the next prompt takes its slot.
+Each model keeps a KV cache of B rows (diversed.decoding.stepper.Stepper), each row at its own length, holding
+every token of its sequence but the newest. A speculative step, over the live rows at once: draft_block (the draft
+proposes k tokens per row), score_block (one target forward over [newest, d_1..d_k] per row), the rule's weight (w
+at each drafted position: settings.RULES, verifiers.WEIGHTS), verify_step (verifiers.verify_rows, then the step's
+one host transfer for the whole batch), Generation.record per row, roll_back (each row's caches cropped to its own
+accepted prefix: accepted tokens are never re-encoded). A row that ends (EOS, its token budget) leaves the batch
+and the next prompt takes its slot.
 
 A row's output does not depend on its batch: each prompt draws from its own generator in the order a batch of
 one would, and each row computes with its own positions and mask. Statistics live in diversed.decoding.stats.
@@ -14,9 +15,7 @@ one would, and each row computes with its own positions and mask. Statistics liv
 
 from __future__ import annotations
 
-import dataclasses
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -24,14 +23,13 @@ import torch
 from torch import nn
 
 from diversed.decoding import fastpath
-from diversed.decoding.fastpath import CAPTURES
-from diversed.decoding.models import context_length, draft_vocabulary, shared_width
+from diversed.decoding.models import context_length, shared_width
 from diversed.decoding.models import vocab_size as vocab_width
+from diversed.decoding.settings import RULES, Decoding, Execution, Sampling
 from diversed.decoding.stats import Generation, Step
+from diversed.decoding.stepper import Stepper
 from diversed.decoding.verifiers import (
-    DEFERRALS,
-    MIXINGS,
-    defer,
+    WEIGHTS,
     fly_window,
     logits_to_logprobs,
     synthetic_rows,
@@ -39,172 +37,23 @@ from diversed.decoding.verifiers import (
 )
 
 
-@dataclass(frozen=True)
-class Rule:
-    """A speculative verifier: the weight w [R, k] of the ensemble it verifies against (None: it tests drafts
-    another way, verifiers.TESTS), its test, and its knob (what Decoding.knob sets; None: it has none) with the
-    range the knob must lie in."""
-
-    weight: Callable[..., torch.Tensor] | None
-    test: str = "ensemble"
-    knob: str | None = None
-    low: float = 0.0
-    high: float = 1.0
-    integer: bool = False
+def logprobs(sampling: Sampling, logits: torch.Tensor) -> torch.Tensor:
+    """logits [..., V] -> log-probabilities [..., V] after temperature (T = 1 when greedy), top-k and top-p."""
+    return logits_to_logprobs(logits, sampling.temperature, sampling.top_p, sampling.top_k)
 
 
-def _ones(R, k, device, **_):
-    return torch.ones(R, k, device=device)
-
-
-RULES: dict[str, Rule] = {  # verifier -> its rule: the one place a verifier is added
-    "strict": Rule(_ones),  # w = 1: lossless
-    "fixed": Rule(lambda R, k, device, weight, **_: torch.full((R, k), float(weight), device=device)),  # a constant w
-    "dynamic": Rule(lambda R, k, head, h_target, h_draft, **_: head(h_target[:, :k], h_draft).float()),  # w(h_t, h_d)
-    # speculative cascades: w = delta(q, p) in {0, 1}, the deferral rule (Decoding.deferral) at threshold alpha
-    "cascade": Rule(lambda R, k, p, q, knob, deferral, **_: defer(p[:, :k], q, knob, deferral), knob="alpha",
-                    low=-float("inf"), high=float("inf")),  # chow from 0 (strict) to 1 (the draft), opt unbounded
-    "lenient": Rule(None, "lenient", knob="lenience l"),  # min(1, p / (l q)); l = 1 is strict
-    "typical": Rule(None, "typical", knob="epsilon"),  # p(x) > min(epsilon, sqrt(epsilon) exp(-H(p)))
-    "topk": Rule(None, "topk", knob="k", low=1, high=float("inf"), integer=True),  # x among p's top k
-    # a strict rejection deferred where the target's top-3 entropy >= the threshold and the next W drafts pass
-    "fly": Rule(None, "fly", knob="entropy threshold", high=float("inf")),
-}
-VERIFIERS = ("autoregressive", "draft", *RULES)  # autoregressive: the target alone; draft: the draft alone
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How a token is drawn from logits: temperature (0 = greedy), then top_k (0: every token) and nucleus top_p,
-    applied alike to p and q (strict speculative sampling is then exact for the filtered p)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-
-    def __post_init__(self):
-        if not self.temperature >= 0:  # NaN included
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ValueError(f"top_k must be an integer >= 0 (0: no top-k filter), got {self.top_k!r}")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
-
-    def logprobs(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits [..., V] -> log-probabilities [..., V] after temperature (T = 1 when greedy), top-k and top-p."""
-        return logits_to_logprobs(logits, self.temperature, self.top_p, self.top_k)
-
-    def draw(self, scores: torch.Tensor, generators: list[torch.Generator | None],
-             live: list[bool] | None = None) -> torch.Tensor:
-        """scores [R, V] -> one token id per row [R] (long), on the device: the argmax when greedy (scores: any
-        monotone map of the log-probabilities), else a sample from exp(scores[r]) (log-probabilities) with row
-        r's own generator, as a batch of one draws it. live[r] False: the argmax, drawing nothing (a row
-        drafting past what its step needs)."""
-        if self.greedy:
-            return scores.argmax(-1)
-        best = scores.argmax(-1)
-        draws = [torch.multinomial(scores[r].exp(), 1, generator=g)[0] if live is None or live[r] else best[r]
-                 for r, g in enumerate(generators)]
-        return torch.stack(draws)
-
-
-@dataclass(frozen=True)
-class Decoding:
-    """What a decode computes, validated when built, passed whole and recorded whole in a run's manifest.
-
-    verifier: one of VERIFIERS; K: draft length; weight: w of the fixed verifier; mixing: how nu mixes p and q;
-    knob: the setting of a verifier whose rule has one (RULES: cascade's alpha, lenient's l, typical's epsilon,
-    topk's k, fly's entropy threshold); deferral: cascade's deferral rule (verifiers.DEFERRALS);
-    eos_token_id: the ids that end a sequence (None: the target's generation config's; () never stops);
-    synthetic_acceptance = a replaces verification by accepting each draft with probability a (timing at real
-    sizes with random weights: verifiers.synthetic_rows)."""
-
-    verifier: str = "strict"
-    K: int = 5
-    max_new_tokens: int = 128
-    sampling: Sampling = Sampling()
-    weight: float | None = None
-    mixing: str = "linear"
-    knob: float | None = None
-    deferral: str = "chow"
-    eos_token_id: tuple[int, ...] | None = None
-    synthetic_acceptance: float | None = None
-
-    def __post_init__(self):
-        if self.eos_token_id is not None:
-            eos = (self.eos_token_id,) if isinstance(self.eos_token_id, int) else tuple(self.eos_token_id)
-            object.__setattr__(self, "eos_token_id", tuple(int(t) for t in eos))
-        v = self.verifier
-        if v not in VERIFIERS:
-            raise ValueError(f"unknown verifier {v!r}; allowed: {', '.join(VERIFIERS)}")
-        if self.mixing not in MIXINGS:
-            raise ValueError(f"unknown mixing {self.mixing!r}; allowed: {', '.join(MIXINGS)}")
-        n = self.max_new_tokens
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {n!r} (an integer)")
-        if not isinstance(self.sampling, Sampling):
-            raise TypeError(f"sampling must be an engine.Sampling, got {type(self.sampling).__name__}")
-        if v in RULES and (isinstance(self.K, bool) or not isinstance(self.K, int) or self.K < 1):
-            raise ValueError(f"draft length K must be >= 1, got {self.K!r} (an integer)")
-        if v == "fixed" and self.weight is None:
-            raise ValueError("verifier 'fixed' needs --weight w in [0, 1] (weight= in Python)")
-        w = self.weight
-        if w is not None:
-            if v != "fixed":
-                raise ValueError(f"weight is only used by the 'fixed' verifier, not {v!r}")
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w <= 1:
-                raise ValueError(f"weight w must be in [0, 1], got {w!r}")
-        rule, x = RULES.get(v), self.knob
-        if rule is not None and rule.knob is not None:
-            if x is None:
-                raise ValueError(f"verifier {v!r} needs --knob ({rule.knob}, in [{rule.low:g}, {rule.high:g}])")
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or not rule.low <= x <= rule.high or (
-                    rule.integer and x != int(x)):
-                raise ValueError(f"{v}'s knob {rule.knob} must be {'an integer ' if rule.integer else ''}in "
-                                 f"[{rule.low:g}, {rule.high:g}], got {x!r}")
-        elif x is not None:
-            raise ValueError(f"knob is only used by the verifiers {', '.join(r for r in RULES if RULES[r].knob)}, "
-                             f"not {v!r}")
-        if v == "fly" and isinstance(self.K, int) and self.K < 2:
-            raise ValueError(f"verifier 'fly' needs K >= 2 (its window is min(6, K - 1)), got K = {self.K}")
-        if self.deferral not in DEFERRALS:
-            raise ValueError(f"unknown deferral rule {self.deferral!r}; allowed: {', '.join(DEFERRALS)}")
-        if self.deferral != "chow" and v != "cascade":
-            raise ValueError(f"deferral is only used by the 'cascade' verifier, not {v!r}")
-        a = self.synthetic_acceptance
-        if a is not None and not 0 <= a <= 1:
-            raise ValueError(f"synthetic acceptance must be in [0, 1], got {a}")
-
-    def record(self) -> dict:
-        """The settings as a manifest records them."""
-        return dataclasses.asdict(self) | {"eos_token_id": None if self.eos_token_id is None
-                                           else list(self.eos_token_id)}
-
-
-@dataclass(frozen=True)
-class Execution:
-    """How the engine runs, not what it computes: recorded in a run's manifest, never part of its run id.
-
-    capture: "none" / "graph" / "compile" for the fast path's fixed-shape steps (fastpath);
-    fastpath: the static-cache fast path for Llama / Qwen3, else transformers' modules (it changes the order
-    of float sums, so the last bits of the logits); threads: torch's intra-op threads (recorded, not set).
-    """
-
-    capture: str = "none"
-    fastpath: bool = True
-    threads: int | None = None
-
-    @classmethod
-    def here(cls, capture: str = "none", fastpath: bool = True) -> Execution:
-        """The settings an entry point was given (the --capture and --no-fastpath flags of generate, sweep-weight,
-        train and bench; the lm-eval model's args), with torch's thread count; resolved once and passed down."""
-        if capture not in CAPTURES:
-            raise ValueError(f"unknown capture {capture!r}; allowed: {', '.join(CAPTURES)}")
-        return cls(capture, bool(fastpath), torch.get_num_threads())
+def draw(sampling: Sampling, scores: torch.Tensor, generators: list[torch.Generator | None],
+         live: list[bool] | None = None) -> torch.Tensor:
+    """scores [R, V] -> one token id per row [R] (long), on the device: the argmax when greedy (scores: any monotone
+    map of the log-probabilities), else a sample from exp(scores[r]) (log-probabilities) with row r's own
+    generator, as a batch of one draws it. live[r] False: the argmax, drawing nothing (a row drafting past what its
+    step needs)."""
+    if sampling.greedy:
+        return scores.argmax(-1)
+    best = scores.argmax(-1)
+    draws = [torch.multinomial(scores[r].exp(), 1, generator=g)[0] if live is None or live[r] else best[r]
+             for r, g in enumerate(generators)]
+    return torch.stack(draws)
 
 
 def check_request(target, draft, prompt_len: int, decoding: Decoding, *, head, vocab_size: int | None,
@@ -232,250 +81,6 @@ def check_request(target, draft, prompt_len: int, decoding: Decoding, *, head, v
         if ctx is not None and prompt_len + decoding.max_new_tokens > ctx:
             raise ValueError(f"prompt ({prompt_len} tokens) + max_new_tokens ({decoding.max_new_tokens}) exceeds "
                              f"the {role}'s context length {ctx}")
-
-
-_ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # lm_head -> (key, index [R], W rows [R, h])
-
-
-def _vocabulary_rows(lm_head: nn.Module, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The draft vocabulary's ids and a copy of their weight rows, made once per head and weight version (not once
-    per sequence)."""
-    W = lm_head.weight
-    key = (W._version, W.data_ptr(), W.dtype, W.device, rows)
-    cached = _ROWS.get(lm_head)
-    if cached is None or cached[0] != key:
-        index = torch.tensor(rows, device=W.device)  # [R]
-        cached = _ROWS[lm_head] = (key, index, W.detach().index_select(0, index))
-    return cached[1], cached[2]
-
-
-def output_head(lm_head: nn.Module, rows: list[int] | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
-    """h [N, h] -> logits [N, V] through the output projection, with a faster kernel on CPU.
-
-    rows: a draft vocabulary (models.draft_vocabulary): only those rows of the projection are computed, every
-    other logit is -inf (q = 0 there).
-
-    For a small model the vocabulary projection dominates a decoding step. On CPU in float32, MKL's product
-    W [V, h] @ h^T is 2-3x faster than h @ W^T whenever h has 2 or more rows (a 1-row h is doubled, as one
-    row takes the slow GEMV path). Measured on the 2-core CPU of README "Speed", V = 49152, h = 576: 1 row
-    3.9 ms (h @ W^T against a transposed copy) -> 2.1 ms; 6 rows 12.0 ms (h @ W^T), 8.4 ms (F.linear in
-    2048-row vocabulary chunks) -> 4.3 ms. Same math, summation order aside; no copy of the weights.
-    Elsewhere (GPU, bf16) the plain layer is used.
-    """
-    W = lm_head.weight
-    cpu_f32 = W.device.type == "cpu" and W.dtype == torch.float32
-    if rows is None and (not cpu_f32 or getattr(lm_head, "bias", None) is not None):
-        return lm_head
-    V = W.shape[0]
-    if rows is not None:
-        if getattr(lm_head, "bias", None) is not None:
-            raise ValueError("a draft vocabulary needs an output head without bias")
-        index, W = _vocabulary_rows(lm_head, rows)  # [R], [R, h]
-    else:
-        W = W.detach()  # [V, h], shares the parameter's storage
-
-    def head(h: torch.Tensor) -> torch.Tensor:
-        N = h.shape[0]
-        x = h if N > 1 or not cpu_f32 else torch.cat([h, h])  # [max(N, 2), h] on CPU
-        logits = (W @ x.T).T[:N] if cpu_f32 else torch.nn.functional.linear(x, W)  # [N, V or R]
-        if rows is None:
-            return logits.contiguous()
-        return logits.new_full((N, V), float("-inf")).index_copy_(1, index, logits)  # [N, V]
-
-    return head
-
-
-class RowCache:
-    """transformers' cache interface over preallocated [B, heads, capacity, d] buffers per layer, each row written
-    at its own positions (the fast path's static cache, for every other architecture). Sliding-window layers keep
-    every position too: the mask (Stepper._masks) applies the window, so rejected drafts roll back at any length.
-    `at(rows, pos, window)` says where the next forward writes and how far it reads."""
-
-    def __init__(self, model: nn.Module, rows: int, capacity: int):
-        from transformers.cache_utils import Cache
-
-        layers = [_RowLayer(self) for _ in range(model.get_decoder().config.num_hidden_layers)]
-        self.cache = Cache(layers=layers)
-        self.B, self.capacity = rows, capacity
-        self.rows, self.pos, self.window = None, None, 0
-
-    def at(self, rows: torch.Tensor | None, pos: torch.Tensor, window: int) -> None:
-        self.rows, self.pos, self.window = rows, pos, window
-        if window > self.capacity:  # grow (a Stepper without max_len)
-            self.capacity = max(window, 2 * self.capacity)
-            for layer in self.cache.layers:
-                layer.grow(self.capacity)
-
-
-def _row_layer_class():
-    from transformers.cache_utils import DynamicLayer
-
-    class RowLayer(DynamicLayer):
-        """One layer of a RowCache."""
-
-        def __init__(self, owner: RowCache):
-            super().__init__()
-            self.owner = owner
-
-        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-            B, cap = self.owner.B, self.owner.capacity
-            self.keys = key_states.new_zeros(B, key_states.shape[1], cap, key_states.shape[3])
-            self.values = value_states.new_zeros(B, value_states.shape[1], cap, value_states.shape[3])
-            self.device, self.is_initialized = key_states.device, True
-
-        def grow(self, capacity: int) -> None:
-            if self.is_initialized:
-                pad = capacity - self.keys.shape[2]
-                self.keys = torch.nn.functional.pad(self.keys, (0, 0, 0, pad))
-                self.values = torch.nn.functional.pad(self.values, (0, 0, 0, pad))
-
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-            """key_states [R, heads, T, d] at the owner's rows and positions -> keys, values [R, heads, window, d]."""
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            o = self.owner
-            at = (torch.arange(key_states.shape[0], device=self.device) if o.rows is None else o.rows)[:, None]
-            self.keys[at, :, o.pos] = key_states.transpose(1, 2)  # [R, T, heads, d]
-            self.values[at, :, o.pos] = value_states.transpose(1, 2)
-            keys, values = self.keys[:, :, :o.window], self.values[:, :, :o.window]
-            if o.rows is not None:
-                keys, values = keys.index_select(0, o.rows), values.index_select(0, o.rows)
-            return keys, values
-
-        def get_seq_length(self) -> int:
-            return self.owner.window
-
-    return RowLayer
-
-
-def _RowLayer(owner: RowCache):
-    global _RowLayer
-    cls = _row_layer_class()
-    _RowLayer = cls
-    return cls(owner)
-
-
-class Stepper:
-    """One model with a KV cache of `rows` sequences, each at its own length (`held`): feed new tokens, get
-    logits and last hidden states back."""
-
-    def __init__(self, model: nn.Module, vocab_size: int | None = None, shared: int | None = None,
-                 max_len: int | None = None, execution: Execution = Execution(), buckets: tuple[int, ...] = (),
-                 rows: int = 1):
-        """vocab_size: common logit width (pads with -inf); shared: ids at or past it get -inf (see check_vocab);
-        max_len: positions a row will reach, which enables the static-cache fast path where supported and
-        execution.fastpath allows; execution.capture: "none" / "graph" / "compile" for the fast path's steps of
-        the lengths in `buckets` (fastpath)."""
-        self.model, self.rows = model, rows
-        self.decoder = model.get_decoder()
-        lm_head = model.get_output_embeddings()
-        self.device = lm_head.weight.device
-        self.vocab = vocab_size or lm_head.out_features  # logit width V
-        self.empty_hidden = lm_head.weight.new_zeros(rows, 0, lm_head.weight.shape[1])  # [B, 0, h]
-        # as the class's forward applies it: Gemma3ForConditionalGeneration applies no softcap of its text config
-        softcap = getattr(model.config, "final_logit_softcapping", None)
-        pad = self.vocab - lm_head.out_features
-        shared = shared if shared is not None and shared < lm_head.out_features else None
-        vocabulary = draft_vocabulary(model)
-        self.post = logits_fn(output_head(lm_head, vocabulary), softcap, shared, pad)
-        # checked here too, else an unsupported model would silently run uncaptured
-        fastpath.check_capture(execution.capture, model, enabled=execution.fastpath)
-        fast = bool(max_len) and execution.fastpath and fastpath.supported(model)
-        self.fast = fastpath.acquire(model, max_len, self, execution.capture, buckets, self.post,
-                                     (softcap, shared, pad, vocabulary and len(vocabulary)), rows) if fast else None
-        self.cache = None if self.fast else RowCache(model, rows, (max_len or 64) + max(buckets, default=1))
-        self.held = self.fast.n if self.fast else [0] * rows  # positions held in the cache, per row
-
-    @property
-    def n(self) -> int:
-        """Positions held by a one-row cache."""
-        if self.rows != 1:
-            raise ValueError(f"a cache of {self.rows} rows holds one length per row: read .held")
-        return self.held[0]
-
-    @torch.inference_mode()
-    def __call__(self, ids: list[int] | torch.Tensor, rows: list[int] | None = None, lengths: list[int] | None = None,
-                 last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids [R, T] (long, on the model's device) for the cache rows `rows` (default: all, in order) -> logits
-        [R, T or 1, V] (float32) and hidden states [R, T or 1, h]. Row r takes lengths[r] tokens (default T),
-        ids[r, :lengths[r]], at its next positions; the rest is padding. last_only: each row's last real one.
-
-        A one-row cache also takes ids [T] (a list or a tensor) and returns logits [T or 1, V], hidden [T or 1, h]."""
-        single = not isinstance(ids, torch.Tensor) or ids.dim() == 1
-        x = torch.as_tensor(ids, device=self.device).view(1, -1) if single else ids  # [R, T]
-        if self.fast is not None:
-            logits, h = self.fast(x, rows, lengths, last_only)
-        else:
-            logits, h = self._forward(x, rows, lengths, last_only)
-        return (logits[0], h[0]) if single else (logits, h)
-
-    def _forward(self, x: torch.Tensor, rows: list[int] | None, lengths: list[int] | None,
-                 last_only: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """transformers' modules over a RowCache, with each row's positions and a mask of its own."""
-        R, T = x.shape
-        rows = list(range(self.rows)) if rows is None else rows
-        lengths = [T] * R if lengths is None else lengths
-        n = [self.held[r] for r in rows]
-        pos = torch.tensor(n, device=self.device)[:, None] + torch.arange(T, device=self.device)  # [R, T]
-        window = max(n) + T
-        index = None if rows == list(range(self.rows)) else torch.tensor(rows, device=self.device)
-        self.cache.at(index, pos, window)
-        h = self.decoder(input_ids=x, attention_mask=self._masks(pos, window), position_ids=pos,
-                         cache=self.cache.cache, use_cache=True).last_hidden_state  # [R, T, h]
-        if last_only:
-            at = torch.tensor([k - 1 for k in lengths], device=self.device)[:, None, None]  # [R, 1, 1]
-            h = h.gather(1, at.expand(R, 1, h.shape[-1]))  # [R, 1, h]
-        for r, k in zip(rows, lengths, strict=True):
-            self.held[r] += k
-        return self.post(h.reshape(-1, h.shape[-1])).view(*h.shape[:2], -1), h
-
-    def _masks(self, pos: torch.Tensor, window: int):
-        """Each row's attention mask [R, 1, T, window] over its cache positions: keys at or before the query's
-        position (and within the sliding window on sliding layers); one per layer type where the model has
-        several, in the form its attention takes (boolean for SDPA, additive for eager)."""
-        cfg = self.decoder.config
-        keys = torch.arange(window, device=self.device)
-        causal = keys <= pos[:, :, None]  # [R, T, window]
-        allowed = {"full_attention": causal}
-        if getattr(cfg, "sliding_window", None):
-            allowed["sliding_attention"] = causal & (pos[:, :, None] - keys < cfg.sliding_window)
-        impl = cfg._attn_implementation
-        if impl not in ("sdpa", "eager"):
-            raise ValueError(f"attention {impl!r} takes no custom mask; load the model with attn_implementation "
-                             "'sdpa' or 'eager'")
-        dtype = self.decoder.embed_tokens.weight.dtype
-        form = {k: m[:, None] if impl == "sdpa" else torch.zeros(m[:, None].shape, dtype=dtype, device=self.device)
-                .masked_fill(~m[:, None], torch.finfo(dtype).min) for k, m in allowed.items()}
-        types = getattr(cfg, "layer_types", None)  # models with layer types take one mask per type
-        if types:
-            return {t: form[t] for t in set(types)}
-        return form["sliding_attention" if "sliding_attention" in form else "full_attention"]
-
-    def crop(self, n: int, row: int = 0) -> None:
-        """Keep row's first n positions (rollback of rejected drafts); later writes overwrite the others."""
-        self.held[row] = min(self.held[row], n)
-
-    def reset(self, row: int) -> None:
-        """Empty a row for the next sequence."""
-        self.held[row] = 0
-
-
-def logits_fn(head: Callable[[torch.Tensor], torch.Tensor], softcap: float | None, shared: int | None,
-              pad: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """h [N, h] -> logits [N, V + pad] (float32): the output head, its softcap, -inf past the shared
-    vocabulary and for the padding."""
-
-    def post(h: torch.Tensor) -> torch.Tensor:
-        logits = head(h).float()  # [N, V]
-        if softcap:
-            logits = torch.tanh(logits / softcap) * softcap
-        if shared is not None:  # ids past the smaller model's head are padding, never real tokens
-            logits[:, shared:] = float("-inf")
-        if pad:
-            logits = torch.nn.functional.pad(logits, (0, pad), value=float("-inf"))
-        return logits
-
-    return post
 
 
 def synchronize(device: torch.device) -> None:
@@ -668,8 +273,8 @@ def draft_block(D: Stepper, slots: list[int], rows: list[Row], ks: list[int], sa
     for j in range(kmax):
         logits, h_j = D(x, slots, lengths, last_only=True)  # [R, 1, V], [R, 1, h_d]
         logits, ok_j = _finite(logits[:, 0])  # [R, V], [R]
-        log_q_j = sampling.logprobs(logits)  # [R, V]
-        x = sampling.draw(log_q_j, generators, [j < k for k in ks])[:, None]  # [R, 1]
+        log_q_j = logprobs(sampling, logits)  # [R, V]
+        x = draw(sampling, log_q_j, generators, [j < k for k in ks])[:, None]  # [R, 1]
         tokens.append(x), log_q.append(log_q_j), h.append(h_j), ok.append(ok_j)
         lengths = [1] * R
     return Block(torch.cat(tokens, 1), torch.stack(log_q, 1), torch.cat(h, 1), torch.stack(ok, 1))
@@ -681,7 +286,7 @@ def score_block(T: Stepper, slots: list[int], rows: list[Row], block: Block, ks:
     last = torch.tensor([[r.last] for r in rows], device=T.device)  # [R, 1]
     logits, h = T(torch.cat([last, block.tokens], 1), slots, [k + 1 for k in ks])  # [R, kmax + 1, V], [.., h_t]
     logits, ok = _finite(logits)
-    return Scored(logits, sampling.logprobs(logits), h, ok)
+    return Scored(logits, logprobs(sampling, logits), h, ok)
 
 
 def verify_step(block: Block, scored: Scored, w: torch.Tensor, ks: list[int], rows: list[Row],
@@ -740,14 +345,9 @@ def speculative_step(T: Stepper, D: Stepper, batch: Batch, head: nn.Module | Non
     t_verify = clock()
     scored = score_block(T, slots, rows, block, ks, decoding.sampling)  # log_p [R, kmax + 1, V]
     rule = RULES[decoding.verifier]
-    kmax = block.tokens.shape[1]
     p, q = scored.log_p.exp(), block.log_q.exp()  # [R, kmax + 1, V], [R, kmax, V]: once a step
-    if rule.weight is None:
-        w = _ones(len(rows), kmax, T.device)  # [R, kmax]: unused by its test, not recorded
-    else:
-        w = rule.weight(len(rows), kmax, device=T.device, weight=decoding.weight, head=head, h_target=scored.h,
-                        h_draft=block.h, p=p, q=q, knob=decoding.knob,
-                        deferral=decoding.deferral)  # [R, kmax]
+    w = WEIGHTS[rule.weight or "ones"](p=p, q=q, weight=decoding.weight, head=head, h_target=scored.h,
+                                       h_draft=block.h, knob=decoding.knob, deferral=decoding.deferral)  # [R, kmax]
     steps, candidates = verify_step(block, scored, w, ks, rows, decoding, p, q)
     t_done = clock()
     for slot, row, step, cand in zip(slots, rows, steps, candidates, strict=True):
@@ -767,7 +367,7 @@ def alone_step(M: Stepper, batch: Batch, fidelity: bool) -> None:
     x, lengths = _padded([r.pending for r in rows], M.device)
     logits, _ = M(x, slots, lengths, last_only=True)  # [R, 1, V]
     logits, ok = _finite(logits[:, 0])  # [R, V]
-    tokens = sampling.draw(logits if sampling.greedy else sampling.logprobs(logits), [r.generator for r in rows])
+    tokens = draw(sampling, logits if sampling.greedy else logprobs(sampling, logits), [r.generator for r in rows])
     ok, tokens, logprob, is_max = _to_host(ok, tokens, *_fidelity(logits, tokens))  # one sync for the batch
     for r, (slot, row) in enumerate(zip(slots, rows, strict=True)):
         _raise_if_broken([ok[r]], "model", len(row.out.tokens))

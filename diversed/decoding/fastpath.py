@@ -31,8 +31,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from diversed.decoding.settings import CAPTURES
+
 SUPPORTED = ("llama", "qwen3")
-CAPTURES = ("none", "graph", "compile")
 
 
 def supported(model: nn.Module) -> bool:

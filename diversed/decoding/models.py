@@ -13,13 +13,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, EMBEDDED_DRAFTS
 from diversed.utils import atomic_dir
 
 # The embedded default: SmolLM2-135M-Instruct (built by diversed.training.embedded).
 EMBEDDED_TARGET = "smollm2-135m-instruct"
 # the embedded drafts, by name: distilled from the target (diversed.training.draft), or its first N layers as they are
-EMBEDDED_DRAFTS = {"embedded": "distilled", "embedded-weak": "truncated"}
-DEFAULT_DRAFT_LAYERS = 2  # chosen by measurement: README "The embedded pair"
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 

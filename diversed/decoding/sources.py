@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from diversed.decoding.models import EMBEDDED_DRAFTS
+from diversed.decoding.settings import EMBEDDED_DRAFTS
 from diversed.tasks import SPLITS, get_task, registry
 
 MODEL_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]  # config, weights, tokenizer, templates

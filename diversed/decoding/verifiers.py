@@ -7,11 +7,10 @@ K draft length, nu the verification distribution (the ensemble of p and q).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
-MIXINGS = ("linear", "logit")
+from diversed.decoding.settings import DEFERRALS, MIXINGS
 
 
 def logits_to_probs(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0,
@@ -83,21 +82,7 @@ def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return 0.5 * (a - b).abs().sum(dim=-1)
 
 
-@dataclass
-class Verdict:
-    """Outcome of verifying one draft block."""
-
-    n_accepted: int  # number of leading draft tokens accepted, 0..K
-    next_token: int  # correction token (n < K) or bonus token (n == K)
-    bias_tv: torch.Tensor  # [n + 1] TV(nu, p) at each emitted position (0 for the bonus token)
-
-    def emitted(self, draft_tokens: torch.Tensor) -> list[int]:
-        """The tokens this step appends: the accepted draft prefix, then next_token."""
-        return draft_tokens[: self.n_accepted].tolist() + [self.next_token]
-
-
-TESTS = ("ensemble", "lenient", "typical", "topk", "fly")  # how verify_rows tests a draft (engine.RULES picks one)
-DEFERRALS = ("chow", "diff", "opt")  # speculative cascades' deferral rules (defer)
+TESTS = ("ensemble", "lenient", "typical", "topk", "fly")  # how verify_rows tests a draft (settings.RULES picks one)
 
 
 def entropy(p: torch.Tensor) -> torch.Tensor:
@@ -128,6 +113,17 @@ def typical_threshold(p: torch.Tensor, epsilon: float) -> torch.Tensor:
     return torch.minimum(torch.full_like(p[..., 0], epsilon), epsilon ** 0.5 * torch.exp(-entropy(p)))
 
 
+# The ensemble weight w [R, k] each rule of settings.RULES verifies against (Rule.weight names it), from what a
+# speculative step holds: p [R, k + 1, V], q [R, k, V], the head's inputs h_target [R, k + 1, h_t], h_draft
+# [R, k, h_d], and the decode's weight, knob and deferral.
+WEIGHTS = {
+    "ones": lambda p, q, **_: q.new_ones(q.shape[:2]),  # w = 1: strict
+    "constant": lambda q, weight, **_: q.new_full(q.shape[:2], float(weight)),  # one w: the static ensemble
+    "head": lambda q, head, h_target, h_draft, **_: head(h_target[:, :q.shape[1]], h_draft).float(),  # DIVERSED
+    "deferral": lambda p, q, knob, deferral, **_: defer(p[:, :q.shape[1]], q, knob, deferral),  # cascades' delta
+}
+
+
 FLY_TOP = 3  # FLy's entropy is over the target's 3 most likely tokens (vLLM's default)
 
 
@@ -155,69 +151,6 @@ def _fly(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, r: torch.
     ahead = passed[:, (at + window + 1).clamp(max=K)] - passed[:, at + 1]  # [R, K]: strict passes among i+1..i+W
     deferred = ~native & (p_x > 0) & (at[None] + window < k[:, None]) & (h >= threshold) & (ahead == window)
     return native | deferred
-
-
-def verify(
-    draft_tokens: torch.Tensor,
-    q: torch.Tensor,
-    p: torch.Tensor,
-    w: float | torch.Tensor,
-    *,
-    mixing: str = "linear",
-    greedy: bool = False,
-    generator: torch.Generator | None = None,
-    log_p: torch.Tensor | None = None,
-    log_q: torch.Tensor | None = None,
-    test: str = "ensemble",
-    knob: float | None = None,
-) -> Verdict:
-    """Verify K draft tokens against nu = ensemble(p, q, w) (test "ensemble"; the other tests: verify_rows).
-
-    draft_tokens [K] long, q [K, V] draft probs, p [K + 1, V] target probs, w float or [K].
-    Sampling: accept x_i with prob min(1, nu_i(x_i) / q_i(x_i)) up to the first rejection n, then
-    sample from norm(max(0, nu_n - q_n)); if all K pass, the bonus token comes from p_{K+1}.
-    Greedy: accept while x_i == argmax nu_i; correction argmax nu_n; bonus argmax p_{K+1}.
-    w = 1 is exactly standard speculative sampling (Leviathan et al. 2023, Algorithm 1).
-    log_p [K + 1, V] / log_q [K, V]: optional log-probabilities, used by logit mixing (no underflow).
-    """
-    _as_weight(w, q.shape[:1], q.device)  # the range check; verify_on_device trusts its caller
-    n, next_token, bias = verify_on_device(draft_tokens, q, p, w, mixing=mixing, greedy=greedy, generator=generator,
-                                           log_p=log_p, log_q=log_q, test=test, knob=knob)
-    n, next_token = torch.stack([n, next_token]).tolist()  # the one host sync
-    return Verdict(n_accepted=n, next_token=next_token, bias_tv=bias[: n + 1])
-
-
-def verify_on_device(
-    draft_tokens: torch.Tensor,
-    q: torch.Tensor,
-    p: torch.Tensor,
-    w: float | torch.Tensor,
-    *,
-    mixing: str = "linear",
-    greedy: bool = False,
-    generator: torch.Generator | None = None,
-    log_p: torch.Tensor | None = None,
-    log_q: torch.Tensor | None = None,
-    test: str = "ensemble",
-    knob: float | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """verify() without a host sync: (n_accepted [] long, next_token [] long, bias_tv [K + 1]) on the device.
-
-    bias_tv[i] = TV(nu_i, p_i) for i < K and 0 for the bonus position; the emitted tokens' biases are
-    bias_tv[:n + 1]. One row of verify_rows; w is trusted to lie in [0, 1] (verify checks it).
-    """
-    K, V = q.shape
-    if draft_tokens.shape != (K,) or p.shape != (K + 1, V):
-        raise ValueError(
-            f"shapes disagree: draft_tokens {tuple(draft_tokens.shape)}, q {tuple(q.shape)}, p {tuple(p.shape)}; "
-            "expected [K], [K, V], [K + 1, V]"
-        )
-    w = torch.as_tensor(w, dtype=torch.float32, device=q.device).expand(K)
-    one = None if log_p is None else log_p[None]
-    n, next_token, bias = verify_rows(draft_tokens[None], q[None], p[None], w[None], [K], mixing=mixing,
-                                      greedy=greedy, generators=[generator], log_p=one,
-                                      log_q=None if log_q is None else log_q[None], test=test, knob=knob)
-    return n[0], next_token[0], bias[0]
 
 
 def _strict_residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -267,6 +200,21 @@ def _test(test: str, knob: float | None, draft_tokens: torch.Tensor, q: torch.Te
     return accepted, p, _emitted(q, a, p)
 
 
+def _check_rows(draft_tokens, q, p, w, k, generators, log_p, log_q, test) -> None:
+    """verify_rows' arguments agree in shape (no host sync: shapes live on the host)."""
+    R, K, V = q.shape
+    expected = {"draft_tokens": (draft_tokens, (R, K)), "p": (p, (R, K + 1, V)), "w": (w, (R, K)),
+                "log_p": (log_p, (R, K + 1, V)), "log_q": (log_q, (R, K, V))}
+    wrong = [f"{name} {tuple(x.shape)} (expected {list(shape)})" for name, (x, shape) in expected.items()
+             if x is not None and tuple(x.shape) != shape]
+    if len(k) != R or len(generators) != R or any(not 0 <= x <= K for x in k):
+        wrong.append(f"k {list(k)} and {len(generators)} generators (expected {R} of each, each k in [0, {K}])")
+    if wrong:
+        raise ValueError(f"verify_rows with q [R = {R}, K = {K}, V = {V}]: " + "; ".join(wrong))
+    if test not in TESTS:
+        raise ValueError(f"unknown verification test {test!r}; allowed: {', '.join(TESTS)}")
+
+
 def verify_rows(
     draft_tokens: torch.Tensor,
     q: torch.Tensor,
@@ -292,6 +240,7 @@ def verify_rows(
     outcome of every possible stopping point is computed, then the one at n taken, so nothing waits for n.
     """
     R, K, V = q.shape
+    _check_rows(draft_tokens, q, p, w, k, generators, log_p, log_q, test)
     dev = q.device
     k_t = torch.tensor(k, device=dev)  # [R]
     live = torch.arange(K, device=dev) < k_t[:, None]  # [R, K]: the positions each row drafted
@@ -328,26 +277,6 @@ def verify_rows(
         next_token = torch.stack([torch.multinomial(dist[i], 1, generator=g)[0] for i, g in enumerate(generators)])
     bias = torch.cat([total_variation(nu, p[:, :K]), p.new_zeros(R, 1)], 1)  # [R, K + 1]
     return n, next_token, torch.where(at[..., 0] < k_t[:, None], bias, 0.0)
-
-
-def synthetic_verify(K: int, p: torch.Tensor, acceptance: float, *, greedy: bool = False,
-                     generator: torch.Generator | None = None) -> Verdict:
-    """Accept each of K drafts with probability `acceptance`, independently, up to the first rejection
-    (as vLLM's synthetic rejection sampler), then emit a target token at the stopping position.
-
-    For timing the engine at real model sizes with random weights, where real acceptance is
-    meaningless: the forwards, the rollback and the token counts are those of a real run at alpha.
-    """
-    n, next_token, bias = synthetic_on_device(K, p, acceptance, greedy=greedy, generator=generator)
-    n, next_token = torch.stack([n, next_token]).tolist()
-    return Verdict(n_accepted=n, next_token=next_token, bias_tv=bias[: n + 1])
-
-
-def synthetic_on_device(K: int, p: torch.Tensor, acceptance: float, *, greedy: bool = False,
-                        generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """synthetic_verify without a host sync, shaped as verify_on_device's result (one row of synthetic_rows)."""
-    n, next_token, bias = synthetic_rows([K], p[None], acceptance, greedy=greedy, generators=[generator])
-    return n[0], next_token[0], bias[0]
 
 
 def synthetic_rows(k: list[int], p: torch.Tensor, acceptance: float, *, greedy: bool = False,

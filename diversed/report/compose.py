@@ -13,7 +13,6 @@ import pandas as pd
 from diversed.analysis.claims import claims, frame, markdown
 from diversed.analysis.tables import read_units
 from diversed.report.deviations import section as deviations
-from diversed.runs.run import Run, trained
 from diversed.tasks import SPLITS
 from diversed.tracking import Tracker
 from diversed.utils import provenance, write_text
@@ -28,39 +27,30 @@ STATISTICS = ("Every ± is the half-width of a 95% interval over prompts: each e
               "1 with every method interleaved prompt by prompt in one job.")
 
 
-def split_sizes(runs: pd.DataFrame, sweeps: pd.DataFrame) -> pd.DataFrame:
-    """Prompts per task and split, from the manifests: train (the prompts of the heads and fine-tuned drafts the
-    runs used), dev and eval (the prompts each sweep point and run decoded, under the split it names)."""
+def split_sizes(runs: pd.DataFrame, sweeps: pd.DataFrame, trained: pd.DataFrame) -> pd.DataFrame:
+    """Prompts per task and split: train (the prompts of the heads and fine-tuned drafts the runs used), dev and
+    eval (the prompts each sweep point and run decoded, under the split it names)."""
     seen: dict[tuple[str, str], set[int]] = {}
-    for run_dir in runs["run_dir"]:
-        run = Run(run_dir)
-        c = run.config
-        seen.setdefault((c["task"], c["split"]), set()).add(run.manifest["summary"]["prompts"])
-        for t in trained(run):
-            seen.setdefault((t["config"]["task"], "train"), set()).add(t["prompts"])
-    for r in sweeps.itertuples():
-        seen.setdefault((r.task, r.split), set()).add(int(r.prompts))
+    for rows, split in ((runs, None), (sweeps, None), (trained, "train")):
+        for r in rows.dropna(subset=["prompts"]).itertuples():
+            seen.setdefault((r.task, split or r.split), set()).add(int(r.prompts))
     tasks = sorted({task for task, _ in seen})
     return pd.DataFrame([{"task": t} | {s: ", ".join(str(n) for n in sorted(seen.get((t, s), ()))) or "–"
                                          for s in SPLITS} for t in tasks], columns=["task", *SPLITS])
 
 
-def heads(runs: pd.DataFrame) -> pd.DataFrame:
-    """Every DIVERSED head the runs used: its task, training steps, final mean w, the share of steps whose batch
-    rewards varied, and whether it collapsed (diversed.training.train.collapse)."""
-    rows = {}
-    for run_dir in runs.loc[runs["method"] == "dynamic", "run_dir"]:
-        for t in trained(Run(run_dir)):
-            if "final" in t:  # a head's manifest (a distilled draft's has none)
-                final = t["final"]
-                rows[t["path"]] = {"head": t["path"], "task": t["config"]["task"],
-                                   "lambda": t["config"]["acceptance_weight"],
-                                   "lambda from": f"{t['chosen']['split']} choice" if t.get("chosen") else "config",
-                                   "acceptance term": t["config"].get("acceptance_term", "fixed"), "steps": t["steps"],
-                                   "final mean w": round(final.get("mean_w", float("nan")), 3),
-                                   "steps with varied rewards": f"{100 * final.get('reward_varied', 0):.0f}%",
-                                   "collapsed": t.get("collapsed") or "no"}
-    return pd.DataFrame(list(rows.values()))
+def heads(trained: pd.DataFrame) -> pd.DataFrame:
+    """Every DIVERSED head the runs used (the aggregated trained.csv): its task, lambda and where it was chosen, its
+    training steps, final mean w, the share of steps whose batch rewards varied, and whether it collapsed
+    (diversed.training.train.collapse)."""
+    h = trained[trained["kind"] == "head"]
+    return pd.DataFrame({
+        "head": h["path"], "task": h["task"], "lambda": h["acceptance_weight"],
+        "lambda from": [f"{s} choice" if isinstance(s, str) else "config" for s in h["chosen_split"]],
+        "acceptance term": h["acceptance_term"], "steps": h["steps"].astype("Int64"),
+        "final mean w": h["final_mean_w"].astype(float).round(3),
+        "steps with varied rewards": [f"{100 * (v if v == v else 0):.0f}%" for v in h["reward_varied"].astype(float)],
+        "collapsed": [c if isinstance(c, str) else "no" for c in h["collapsed"]]})
 
 
 def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Path:
@@ -71,6 +61,7 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Pa
     sweeps = pd.read_csv(tables / "sweeps.csv")
     units = read_units(tables / "prompts.csv")
     sweep_units = pd.read_csv(tables / "sweep_prompts.csv")
+    trained = pd.read_csv(tables / "trained.csv")
     parts = ["# diversed reproduction report", "",
              f"{len(runs)} scored decoding runs; pairs: {', '.join(sorted(runs['pair'].unique()))}; tasks: "
              f"{', '.join(sorted(runs['task'].unique()))}; temperatures: "
@@ -83,18 +74,18 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Pa
               "superiority, or non-inferiority for quality within a task's tolerance (the interval's lower bound "
               "above minus the tolerance), Holm-adjusted within the claim; an inconclusive one says why, with the "
               "prompts its margin would need when it is underpowered.", "", markdown(found), ""]
-    head_table = heads(runs)
+    head_table = heads(trained)
     if len(head_table):
         collapsed = head_table[head_table["collapsed"] != "no"]
         parts += ["## DIVERSED heads", "", head_table.to_markdown(index=False), ""]
         if len(collapsed):
             parts += [f"**Warning**: {len(collapsed)} head(s) collapsed: "
                       f"{'; '.join(f'{r.task}: {r.collapsed}' for r in collapsed.itertuples())}.", ""]
-    parts += deviations(runs)
+    parts += deviations(runs, trained)
     parts += ["## Splits", "", "Prompts per task and split. The head and the fine-tuned draft train on train, the "
               "fixed w, each family's knob and lambda are chosen on dev, every table reports eval; the three are "
               "disjoint.", "",
-              split_sizes(runs, sweeps).to_markdown(index=False), ""]
+              split_sizes(runs, sweeps, trained).to_markdown(index=False), ""]
     if off := sorted(set(sweeps["split"]) - {"dev"}):
         parts += [f"**Warning**: the fixed w was chosen on the {', '.join(off)} split, not on dev.", ""]
     parts += ["## Tables", ""]
@@ -114,8 +105,8 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Pa
 
 
 def experiment(runs: pd.DataFrame) -> str:
-    """The experiment label of the runs (the workflow's config `experiment`), from the first run's manifest."""
-    return Run(runs["run_dir"].iloc[0]).labels.get("experiment", "diversed") if len(runs) else "diversed"
+    """The experiment label of the runs (the workflow's config `experiment`)."""
+    return str(runs["experiment"].iloc[0]) if len(runs) else "diversed"
 
 
 def log_report(tables: Path, figures: list[Path], name: str, claims: pd.DataFrame, heads: pd.DataFrame) -> None:

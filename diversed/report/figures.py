@@ -16,12 +16,11 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from diversed.analysis.tables import METHOD_NAMES, is_timing, quality, quality_units, read_units, timed_units
+from diversed.decoding.settings import RULES
 from diversed.utils import atomic_path
 
-METHODS = ("autoregressive", "draft", "strict", "finetuned", "fixed", "dynamic", "cascade", "lenient", "typical",
-           "topk", "fly")  # the order of every legend
-MARKERS = {"autoregressive": "s", "draft": "v", "strict": "o", "finetuned": "D", "fixed": "x", "dynamic": "*",
-           "cascade": "P", "lenient": "^", "typical": "<", "topk": ">", "fly": "h"}
+METHODS = tuple(METHOD_NAMES)  # the order of every legend (settings.METHODS)
+MARKERS = {"autoregressive": "s", "draft": "v", "finetuned": "D"} | {v: r.marker for v, r in RULES.items()}
 COLORS = {m: f"C{i}" for i, m in enumerate(METHODS)}  # one colour per method in every panel and figure
 
 

@@ -27,9 +27,10 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm.auto import tqdm
 
-from diversed.decoding.engine import Execution, generate
+from diversed.decoding.engine import generate
 from diversed.decoding.head import load_head
 from diversed.decoding.models import encode_prompt, load_pair
+from diversed.decoding.settings import Execution
 from diversed.runs.run import Run, RunConfig, prompt_hash
 from diversed.tasks import FIDELITY, Example, get_task
 from diversed.tracking import decode_tracker

@@ -21,12 +21,13 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from diversed.decoding.engine import VERIFIERS, Decoding, Execution, Sampling, check_request, generate
+from diversed.decoding.engine import check_request, generate
 from diversed.decoding.head import load_head
-from diversed.decoding.models import DEFAULT_DRAFT_LAYERS, DTYPES, encode_prompt, load_pair
+from diversed.decoding.models import encode_prompt, load_pair
+from diversed.decoding.settings import Decoding, Execution
 from diversed.decoding.stats import Generation, summarize
-from diversed.decoding.verifiers import DEFERRALS
-from diversed.tasks import PROMPT_FORMATS, SPLITS, get_task, registry
+from diversed.runs.settings import RunConfig
+from diversed.tasks import get_task
 from diversed.tracking import decode_tracker
 from diversed.utils import (
     atomic_dir,
@@ -35,93 +36,14 @@ from diversed.utils import (
     field_type,
     hardware_label,
     link_or_copy,
-    option,
     provenance,
     read_jsonl,
     write_json,
     write_jsonl,
 )
 
-SAMPLINGS = ("full", "model")  # RunConfig.sampling
 DETERMINISTIC_STATS = ("new_tokens", "steps", "stop", "draft_acceptance_rate", "mean_acceptance_length",
                        "mean_weight", "bias_tv", "target_logprob", "target_argmax_agreement")
-
-
-@dataclass
-class RunConfig:
-    """Everything that determines a run's output (its hash is the run_id)."""
-
-    target: str = option("embedded", "target model: local path, hub id, or `embedded`")
-    draft: str = option("embedded", "draft model: local path, hub id, `embedded` or `embedded-weak`")
-    draft_layers: int = option(DEFAULT_DRAFT_LAYERS, "which embedded draft (its N decoder layers)")
-    verifier: str = option("strict", " | ".join(VERIFIERS))
-    weight: float | None = option(None, "w on the target for the fixed verifier, in [0, 1]")
-    head: str | None = option(None, "trained weight head (.safetensors) for the dynamic verifier")
-    mixing: str = option("linear", "linear (w p + (1 - w) q) | logit (softmax of w log p + (1 - w) log q)")
-    knob: float | None = option(None, "the setting of cascade (alpha), lenient (l), typical (epsilon), topk (k) or "
-                                      "fly (entropy threshold)")
-    deferral: str = option("chow", "cascade's deferral rule: " + " | ".join(DEFERRALS))
-    K: int = option(5, "draft length", flag="-K")
-    temperature: float = option(1.0, "temperature of p and q; 0 = greedy")
-    sampling: str = option("full", "full (--top-k / --top-p as given) | model (the top-k and top-p of the target's "
-                                   "generation config, as transformers' generate applies them; the authors')")
-    top_k: int = option(0, "top-k filter applied to p and q (0: none)")
-    top_p: float = option(1.0, "nucleus threshold applied to p and q")
-    max_new_tokens: int = option(128, "new tokens per prompt at most")
-    seed: int = option(0, "seed of the sampling (each prompt draws from its own generator)")
-    dtype: str = option("float32", "float32 | bfloat16 | float16")
-    device: str = option("cpu", "cpu | cuda | cuda:N")
-    prompt_format: str = option("chat", "chat (the task's instructions in the tokenizer's chat template) | raw (the "
-                                        "task's plain template, no chat template: the authors')")
-    task: str | None = option(None, "prompts and references of a task (diversed.tasks) instead of a prompt file")
-    split: str = option("eval", "task split: train | dev | eval")
-    n: int | None = option(None, "seeded subsample size of the task split (default: all)", flag="-n")
-    data_files: str | None = option(None, "local JSONL for the task (offline use of hub tasks)")
-
-    def decoding(self, generation_config: typing.Any = None) -> Decoding:
-        """The engine's settings of this run (engine.Decoding checks them, so each message exists once);
-        generation_config: the target's, whose filters `sampling: model` takes."""
-        top_k, top_p = self.top_k, self.top_p
-        if self.sampling == "model" and generation_config is not None:
-            top_k, top_p = model_filters(generation_config)
-        return Decoding(self.verifier, K=self.K, max_new_tokens=self.max_new_tokens,
-                        sampling=Sampling(self.temperature, top_p, top_k), weight=self.weight, mixing=self.mixing,
-                        knob=self.knob, deferral=self.deferral)
-
-    def validate(self) -> None:
-        """Checks that need no model: fail before anything is loaded."""
-        self.decoding()
-        if self.sampling not in SAMPLINGS:
-            raise ValueError(f"unknown sampling {self.sampling!r}; allowed: {', '.join(SAMPLINGS)}")
-        if self.sampling == "model" and (self.top_k, self.top_p) != (0, 1.0):
-            raise ValueError("sampling 'model' takes top-k and top-p from the target's generation config: give "
-                             "--top-k / --top-p only with --sampling full")
-        if self.prompt_format not in PROMPT_FORMATS:
-            raise ValueError(f"unknown prompt format {self.prompt_format!r}; allowed: {', '.join(PROMPT_FORMATS)}")
-        if self.verifier == "dynamic" and not self.head:
-            raise ValueError("verifier 'dynamic' needs --head, a trained weight head (head= in Python)")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {self.dtype!r}; allowed: {', '.join(DTYPES)}")
-        if self.verifier == "dynamic" and not Path(self.head).is_file():
-            raise FileNotFoundError(f"weight head not found: {self.head}")
-        if self.task is not None:
-            if self.task not in registry():
-                raise ValueError(f"unknown task {self.task!r}; allowed: {', '.join(sorted(registry()))}")
-            if self.split not in SPLITS:
-                raise ValueError(f"unknown split {self.split!r}; allowed: {', '.join(SPLITS)}")
-            if self.n is not None and self.n < 1:
-                raise ValueError(f"n (subsample size) must be >= 1, got {self.n}")
-
-
-def model_filters(generation_config: typing.Any) -> tuple[int, float]:
-    """(top_k, top_p) that transformers' generate applies when sampling with this generation config: a value the
-    model's file leaves unset takes generate's default (top-k 50, top-p 1)."""
-    from transformers import GenerationConfig
-
-    defaults = GenerationConfig._get_default_generation_params()  # what generate fills in for unset fields
-    top_k, top_p = (defaults[k] if getattr(generation_config, k) is None else getattr(generation_config, k)
-                    for k in ("top_k", "top_p"))
-    return int(top_k), float(top_p)
 
 
 def task_prompts(cfg: RunConfig) -> list[dict]:
@@ -155,7 +77,7 @@ def run_id(cfg: RunConfig, prompts: list[dict]) -> str:
 
 
 @dataclass
-class Decoder:
+class PreparedRun:
     """One run's config resolved against its models, ready to decode any of its prompts (prompt i from its own
     generator (seed, i): the same tokens at any batch size and in any order)."""
 
@@ -170,7 +92,7 @@ class Decoder:
 
     @classmethod
     def prepare(cls, cfg: RunConfig, prompts: list[dict], models: dict | None = None,
-                execution: Execution | None = None) -> Decoder:
+                execution: Execution | None = None) -> PreparedRun:
         """Every check, then the models (shared through `models`, models.load_pair's cache) and the prompts'
         token ids; execution: how the engine runs (default Execution.here())."""
         cfg.validate()
@@ -299,13 +221,13 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
         if restore_run(rid, target, labels, keep):
             print(f"run {rid}: taken from {Path(keep) / rid} (decoded before by the same code)")
             return target
-    decoder = Decoder.prepare(cfg, prompts, models, execution)
-    decoder.warm_up(batch_size)
+    prepared = PreparedRun.prepare(cfg, prompts, models, execution)
+    prepared.warm_up(batch_size)
     started = time.time()
-    with tqdm(total=len(prompts), desc=f"decode {decoder.run_id} (batch {batch_size})", unit="prompt",
+    with tqdm(total=len(prompts), desc=f"decode {prepared.run_id} (batch {batch_size})", unit="prompt",
               disable=not progress) as bar:
-        gens = decoder(list(range(len(prompts))), batch_size, on_finish=lambda _: bar.update())
-    run_dir = decoder.write(gens, Path(run_dir) if run_dir is not None else Path(out) / decoder.run_id, labels,
+        gens = prepared(list(range(len(prompts))), batch_size, on_finish=lambda _: bar.update())
+    run_dir = prepared.write(gens, Path(run_dir) if run_dir is not None else Path(out) / prepared.run_id, labels,
                             batch_size, started)
     if keep is not None:
         keep_run(run_dir, keep)
@@ -331,17 +253,17 @@ def execute_interleaved(base: RunConfig, prompts: list[dict], specs: list[RunSpe
     configs = run_configs(base, specs)
     ids = [run_id(cfg, prompts) for cfg in configs]
     models: dict = {}
-    decoders = {rid: Decoder.prepare(cfg, prompts, models, execution)
+    prepared = {rid: PreparedRun.prepare(cfg, prompts, models, execution)
                 for rid, cfg in dict(zip(ids, configs, strict=True)).items()}  # each distinct run once
-    for decoder in decoders.values():
-        decoder.warm_up()
-    started, gens = time.time(), {rid: [] for rid in decoders}
+    for run in prepared.values():
+        run.warm_up()
+    started, gens = time.time(), {rid: [] for rid in prepared}
     for i in tqdm(range(len(prompts)), desc="timing (interleaved)", unit="prompt", disable=not progress):
-        for rid, decoder in decoders.items():
-            gens[rid] += decoder([i])
+        for rid, run in prepared.items():
+            gens[rid] += run([i])
     first: dict[str, Path] = {}
     return [copy_run(first[rid], spec.run_dir, (labels or {}) | spec.labels) if rid in first else
-            first.setdefault(rid, decoders[rid].write(gens[rid], spec.run_dir, (labels or {}) | spec.labels, 1,
+            first.setdefault(rid, prepared[rid].write(gens[rid], spec.run_dir, (labels or {}) | spec.labels, 1,
                                                       started))
             for rid, spec in zip(ids, specs, strict=True)]
 
@@ -395,11 +317,12 @@ def parse_value(hint, text: str):
 
 
 def trained(run: Run) -> list[dict]:
-    """The training manifests behind a run: its head's and its fine-tuned draft's, each with its folder (path)."""
+    """The training manifests behind a run: its head's (kind "head") and its fine-tuned draft's (kind "draft"),
+    each with its folder (path)."""
     c = run.config
-    paths = [Path(c["head"]).parent / "manifest.json"] if c.get("head") else []
-    paths.append(Path(c["draft"]) / "distill_manifest.json")
-    return [json.loads(p.read_text()) | {"path": str(p.parent)} for p in paths if p.is_file()]
+    paths = [("head", Path(c["head"]).parent / "manifest.json")] if c.get("head") else []
+    paths.append(("draft", Path(c["draft"]) / "distill_manifest.json"))
+    return [json.loads(p.read_text()) | {"kind": kind, "path": str(p.parent)} for kind, p in paths if p.is_file()]
 
 
 def with_weight_file(changes: dict, path: str | Path) -> dict:
@@ -510,7 +433,9 @@ class Run:
     def record(self) -> dict:
         """One tidy row: the run's labels and config, its pooled summary, its scores."""
         c, s, labels, scores = self.config, self.manifest["summary"], self.labels, self.scores
+        sampling = self.manifest.get("decoding", {}).get("sampling", {})  # the filters applied (sampling: model)
         return {
+            "experiment": labels.get("experiment", "diversed"),
             "pair": labels.get("pair", f"{c['target']}|{c['draft']}"), "task": labels.get("task", c.get("task")),
             "split": c.get("split", "eval"), "method": self.method, "head_task": labels.get("head_task"),
             "timing": labels.get("timing") == "1",  # a timing run (batch 1, interleaved), not a quality run
@@ -518,6 +443,10 @@ class Run:
             "K": None if c["verifier"] in BASELINES else c["K"], "seed": c["seed"], "target": c["target"],
             "draft": c["draft"], "weight": 1.0 if c["verifier"] == "strict" else c.get("weight"), "mixing": c["mixing"],
             "knob": c.get("knob"), "deferral": c.get("deferral", "chow") if c["verifier"] == "cascade" else None,
+            "head": c.get("head"), "sampling": c.get("sampling", "full"),
+            "top_k": sampling.get("top_k", c.get("top_k")), "top_p": sampling.get("top_p", c.get("top_p")),
+            "prompt_format": c.get("prompt_format", "chat"),
+            "max_new_tokens": c.get("max_new_tokens"),
             "prompts": s["prompts"], "new_tokens": s["new_tokens"],
             "draft_acceptance_rate": s["draft_acceptance_rate"], "mean_acceptance_length": s["mean_acceptance_length"],
             "acceptance_by_position": json.dumps(s["acceptance_by_position"]), "mean_weight": s["mean_weight"],

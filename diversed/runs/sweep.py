@@ -1,5 +1,5 @@
 """The fronts of the relaxed verifiers: decode and score a task split at each point of a grid of w (both mixings;
-w = 1 is strict), and of each other family's knob (engine.RULES: cascade, lenient, typical, topk, fly), then pick
+w = 1 is strict), and of each other family's knob (settings.RULES: cascade, lenient, typical, topk, fly), then pick
 each family's setting: the largest acceptance whose quality is shown non-inferior to strict's (margin: the
 task's tolerance) on the same prompts. The w grid is the paper's `fixed` verifier and the Pareto front it traces.
 The command line and the workflow sweep the dev split, so that no setting is chosen on the eval prompts it is
@@ -22,9 +22,10 @@ from pathlib import Path
 import pandas as pd
 
 from diversed import statistics
-from diversed.decoding.engine import RULES, Execution
+from diversed.decoding.settings import FAMILIES, MIXINGS, Execution
 from diversed.runs.evaluate import score_run
-from diversed.runs.run import Run, RunConfig, execute, run_id, task_prompts
+from diversed.runs.run import Run, execute, run_id, task_prompts
+from diversed.runs.settings import RunConfig, point_name, sweep_grid
 from diversed.tasks import get_task, metric_spec
 from diversed.utils import atomic_path, provenance, write_json, write_text
 
@@ -32,8 +33,6 @@ COLUMNS = ["pair", "task", "split", "prompts", "temperature", "K", "verifier", "
            "draft_acceptance_rate", "mean_acceptance_length", "tokens_per_s", "seconds_per_sample", "bias_tv",
            "metric", "quality", "target_logprob", "run_id", "run_dir"]
 WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)  # the paper's grid of w; strict (w = 1) is always added
-MIXINGS = ("linear", "logit")
-FAMILIES = tuple(v for v in RULES if RULES[v].knob)  # the families swept by their knob, beside the fixed w
 
 
 def run_row(run: Run) -> dict:
@@ -94,41 +93,6 @@ def setting(row: dict) -> dict:
     return {"knob": row["knob"]} | ({"deferral": row["deferral"]} if row["verifier"] == "cascade" else {})
 
 
-def grid(weights=WEIGHTS, mixings=MIXINGS, families: dict | None = None, deferrals=("chow",),
-         head: str | Path | None = None, target_only: bool = False) -> list[dict]:
-    """The sweep's points as RunConfig changes: strict (w = 1) first, then every w < 1 of the grid with each
-    mixing, then each family's knobs (families: {verifier: knobs}; cascade's at each deferral rule), then DIVERSED
-    with head and the target alone where asked (the references each front is drawn against; no choice reads them)."""
-    for w in weights:
-        if not 0 <= w <= 1:
-            raise ValueError(f"weight w must be in [0, 1], got {w}")
-    points = [{"verifier": "strict"}] + [{"verifier": "fixed", "weight": float(w), "mixing": m}
-                                         for m in mixings for w in weights if w != 1]
-    for family, knobs in (families or {}).items():
-        if family not in FAMILIES:
-            raise ValueError(f"unknown family {family!r} to sweep; allowed: {', '.join(FAMILIES)}")
-        for rule in deferrals if family == "cascade" else [None]:
-            points += [{"verifier": family, "knob": float(x)} | ({"deferral": rule} if rule else {}) for x in knobs]
-    if head is not None:
-        points.append({"verifier": "dynamic", "head": str(head)})
-    if target_only:
-        points.append({"verifier": "autoregressive"})
-    return points
-
-
-def point_name(point: dict) -> str:
-    """A point's folder in a sweep: w1.0-linear (strict), w0.5-linear, lenient-0.5, cascade-opt-0.3, dynamic,
-    autoregressive (the workflow's layout too)."""
-    v = point["verifier"]
-    if v == "strict":
-        return "w1.0-linear"
-    if v in ("dynamic", "autoregressive"):
-        return v
-    if v == "fixed":
-        return f"w{float(point['weight'])}-{point['mixing']}"
-    return "-".join([v, *([point["deferral"]] if "deferral" in point else []), f"{float(point['knob']):g}"])
-
-
 def sweep_point(base: RunConfig, point: dict, run_dir: str | Path, *, progress: bool = True,
                 labels: dict | None = None, models: dict | None = None, batch_size: int = 1,
                 execution: Execution | None = None) -> Path:
@@ -179,7 +143,7 @@ def sweep_weight(base: RunConfig, out: str | Path, *, weights=WEIGHTS, mixings=M
     out, models = Path(out), {}
     runs = [sweep_point(base, point, out / point_name(point), progress=progress, labels=labels, models=models,
                         batch_size=batch_size, execution=execution)
-            for point in grid(weights, mixings, families, deferrals, head, target_only)]
+            for point in sweep_grid(weights, mixings, families, deferrals, head, target_only)]
     return choose_runs(runs, out, tolerance)
 
 

@@ -17,7 +17,6 @@ Recipe (README "The embedded pair" has its measurements):
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections import Counter
 from dataclasses import dataclass
 
@@ -27,51 +26,8 @@ from tqdm.auto import tqdm
 
 from diversed.decoding.engine import eos_set
 from diversed.decoding.models import encode_prompt, truncated_draft, vocab_size
-from diversed.tasks import get_task
-from diversed.training.train import kl_loss
-from diversed.utils import config_hash, option
-
-# general instructions (topics x requests), disjoint from every task's prompts
-TOPICS = ["the ocean", "volcanoes", "friendship", "the moon", "music", "a city park", "electricity", "honey bees",
-          "the internet", "winter", "a long train journey", "gardening", "the human heart", "recycling",
-          "mountains", "a rainy day", "chess", "dinosaurs", "coffee", "the solar system", "a small bakery",
-          "kindness", "clouds", "a lighthouse", "learning a new language", "public transport", "a birthday party",
-          "photosynthesis", "the printing press", "saving money", "dogs and cats", "a football match", "deserts",
-          "the history of bicycles", "cooking pasta", "time management", "rivers", "a museum visit",
-          "healthy sleep", "solar panels", "a school library", "trees in a forest", "the first airplane",
-          "a snowy village", "teamwork", "a farmers market", "the brain", "board games"]
-REQUESTS = ["Tell me three interesting facts about {}.", "Write a short paragraph about {}.",
-            "Explain {} to a ten-year-old.", "Write four lines of poetry about {}.",
-            "What are the pros and cons of {}?", "Give me a list of five words related to {}.",
-            "Write a short story that involves {}.", "What questions would a curious student ask about {}?"]
-GENERAL_PROMPTS = [r.format(t) for t, r in itertools.product(TOPICS, REQUESTS)]  # 384
-
-
-@dataclass(frozen=True)
-class DraftRecipe:
-    """How the embedded draft is made from the target; every field is part of what gets cached."""
-
-    layers: int = option(2, "decoder blocks, the target's first ones")
-    vocab_rows: int = option(4096, "draft vocabulary: the most frequent tokens of the distillation text")
-    general_prompts: int = option(len(GENERAL_PROMPTS), "general instructions (the first N)")
-    arith_prompts: int = option(160, "arith-style problems of no arith split (the first N of its draft source)")
-    max_new_tokens: int = option(48, "tokens the target samples per prompt")
-    temperature: float = option(1.0, "temperature of the target's samples")
-    batch_size: int = option(32, "prompts sampled at once")
-    epochs: int = option(8, "passes over the text")
-    lr: float = option(3e-4, "AdamW learning rate")
-    seed: int = option(0, "seed of the samples and the order")
-
-    @property
-    def id(self) -> str:
-        """What identifies the draft this recipe builds: a short hash of its fields."""
-        return config_hash(dataclasses.asdict(self))
-
-    def prompts(self) -> list[str]:
-        arith = get_task("arith")
-        problems = [arith.to_example(row, str(i)).prompt
-                    for i, row in enumerate(arith.source_rows("draft")[: self.arith_prompts])]
-        return GENERAL_PROMPTS[: self.general_prompts] + problems
+from diversed.training.finetune import kl_loss
+from diversed.training.settings import DraftRecipe
 
 
 @dataclass

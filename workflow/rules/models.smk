@@ -1,13 +1,12 @@
 rule prepare_models:
     """Build a pair's local checkpoints: the embedded SmolLM2 pair (its draft distilled from it, or its first
-    layers as the weak draft), or the tiny random smoke pair."""
+    layers as the weak draft), or the tiny random smoke pair; recipe: the distilled draft's recipe id (a changed
+    recipe rebuilds it)."""
     output:
-        record="resources/models/{pair}.json",
+        **PLAN.outputs("prepare_models"),
     params:
-        kind=pair_value("prepare"),
-        draft_layers=pair_value("draft_layers"),
-        recipe=draft_recipe,  # the distilled draft's recipe id: a changed recipe rebuilds it
-    threads: all_cores
+        **params("prepare_models"),
+    threads: threads("prepare_models")
     log:
         "logs/prepare_models/{pair}.log",
     conda:

@@ -6,10 +6,9 @@ rule fetch_sources:
     """Every hub model and hub dataset of the config into the Hugging Face cache, once, on the submitting node
     (compute nodes may have no internet), before any job that loads them; gated models fail here, in one line."""
     output:
-        record=SOURCES,
+        **PLAN.outputs("fetch_sources"),
     params:
-        models=[f"--model {m}" for m in HUB.models],
-        tasks=[f"--task {t}" for t in HUB.tasks],
+        **params("fetch_sources"),
     threads: 1
     log:
         "logs/fetch_sources.log",

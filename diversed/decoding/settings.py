@@ -1,0 +1,210 @@
+"""What a decode computes and how it runs, as plain data: the verifiers (one `Rule` each, the one place a verifier
+is added), the sampling filters (`Sampling`), a decode's settings (`Decoding`), the engine's execution
+(`Execution`) and the names of the models and dtypes a pair may take. Imports no torch, so that the workflow's
+plan (diversed.plan), the config schema and the command line read them without loading the ML stack.
+
+A rule names its math (an ensemble weight of verifiers.WEIGHTS, or another test of verifiers.TESTS); everything
+else that lists verifiers reads this table: the command line's choices, the config schema's methods and sweep
+families, the sweep grid, the figures' legends and the report's names. The baselines (the target alone, the
+draft alone) and the fine-tuned draft are methods, not rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+MIXINGS = ("linear", "logit")  # nu = w p + (1 - w) q, or the softmax of w log p + (1 - w) log q
+DEFERRALS = ("chow", "diff", "opt")  # speculative cascades' deferral rules (verifiers.defer)
+CAPTURES = ("none", "graph", "compile")  # the fast path's fixed-shape steps: eager, CUDA graphs, torch.compile
+DTYPES = ("float32", "bfloat16", "float16", "float64")  # a pair's weights (models.DTYPES: the torch dtypes)
+EMBEDDED_DRAFTS = {"embedded": "distilled", "embedded-weak": "truncated"}  # the embedded pair's drafts
+DEFAULT_DRAFT_LAYERS = 2  # the embedded draft's decoder layers, chosen by measurement: README "The embedded pair"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A speculative verifier.
+
+    label: its name in tables, figures and the report; weight: the ensemble weight w [R, k] it verifies against,
+    by name in verifiers.WEIGHTS (None: it tests drafts another way); test: how verifiers.verify_rows tests a
+    draft (verifiers.TESTS); knob: what Decoding.knob sets (None: no knob; a rule with a knob is a sweep family,
+    its setting chosen on dev) with the range it must lie in; marker: its marker in the figures; source:
+    the paper it comes from."""
+
+    label: str
+    weight: str | None = "ones"
+    test: str = "ensemble"
+    knob: str | None = None
+    low: float = 0.0
+    high: float = 1.0
+    integer: bool = False
+    marker: str = "o"
+    source: str = ""
+
+    def check_knob(self, verifier: str, x) -> None:
+        """Raise unless x is a valid knob of this rule (None where it has none)."""
+        if self.knob is None:
+            if x is not None:
+                raise ValueError(f"knob is only used by the verifiers {', '.join(FAMILIES)}, not {verifier!r}")
+            return
+        if x is None:
+            raise ValueError(f"verifier {verifier!r} needs --knob ({self.knob}, in [{self.low:g}, {self.high:g}])")
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not self.low <= x <= self.high or (
+                self.integer and x != int(x)):
+            raise ValueError(f"{verifier}'s knob {self.knob} must be {'an integer ' if self.integer else ''}in "
+                             f"[{self.low:g}, {self.high:g}], got {x!r}")
+
+    def schema(self) -> dict:
+        """The JSON schema of this family's knob values in a workflow config (sweep.families.<verifier>)."""
+        item: dict = {"type": "integer" if self.integer else "number"}
+        item |= {"minimum": self.low} if self.low != -float("inf") else {}
+        item |= {"maximum": self.high} if self.high != float("inf") else {}
+        return {"type": "array", "items": item, "minItems": 1, "description": f"values of {self.knob}"}
+
+
+INF = float("inf")
+RULES: dict[str, Rule] = {
+    "strict": Rule("SD", "ones", marker="o", source="Leviathan et al. 2023, Alg. 1"),  # w = 1: lossless
+    "fixed": Rule("Static ensemble (fixed w)", "constant", marker="x", source="the static ensemble"),
+    "dynamic": Rule("DIVERSED", "head", marker="*", source="Wang et al. 2026"),  # w(h_target, h_draft)
+    # speculative cascades: w = delta(q, p) in {0, 1}, the deferral rule (Decoding.deferral) at threshold alpha;
+    # chow from 0 (strict) to 1 (the draft), opt unbounded
+    "cascade": Rule("Speculative cascade", "deferral", knob="alpha", low=-INF, high=INF, marker="P",
+                    source="Narasimhan et al., ICLR 2025"),
+    "lenient": Rule("Lenient SD", None, "lenient", knob="lenience l", marker="^",
+                    source="Leviathan et al. 2023, A.5"),  # min(1, p / (l q)); l = 1 is strict
+    "typical": Rule("Typical acceptance", None, "typical", knob="epsilon", marker="<",
+                    source="Medusa (Cai et al. 2024), 3.3.1"),  # p(x) > min(epsilon, sqrt(epsilon) exp(-H(p)))
+    "topk": Rule("Top-k acceptance", None, "topk", knob="k", low=1, high=INF, integer=True, marker=">",
+                 source="AutoJudge's baseline (Garipov et al. 2025)"),  # x among p's top k
+    # a strict rejection deferred where the target's top-3 entropy >= the threshold and the next W drafts pass
+    "fly": Rule("FLy", None, "fly", knob="entropy threshold", high=INF, marker="h",
+                source="FLy, as vLLM's v1/spec_decode/fly.py"),
+}
+# one model decoding alone (no draft length K), by label
+BASELINES: dict[str, str] = {"autoregressive": "Target only", "draft": "Draft only"}
+VERIFIERS = (*BASELINES, *RULES)
+FAMILIES = tuple(v for v, rule in RULES.items() if rule.knob)  # swept by their knob, beside the fixed w
+# the methods a workflow config runs, by label, in the order of every table and legend: every verifier, and
+# strict with the fine-tuned draft
+METHODS: dict[str, str] = {**BASELINES, "strict": RULES["strict"].label, "finetuned": "SD with fine-tuned draft",
+                           **{v: r.label for v, r in RULES.items()}}
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a token is drawn from logits: temperature (0 = greedy), then top_k (0: every token) and nucleus top_p,
+    applied alike to p and q (strict speculative sampling is then exact for the filtered p)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+    def __post_init__(self):
+        if not self.temperature >= 0:  # NaN included
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0: no top-k filter), got {self.top_k!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def _count(name: str, x, low: int = 1) -> None:
+    if isinstance(x, bool) or not isinstance(x, int) or x < low:
+        raise ValueError(f"{name} must be >= {low}, got {x!r} (an integer)")
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """What a decode computes, validated when built, passed whole and recorded whole in a run's manifest.
+
+    verifier: one of VERIFIERS; K: draft length; weight: w of the fixed verifier; mixing: how nu mixes p and q;
+    knob: the setting of a verifier whose rule has one (RULES: cascade's alpha, lenient's l, typical's epsilon,
+    topk's k, fly's entropy threshold); deferral: cascade's deferral rule (DEFERRALS);
+    eos_token_id: the ids that end a sequence (None: the target's generation config's; () never stops);
+    synthetic_acceptance = a replaces verification by accepting each draft with probability a (timing at real
+    sizes with random weights: verifiers.synthetic_rows)."""
+
+    verifier: str = "strict"
+    K: int = 5
+    max_new_tokens: int = 128
+    sampling: Sampling = Sampling()
+    weight: float | None = None
+    mixing: str = "linear"
+    knob: float | None = None
+    deferral: str = "chow"
+    eos_token_id: tuple[int, ...] | None = None
+    synthetic_acceptance: float | None = None
+
+    def __post_init__(self):
+        if self.eos_token_id is not None:
+            eos = (self.eos_token_id,) if isinstance(self.eos_token_id, int) else tuple(self.eos_token_id)
+            object.__setattr__(self, "eos_token_id", tuple(int(t) for t in eos))
+        v = self.verifier
+        if v not in VERIFIERS:
+            raise ValueError(f"unknown verifier {v!r}; allowed: {', '.join(VERIFIERS)}")
+        if self.mixing not in MIXINGS:
+            raise ValueError(f"unknown mixing {self.mixing!r}; allowed: {', '.join(MIXINGS)}")
+        _count("max_new_tokens", self.max_new_tokens)
+        if not isinstance(self.sampling, Sampling):
+            raise TypeError(f"sampling must be a settings.Sampling, got {type(self.sampling).__name__}")
+        if v in RULES:
+            _count("draft length K", self.K)
+        self._check_weight()
+        if v in RULES:
+            RULES[v].check_knob(v, self.knob)
+        elif self.knob is not None:
+            raise ValueError(f"knob is only used by the verifiers {', '.join(FAMILIES)}, not {v!r}")
+        if v == "fly" and isinstance(self.K, int) and self.K < 2:
+            raise ValueError(f"verifier 'fly' needs K >= 2 (its window is min(6, K - 1)), got K = {self.K}")
+        if self.deferral not in DEFERRALS:
+            raise ValueError(f"unknown deferral rule {self.deferral!r}; allowed: {', '.join(DEFERRALS)}")
+        if self.deferral != "chow" and v != "cascade":
+            raise ValueError(f"deferral is only used by the 'cascade' verifier, not {v!r}")
+        a = self.synthetic_acceptance
+        if a is not None and not 0 <= a <= 1:
+            raise ValueError(f"synthetic acceptance must be in [0, 1], got {a}")
+
+    def _check_weight(self) -> None:
+        v, w = self.verifier, self.weight
+        if v == "fixed" and w is None:
+            raise ValueError("verifier 'fixed' needs --weight w in [0, 1] (weight= in Python)")
+        if w is not None:
+            if v != "fixed":
+                raise ValueError(f"weight is only used by the 'fixed' verifier, not {v!r}")
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w <= 1:
+                raise ValueError(f"weight w must be in [0, 1], got {w!r}")
+
+    def record(self) -> dict:
+        """The settings as a manifest records them."""
+        return dataclasses.asdict(self) | {"eos_token_id": None if self.eos_token_id is None
+                                           else list(self.eos_token_id)}
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How the engine runs, not what it computes: recorded in a run's manifest, never part of its run id.
+
+    capture: "none" / "graph" / "compile" for the fast path's fixed-shape steps (fastpath);
+    fastpath: the static-cache fast path for Llama / Qwen3, else transformers' modules (it changes the order
+    of float sums, so the last bits of the logits); threads: torch's intra-op threads (recorded, not set).
+    """
+
+    capture: str = "none"
+    fastpath: bool = True
+    threads: int | None = None
+
+    @classmethod
+    def here(cls, capture: str = "none", fastpath: bool = True) -> Execution:
+        """The settings an entry point was given (the --capture and --no-fastpath flags of generate, sweep-weight,
+        train and bench; the lm-eval model's args), with torch's thread count; resolved once and passed down."""
+        import torch
+
+        if capture not in CAPTURES:
+            raise ValueError(f"unknown capture {capture!r}; allowed: {', '.join(CAPTURES)}")
+        return cls(capture, bool(fastpath), torch.get_num_threads())

@@ -1,0 +1,135 @@
+"""A decoding run's config as plain data (`RunConfig`: everything that determines a run's output; its hash is the
+run id; the command line's flags are generated from its fields) and a sweep's points as changes of it
+(`sweep_grid`, `point_name`). No torch is imported here."""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+from diversed.decoding.settings import (
+    DEFAULT_DRAFT_LAYERS,
+    DEFERRALS,
+    DTYPES,
+    FAMILIES,
+    RULES,
+    VERIFIERS,
+    Decoding,
+    Sampling,
+)
+from diversed.tasks import PROMPT_FORMATS, SPLITS, registry
+from diversed.utils import option
+
+SAMPLINGS = ("full", "model")  # RunConfig.sampling
+
+
+@dataclass
+class RunConfig:
+    """Everything that determines a run's output (its hash is the run_id)."""
+
+    target: str = option("embedded", "target model: local path, hub id, or `embedded`")
+    draft: str = option("embedded", "draft model: local path, hub id, `embedded` or `embedded-weak`")
+    draft_layers: int = option(DEFAULT_DRAFT_LAYERS, "which embedded draft (its N decoder layers)")
+    verifier: str = option("strict", "the verifier (or one model alone)", choices=VERIFIERS)
+    weight: float | None = option(None, "w on the target for the fixed verifier, in [0, 1]")
+    head: str | None = option(None, "trained weight head (.safetensors) for the dynamic verifier")
+    mixing: str = option("linear", "linear (w p + (1 - w) q) | logit (softmax of w log p + (1 - w) log q)")
+    knob: float | None = option(None, "the setting of " + ", ".join(f"{v} ({RULES[v].knob})" for v in FAMILIES))
+    deferral: str = option("chow", "cascade's deferral rule: " + " | ".join(DEFERRALS))
+    K: int = option(5, "draft length", flag="-K")
+    temperature: float = option(1.0, "temperature of p and q; 0 = greedy")
+    sampling: str = option("full", "full (--top-k / --top-p as given) | model (the top-k and top-p of the target's "
+                                   "generation config, as transformers' generate applies them; the authors')")
+    top_k: int = option(0, "top-k filter applied to p and q (0: none)")
+    top_p: float = option(1.0, "nucleus threshold applied to p and q")
+    max_new_tokens: int = option(128, "new tokens per prompt at most")
+    seed: int = option(0, "seed of the sampling (each prompt draws from its own generator)")
+    dtype: str = option("float32", "float32 | bfloat16 | float16")
+    device: str = option("cpu", "cpu | cuda | cuda:N")
+    prompt_format: str = option("chat", "chat (the task's instructions in the tokenizer's chat template) | raw (the "
+                                        "task's plain template, no chat template: the authors')")
+    task: str | None = option(None, "prompts and references of a task (diversed.tasks) instead of a prompt file")
+    split: str = option("eval", "task split: train | dev | eval")
+    n: int | None = option(None, "seeded subsample size of the task split (default: all)", flag="-n")
+    data_files: str | None = option(None, "local JSONL for the task (offline use of hub tasks)")
+
+    def decoding(self, generation_config: typing.Any = None) -> Decoding:
+        """The engine's settings of this run (engine.Decoding checks them, so each message exists once);
+        generation_config: the target's, whose filters `sampling: model` takes."""
+        top_k, top_p = self.top_k, self.top_p
+        if self.sampling == "model" and generation_config is not None:
+            top_k, top_p = model_filters(generation_config)
+        return Decoding(self.verifier, K=self.K, max_new_tokens=self.max_new_tokens,
+                        sampling=Sampling(self.temperature, top_p, top_k), weight=self.weight, mixing=self.mixing,
+                        knob=self.knob, deferral=self.deferral)
+
+    def validate(self) -> None:
+        """Checks that need no model: fail before anything is loaded."""
+        self.decoding()
+        if self.sampling not in SAMPLINGS:
+            raise ValueError(f"unknown sampling {self.sampling!r}; allowed: {', '.join(SAMPLINGS)}")
+        if self.sampling == "model" and (self.top_k, self.top_p) != (0, 1.0):
+            raise ValueError("sampling 'model' takes top-k and top-p from the target's generation config: give "
+                             "--top-k / --top-p only with --sampling full")
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise ValueError(f"unknown prompt format {self.prompt_format!r}; allowed: {', '.join(PROMPT_FORMATS)}")
+        if self.verifier == "dynamic" and not self.head:
+            raise ValueError("verifier 'dynamic' needs --head, a trained weight head (head= in Python)")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; allowed: {', '.join(DTYPES)}")
+        if self.verifier == "dynamic" and not Path(self.head).is_file():
+            raise FileNotFoundError(f"weight head not found: {self.head}")
+        if self.task is not None:
+            if self.task not in registry():
+                raise ValueError(f"unknown task {self.task!r}; allowed: {', '.join(sorted(registry()))}")
+            if self.split not in SPLITS:
+                raise ValueError(f"unknown split {self.split!r}; allowed: {', '.join(SPLITS)}")
+            if self.n is not None and self.n < 1:
+                raise ValueError(f"n (subsample size) must be >= 1, got {self.n}")
+
+
+def model_filters(generation_config: typing.Any) -> tuple[int, float]:
+    """(top_k, top_p) that transformers' generate applies when sampling with this generation config: a value the
+    model's file leaves unset takes generate's default (top-k 50, top-p 1)."""
+    from transformers import GenerationConfig
+
+    defaults = GenerationConfig._get_default_generation_params()  # what generate fills in for unset fields
+    top_k, top_p = (defaults[k] if getattr(generation_config, k) is None else getattr(generation_config, k)
+                    for k in ("top_k", "top_p"))
+    return int(top_k), float(top_p)
+
+
+def sweep_grid(weights, mixings, families: dict | None = None, deferrals=("chow",), head: str | None = None,
+               target_only: bool = False) -> list[dict]:
+    """A sweep's points as RunConfig changes: strict (w = 1) first, then every w < 1 of the grid with each mixing,
+    then each family's knobs (families: {verifier: knobs}; cascade's at each deferral rule), then DIVERSED with
+    head and the target alone where asked (the references each front is drawn against; no choice reads them)."""
+    for w in weights:
+        if not 0 <= w <= 1:
+            raise ValueError(f"weight w must be in [0, 1], got {w}")
+    points = [{"verifier": "strict"}] + [{"verifier": "fixed", "weight": float(w), "mixing": m}
+                                         for m in mixings for w in weights if w != 1]
+    for family, knobs in (families or {}).items():
+        if family not in FAMILIES:
+            raise ValueError(f"unknown family {family!r} to sweep; allowed: {', '.join(FAMILIES)}")
+        for rule in deferrals if family == "cascade" else [None]:
+            points += [{"verifier": family, "knob": float(x)} | ({"deferral": rule} if rule else {}) for x in knobs]
+    if head is not None:
+        points.append({"verifier": "dynamic", "head": str(head)})
+    if target_only:
+        points.append({"verifier": "autoregressive"})
+    return points
+
+
+def point_name(point: dict) -> str:
+    """A point's folder in a sweep: w1.0-linear (strict), w0.5-linear, lenient-0.5, cascade-opt-0.3, dynamic,
+    autoregressive."""
+    v = point["verifier"]
+    if v == "strict":
+        return "w1.0-linear"
+    if v in ("dynamic", "autoregressive"):
+        return v
+    if v == "fixed":
+        return f"w{float(point['weight'])}-{point['mixing']}"
+    return "-".join([v, *([point["deferral"]] if "deferral" in point else []), f"{float(point['knob']):g}"])

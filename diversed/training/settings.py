@@ -1,0 +1,148 @@
+"""The training jobs' settings as plain data: the DIVERSED head's (`HeadTrainConfig`), the fine-tuned draft's
+(`DistillConfig`) and the embedded draft's recipe (`DraftRecipe`). The command line's flags are generated from
+these fields, the workflow's plan (diversed.plan) reads their defaults; no torch is imported here."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+
+from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, MIXINGS
+from diversed.tasks import PROMPT_FORMATS, get_task, registry
+from diversed.utils import config_hash, option
+
+REWARDS = ("task", "fidelity")
+ACCEPTANCE_TERMS = ("fixed", "relative")
+RELATIVE_AT_ZERO = 5.0  # the relative term's lambda on a step whose reward loss is 0 (the authors' value)
+FINETUNES = ("distill", "sft")
+TEXT_BATCH = 16  # prompts the target decodes together for a fine-tuned draft's text
+
+
+@dataclass
+class TrainConfig:
+    """What head training and distillation share: the pair, the task's train prompts, the optimiser's basics."""
+
+    task: str = option("arith", "task whose train prompts the job learns from")
+    target: str = option("embedded", "target model: local path, hub id, or `embedded`")
+    draft: str = option("embedded", "draft model: local path, hub id, `embedded` or `embedded-weak`")
+    draft_layers: int = option(DEFAULT_DRAFT_LAYERS, "which embedded draft (its N decoder layers)")
+    data_files: str | None = option(None, "local JSONL for the task (offline use of hub tasks)")
+    n_train: int = option(400, "training prompts (seeded subsample of the train split)")
+    epochs: int = option(2, "passes over the training prompts")
+    max_new_tokens: int = option(128, "length of each completion the job generates")
+    lr: float = option(1e-4, "AdamW learning rate")
+    grad_clip: float = option(1.0, "gradient-norm clip")
+    seed: int = option(0, "seed of the subsample, the order and the sampling")
+    dtype: str = option("float32", "float32 | bfloat16 | float16")
+    device: str = option("cpu", "cpu | cuda | cuda:N")
+    prompt_format: str = option("chat", "chat (the task's instructions in the chat template) | raw (the task's "
+                                        "plain template: the authors')")
+
+    COUNTS = ("n_train", "epochs", "max_new_tokens")  # integers that must be >= 1
+
+    def validate(self) -> None:
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise ValueError(f"unknown prompt format {self.prompt_format!r}; allowed: {', '.join(PROMPT_FORMATS)}")
+        if self.task not in registry():
+            raise ValueError(f"unknown task {self.task!r}; allowed: {', '.join(sorted(registry()))}")
+        for name in self.COUNTS:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class HeadTrainConfig(TrainConfig):
+    """One head's training run. Defaults are the paper's (AdamW 5e-4, warm-up + cosine, batch 8, 2 epochs, 400
+    prompts, 128 tokens, clip 5, greedy rollouts)."""
+
+    lr: float = option(5e-4, "AdamW learning rate")
+    grad_clip: float = option(5.0, "gradient-norm clip")
+    batch_size: int = option(8, "prompts per REINFORCE step")
+    warmup_frac: float = option(0.1, "fraction of the steps spent in linear warm-up")
+    acceptance_term: str = option("fixed", "fixed (lambda weighs the expected acceptance) | relative (lambda is its "
+                                          "size as a fraction of the reward loss's, every step: the authors')")
+    acceptance_weight: float = option(0.1, "lambda >= 0: the acceptance term's weight (fixed) or fraction (relative)")
+    baseline_momentum: float = option(0.9, "momentum of the running-mean reward baseline")
+    rollout: str = option("greedy", "greedy (the paper) | sample (explores)")
+    temperature: float = option(1.0, "temperature of p and q (and of sampled rollouts)")
+    mixing: str = option("linear", "linear | logit")
+    reward: str = option("task", "task (the task metric) | fidelity (mean target log-likelihood per token)")
+
+    COUNTS = (*TrainConfig.COUNTS, "batch_size")
+
+    def validate(self) -> None:
+        super().validate()
+        if self.reward not in REWARDS:
+            raise ValueError(f"unknown reward {self.reward!r}; allowed: {', '.join(REWARDS)}")
+        if self.rollout not in ("greedy", "sample"):
+            raise ValueError(f"unknown rollout {self.rollout!r}; allowed: greedy, sample")
+        if self.mixing not in MIXINGS:
+            raise ValueError(f"unknown mixing {self.mixing!r}; allowed: {', '.join(MIXINGS)}")
+        if self.acceptance_term not in ACCEPTANCE_TERMS:
+            raise ValueError(f"unknown acceptance term {self.acceptance_term!r}; "
+                             f"allowed: {', '.join(ACCEPTANCE_TERMS)}")
+        if not self.lr > 0 or self.acceptance_weight < 0 or not 0 <= self.warmup_frac < 1:
+            raise ValueError("need lr > 0, acceptance_weight >= 0 and warmup_frac in [0, 1)")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0 for head training, got {self.temperature}")
+
+
+@dataclass
+class DistillConfig(TrainConfig):
+    """Fine-tune the draft: distil it toward the target (KL(p_target || q_draft) on the target's greedy text), or
+    supervised (cross-entropy on the task's reference answers). The draft trains in bfloat16 with AdamW16 when
+    dtype is bfloat16, else in float32 with AdamW."""
+
+    finetune: str = option("distill", "distill (toward the target, on its own text) | sft (on the task's reference "
+                                      "answers: the authors')")
+
+    def validate(self) -> None:
+        super().validate()
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.finetune not in FINETUNES:
+            raise ValueError(f"unknown finetune {self.finetune!r}; allowed: {', '.join(FINETUNES)}")
+
+
+# general instructions (topics x requests), disjoint from every task's prompts
+TOPICS = ["the ocean", "volcanoes", "friendship", "the moon", "music", "a city park", "electricity", "honey bees",
+          "the internet", "winter", "a long train journey", "gardening", "the human heart", "recycling",
+          "mountains", "a rainy day", "chess", "dinosaurs", "coffee", "the solar system", "a small bakery",
+          "kindness", "clouds", "a lighthouse", "learning a new language", "public transport", "a birthday party",
+          "photosynthesis", "the printing press", "saving money", "dogs and cats", "a football match", "deserts",
+          "the history of bicycles", "cooking pasta", "time management", "rivers", "a museum visit",
+          "healthy sleep", "solar panels", "a school library", "trees in a forest", "the first airplane",
+          "a snowy village", "teamwork", "a farmers market", "the brain", "board games"]
+REQUESTS = ["Tell me three interesting facts about {}.", "Write a short paragraph about {}.",
+            "Explain {} to a ten-year-old.", "Write four lines of poetry about {}.",
+            "What are the pros and cons of {}?", "Give me a list of five words related to {}.",
+            "Write a short story that involves {}.", "What questions would a curious student ask about {}?"]
+GENERAL_PROMPTS = [r.format(t) for t, r in itertools.product(TOPICS, REQUESTS)]  # 384
+
+
+@dataclass(frozen=True)
+class DraftRecipe:
+    """How the embedded draft is made from the target; every field is part of what gets cached."""
+
+    layers: int = option(2, "decoder blocks, the target's first ones")
+    vocab_rows: int = option(4096, "draft vocabulary: the most frequent tokens of the distillation text")
+    general_prompts: int = option(len(GENERAL_PROMPTS), "general instructions (the first N)")
+    arith_prompts: int = option(160, "arith-style problems of no arith split (the first N of its draft source)")
+    max_new_tokens: int = option(48, "tokens the target samples per prompt")
+    temperature: float = option(1.0, "temperature of the target's samples")
+    batch_size: int = option(32, "prompts sampled at once")
+    epochs: int = option(8, "passes over the text")
+    lr: float = option(3e-4, "AdamW learning rate")
+    seed: int = option(0, "seed of the samples and the order")
+
+    @property
+    def id(self) -> str:
+        """What identifies the draft this recipe builds: a short hash of its fields."""
+        return config_hash(dataclasses.asdict(self))
+
+    def prompts(self) -> list[str]:
+        arith = get_task("arith")
+        problems = [arith.to_example(row, str(i)).prompt
+                    for i, row in enumerate(arith.source_rows("draft")[: self.arith_prompts])]
+        return GENERAL_PROMPTS[: self.general_prompts] + problems

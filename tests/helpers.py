@@ -1,0 +1,352 @@
+"""What the tests share: tiny random models built in the test process (no downloads, a few layers, a small
+vocabulary) and of the paper pairs' classes, a cache-free reference decoder, Snakemake in a subprocess on a copy of
+the workflow, simulated claim data, and a counter of host synchronisations. Fixtures live in conftest.py."""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from diversed.decoding.verifiers import _as_weight, logits_to_probs, synthetic_rows, verify_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def tiny_llama(seed: int = 0, *, vocab: int = 96, hidden: int = 32, layers: int = 2, ctx: int = 512,
+               dtype: torch.dtype = torch.float64):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=ctx,
+                      tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg).to(dtype)
+    # larger logits than the default init, so that distributions are peaked like a trained model's
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    model.generation_config.eos_token_id = None  # tests decode to full length unless they ask for an EOS
+    return model.eval().requires_grad_(False)
+
+
+def negated(model):
+    """A draft whose greedy token is the target's argmin: every greedy draft is rejected."""
+    d = copy.deepcopy(model)
+    with torch.no_grad():
+        d.lm_head.weight.neg_()
+    return d
+
+
+def tiny(model_type: str, seed: int = 0):
+    """A tiny random model of a transformers model type (llama, qwen3, ...), float32, peaked logits."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.for_model(model_type, vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                               num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                               max_position_embeddings=512, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg).float().eval().requires_grad_(False)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    model.generation_config.eos_token_id = None
+    return model
+
+
+def reference_speculative(target, draft, ids, *, K, n_new, w, temperature, generator, mixing="linear"):
+    """Cache-free reference: every step re-encodes the whole sequence through both models."""
+    tokens = list(ids)
+    new: list[int] = []
+    while len(new) < n_new:
+        k = min(K, n_new - len(new) - 1)
+        drafts, q_rows = [], []
+        for _ in range(k):
+            logits = draft(torch.tensor([tokens + drafts])).logits[0, -1].float()
+            q_i = logits_to_probs(logits, temperature)
+            drafts.append(int(torch.multinomial(q_i, 1, generator=generator)))
+            q_rows.append(q_i)
+        logits = target(torch.tensor([tokens + drafts])).logits[0, -(k + 1):].float()
+        p = logits_to_probs(logits, temperature)
+        q = torch.stack(q_rows) if q_rows else p.new_zeros(0, p.shape[-1])
+        v = verify(torch.tensor(drafts, dtype=torch.long), q, p, w, mixing=mixing, generator=generator)
+        emitted = drafts[: v.n_accepted] + [v.next_token]
+        tokens += emitted
+        new += emitted
+    return new
+
+
+# ------------------------------------------------------------------------------------------- workflow
+
+
+def snakemake(*args, cwd=ROOT, check=True, timeout=900) -> subprocess.CompletedProcess:
+    env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+                        "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    if check:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def jobs(dry_run_output: str) -> dict[str, int]:
+    """Job counts per rule from a dry run's 'Job stats' table."""
+    table = dry_run_output.split("Job stats:")[-1]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, flags=re.M)
+            if m.group(1) != "total"}
+
+
+def workflow_copy(tmp: Path) -> Path:
+    for name in ("Snakefile", "workflow", "config", "profiles", "environment.yml"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp / name)
+    return tmp
+
+
+# ------------------------------------------------------------------------------------------- killed processes
+
+ENV = os.environ | {"WANDB_MODE": "disabled", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+def start(args: list[str], cwd: Path | None = None, stderr=subprocess.PIPE) -> subprocess.Popen:
+    return subprocess.Popen(args, cwd=cwd, env=ENV, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+
+
+def kill_when(proc: subprocess.Popen, ready, deadline: float = 120.0) -> None:
+    """SIGKILL the whole process group once ready() holds (the process must still be running)."""
+    t0 = time.time()
+    while not ready():
+        assert proc.poll() is None, "finished before it could be killed"
+        assert time.time() - t0 < deadline, "never reached the kill point"
+        time.sleep(0.05)
+    assert proc.poll() is None, "finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def count_files(root: Path, name: str) -> int:
+    """Files called name under root, read while a live process renames and removes its temporary folders
+    (os.walk skips a folder that vanishes between listing and reading; Path.rglob raises)."""
+    return sum(name in files for _, _, files in os.walk(root))
+
+
+# ------------------------------------------------------------------------------------------- paper classes
+
+PAPER_KINDS = ("llama3", "qwen3", "gemma3")
+
+
+def tiny_paper_model(kind: str, seed: int = 0, *, hidden: int = 64, layers: int = 3, ctx: int = 512,
+                     vision_layers: int = 2):
+    """A tiny random model of a paper pair's class, float32, vocabulary 128 (covers the char tokenizer):
+    llama3: LlamaForCausalLM with llama3 RoPE scaling (Llama 3.1 / 3.2); qwen3: Qwen3ForCausalLM;
+    gemma3: Gemma3ForConditionalGeneration (the class google/gemma-3-*-it load as): a Siglip vision tower and
+    a text model whose sliding window (8) alternates with full attention (5:1 in Gemma 3, 1:1 here)."""
+    from transformers import (
+        Gemma3Config,
+        Gemma3ForConditionalGeneration,
+        Gemma3TextConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+        SiglipVisionConfig,
+    )
+
+    common = dict(vocab_size=128, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=ctx,
+                  bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    if kind == "llama3":
+        rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+        model_cls, cfg = LlamaForCausalLM, LlamaConfig(**common, rope_parameters=rope, tie_word_embeddings=False)
+    elif kind == "qwen3":
+        model_cls, cfg = Qwen3ForCausalLM, Qwen3Config(**common, tie_word_embeddings=False)
+    elif kind == "gemma3":
+        text = Gemma3TextConfig(**common, sliding_window=8, query_pre_attn_scalar=16,
+                                layer_types=["sliding_attention", "full_attention"] * (layers // 2)
+                                + ["sliding_attention"] * (layers % 2))
+        vision = SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=vision_layers,
+                                    num_attention_heads=2, image_size=16, patch_size=8)
+        # the image tokens at the top of the vocabulary, as in Gemma 3 (262144 of 262208)
+        model_cls, cfg = Gemma3ForConditionalGeneration, Gemma3Config(
+            text_config=text, vision_config=vision, mm_tokens_per_image=4, boi_token_index=125,
+            eoi_token_index=126, image_token_index=127)
+    else:
+        raise ValueError(f"unknown paper model kind {kind!r}; allowed: {', '.join(PAPER_KINDS)}")
+    torch.manual_seed(seed)
+    model = model_cls(cfg).float()
+    model.generation_config.eos_token_id = None  # tests decode to full length unless they ask for an EOS
+    return model.eval().requires_grad_(False)
+
+
+def thinking_tokenizer():
+    """The character tokenizer with a Qwen3-style chat template: the reply opens with an empty think block only
+    when the caller passes enable_thinking=False, else the model thinks first."""
+    from diversed.decoding.models import char_tokenizer
+
+    tok = char_tokenizer()
+    tok.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|assistant|>"
+                         "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
+                         "{% endif %}{% endif %}")
+    return tok
+
+
+def claim_units(levels: dict, prompts: int = 12, seeds: int = 2, *, rng=None, tasks=("arith",), noise: float = 0.05,
+          difficulty: bool = True, T: float = 1.0, head_task: str = "") -> pd.DataFrame:
+    """A prompt table of one pair at T, K = 5: levels[method] = (acceptance, accuracy, tokens/s) around which each
+    prompt's values vary; prompts differ in difficulty, every seed decodes every prompt."""
+    rng = rng or np.random.default_rng(0)
+    n = prompts * seeds  # rows per (task, method), seed-major
+    blocks = [(task, method, level) for task in tasks for method, level in levels.items()]
+    rows = n * len(blocks)
+    seed = np.tile(np.repeat(np.arange(seeds), prompts), len(blocks))
+    prompt = np.tile(np.arange(prompts), seeds * len(blocks))
+    ease = {task: rng.uniform(-0.3, 0.3, prompts) if difficulty else np.zeros(prompts) for task in tasks}
+    alpha, accuracy, speed = (np.repeat([level[i] for *_, level in blocks], n) for i in range(3))
+    accuracy = accuracy + np.concatenate([ease[task][prompt[:n]] for task, *_ in blocks])
+    task = np.repeat([b[0] for b in blocks], n)
+    method = np.repeat([b[1] for b in blocks], n)
+    tokens = np.full(rows, 40)
+    return pd.DataFrame({
+        "run_id": pd.Series(task, dtype=object) + "-" + method + "-" + seed.astype(str),
+        "pair": "p", "task": task, "method": method, "head_task": head_task, "lambda": math.nan, "temperature": T,
+        "K": np.where(np.isin(method, ["autoregressive", "draft"]), np.nan, 5.0),
+        "weight": pd.Series(method).map({"strict": 1.0, "fixed": 0.5}).to_numpy(), "mixing": "linear",
+        "metric": "accuracy", "seed": seed, "prompt": prompt,
+        "accepted": np.round(np.clip(alpha + rng.uniform(-noise, noise, rows), 0, 1) * 40), "drafted": 40.0,
+        "new_tokens": tokens, "seconds": tokens / (speed * rng.uniform(0.9, 1.1, rows)),
+        "quality": (rng.random(rows) < np.clip(accuracy, 0, 1)).astype(float),
+    })
+
+
+def host_syncs(monkeypatch) -> list[str]:
+    """Every tensor-to-host read from now on (tolist, item, bool/int/float/index), appended by name to the list."""
+    syncs: list[str] = []
+    for name in ("tolist", "item", "__bool__", "__int__", "__float__", "__index__"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _original=original, _name=name, **k):
+            syncs.append(_name)
+            return _original(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    return syncs
+
+
+# ------------------------------------------------------------------------------------------- one-row verification
+# The engine verifies every row of a batch at once (verifiers.verify_rows); the tests also check the math on one
+# block, with its weight range checked and its outcome on the host.
+
+
+@dataclass
+class Verdict:
+    """Outcome of verifying one draft block."""
+
+    n_accepted: int  # number of leading draft tokens accepted, 0..K
+    next_token: int  # correction token (n < K) or bonus token (n == K)
+    bias_tv: torch.Tensor  # [n + 1] TV(nu, p) at each emitted position (0 for the bonus token)
+
+    def emitted(self, draft_tokens: torch.Tensor) -> list[int]:
+        """The tokens this step appends: the accepted draft prefix, then next_token."""
+        return draft_tokens[: self.n_accepted].tolist() + [self.next_token]
+
+
+
+
+def verify(
+    draft_tokens: torch.Tensor,
+    q: torch.Tensor,
+    p: torch.Tensor,
+    w: float | torch.Tensor,
+    *,
+    mixing: str = "linear",
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+    log_p: torch.Tensor | None = None,
+    log_q: torch.Tensor | None = None,
+    test: str = "ensemble",
+    knob: float | None = None,
+) -> Verdict:
+    """Verify K draft tokens against nu = ensemble(p, q, w) (test "ensemble"; the other tests: verify_rows).
+
+    draft_tokens [K] long, q [K, V] draft probs, p [K + 1, V] target probs, w float or [K].
+    Sampling: accept x_i with prob min(1, nu_i(x_i) / q_i(x_i)) up to the first rejection n, then
+    sample from norm(max(0, nu_n - q_n)); if all K pass, the bonus token comes from p_{K+1}.
+    Greedy: accept while x_i == argmax nu_i; correction argmax nu_n; bonus argmax p_{K+1}.
+    w = 1 is exactly standard speculative sampling (Leviathan et al. 2023, Algorithm 1).
+    log_p [K + 1, V] / log_q [K, V]: optional log-probabilities, used by logit mixing (no underflow).
+    """
+    _as_weight(w, q.shape[:1], q.device)  # the range check; verify_on_device trusts its caller
+    n, next_token, bias = verify_on_device(draft_tokens, q, p, w, mixing=mixing, greedy=greedy, generator=generator,
+                                           log_p=log_p, log_q=log_q, test=test, knob=knob)
+    n, next_token = torch.stack([n, next_token]).tolist()  # the one host sync
+    return Verdict(n_accepted=n, next_token=next_token, bias_tv=bias[: n + 1])
+
+
+def verify_on_device(
+    draft_tokens: torch.Tensor,
+    q: torch.Tensor,
+    p: torch.Tensor,
+    w: float | torch.Tensor,
+    *,
+    mixing: str = "linear",
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+    log_p: torch.Tensor | None = None,
+    log_q: torch.Tensor | None = None,
+    test: str = "ensemble",
+    knob: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """verify() without a host sync: (n_accepted [] long, next_token [] long, bias_tv [K + 1]) on the device.
+
+    bias_tv[i] = TV(nu_i, p_i) for i < K and 0 for the bonus position; the emitted tokens' biases are
+    bias_tv[:n + 1]. One row of verify_rows; w is trusted to lie in [0, 1] (verify checks it).
+    """
+    K, V = q.shape
+    if draft_tokens.shape != (K,) or p.shape != (K + 1, V):
+        raise ValueError(
+            f"shapes disagree: draft_tokens {tuple(draft_tokens.shape)}, q {tuple(q.shape)}, p {tuple(p.shape)}; "
+            "expected [K], [K, V], [K + 1, V]"
+        )
+    w = torch.as_tensor(w, dtype=torch.float32, device=q.device).expand(K)
+    one = None if log_p is None else log_p[None]
+    n, next_token, bias = verify_rows(draft_tokens[None], q[None], p[None], w[None], [K], mixing=mixing,
+                                      greedy=greedy, generators=[generator], log_p=one,
+                                      log_q=None if log_q is None else log_q[None], test=test, knob=knob)
+    return n[0], next_token[0], bias[0]
+
+
+
+
+def synthetic_verify(K: int, p: torch.Tensor, acceptance: float, *, greedy: bool = False,
+                     generator: torch.Generator | None = None) -> Verdict:
+    """Accept each of K drafts with probability `acceptance`, independently, up to the first rejection
+    (as vLLM's synthetic rejection sampler), then emit a target token at the stopping position.
+
+    For timing the engine at real model sizes with random weights, where real acceptance is
+    meaningless: the forwards, the rollback and the token counts are those of a real run at alpha.
+    """
+    n, next_token, bias = synthetic_on_device(K, p, acceptance, greedy=greedy, generator=generator)
+    n, next_token = torch.stack([n, next_token]).tolist()
+    return Verdict(n_accepted=n, next_token=next_token, bias_tv=bias[: n + 1])
+
+
+def synthetic_on_device(K: int, p: torch.Tensor, acceptance: float, *, greedy: bool = False,
+                        generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """synthetic_verify without a host sync, shaped as verify_on_device's result (one row of synthetic_rows)."""
+    n, next_token, bias = synthetic_rows([K], p[None], acceptance, greedy=greedy, generators=[generator])
+    return n[0], next_token[0], bias[0]

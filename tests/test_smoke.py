@@ -1,0 +1,161 @@
+"""The smoke config (tiny random models built in place, every rule of the DAG) run once by Snakemake and shared by
+every end-to-end check: every declared output exists and parses, a second run does nothing, a changed config
+value reruns only its dependents, and a killed workflow and a failed decode job resume to identical runs. The tests
+of this file run on one worker (pytest-xdist --dist loadfile), so the smoke run is made once."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import count_files, jobs, kill_when, snakemake, start, workflow_copy
+
+from diversed.plan import load
+
+pytestmark = pytest.mark.slow  # Snakemake in subprocesses
+SMOKE = "config/smoke.yaml"
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """The smoke config run once, uninterrupted, in a copy of the workflow (W&B disabled)."""
+    wd = workflow_copy(tmp_path_factory.mktemp("smoke"))
+    snakemake("--cores", "2", "--configfile", SMOKE, cwd=wd, timeout=1200)
+    return wd
+
+
+def parses(path: Path) -> bool:
+    """Every kind of file the workflow writes, opened by what reads it."""
+    import matplotlib.image
+    import pandas as pd
+    from safetensors.torch import load_file
+
+    from diversed.utils import read_jsonl
+
+    readers = {".json": lambda p: json.loads(p.read_text()), ".jsonl": read_jsonl, ".csv": pd.read_csv,
+               ".png": matplotlib.image.imread, ".pdf": lambda p: p.read_bytes().startswith(b"%PDF") or None,
+               ".md": lambda p: p.read_text().strip() or None, ".tex": lambda p: p.read_text().strip() or None,
+               ".safetensors": load_file, ".pt": lambda p: p.stat().st_size or None}
+    return readers[path.suffix](path) is not None
+
+
+def test_smoke_config_end_to_end(smoke_run):
+    import pandas as pd
+
+    wd = smoke_run
+    plan = load(wd / "config" / "smoke.yaml")
+    files = [p for d in ("results", "figures") for p in (wd / d).rglob("*") if p.is_file()]
+    assert len(files) > 100
+    for path in files:
+        assert parses(path), path
+    declared = [p for job in plan.jobs for v in job.outputs.values() for p in ([v] if isinstance(v, str) else v)]
+    assert all((wd / p).exists() for p in declared)
+    for name in ("table1", "table2", "table3", "speed"):
+        assert "tabular" in (wd / "results" / "tables" / f"{name}.tex").read_text()
+    runs = pd.read_csv(wd / "results" / "tables" / "runs.csv")
+    # every quality and timing run of the plan, and its transfer run (the lambda sweep's are in its table only)
+    quality = [r for r in plan.runs if r.rule in ("decode", "decode_transfer")]
+    timed = [r for r in plan.runs if r.rule == "time"]
+    assert len(runs) == len(quality) + len(timed) == 57 and runs["timing"].sum() == 28
+    assert set(runs["split"]) == {"eval"} and set(runs["method"]) == set(SMOKE["methods"])
+    assert set(runs.loc[runs["timing"], "batch_size"]) == {1} and set(runs.loc[~runs["timing"], "batch_size"]) == {2}
+    assert runs.loc[~runs["timing"], "tokens_per_s"].isna().all() and runs.loc[runs["timing"], "speedup"].notna().all()
+    speed = pd.read_csv(wd / "results" / "tables" / "speed.csv")
+    assert len(speed) == 28 and set(speed["prompts"]) == {2}  # the timed prompts only
+    families = pd.read_csv(wd / "results" / "tables" / "families.csv")
+    assert set(families["method"]) >= {"Static ensemble (fixed w)", "Speculative cascade", "Lenient SD", "DIVERSED"}
+    sweeps = pd.read_csv(wd / "results" / "tables" / "sweeps.csv")
+    assert {"cascade", "lenient", "fixed", "strict", "dynamic", "autoregressive"} <= set(sweeps["verifier"])
+    read = sweeps["K"] == 3  # the sweeps the runs read are timed at batch 1 (not the figure's K = 2 sweep)
+    assert sweeps.loc[read, "speedup"].notna().all() and sweeps.loc[~read, "speedup"].isna().all()
+    assert sweeps.loc[read & (sweeps["verifier"] == "autoregressive"), "speedup"].tolist() == pytest.approx([1.0] * 4)
+    assert set(sweeps.loc[read, "timed_prompts"]) == {2}
+    assert list(pd.read_csv(wd / "results" / "tables" / "table1.csv")["method"]) == [
+        "SD", "SD with fine-tuned draft", "DIVERSED"]
+    assert len(list((wd / "figures").glob("*.png"))) == 6
+    lam = pd.read_csv(wd / "results" / "tables" / "lambda.csv")  # strict and the heads at lambda 0 and 1, on dev
+    assert list(lam["lambda"]) == ["strict", "0 (fixed)", "1 (fixed)"]
+    assert list(lam["chosen"].fillna("")).count("yes") == 1
+    assert lam["quality"].notna().all() and set(lam["dev prompts"]) == {3}
+    chosen = float(lam.loc[lam["chosen"] == "yes", "lambda"].item().split()[0])
+    head = json.loads((wd / "results" / "heads" / "tiny" / "arith" / "manifest.json").read_text())
+    assert head["config"]["acceptance_weight"] == chosen and head["chosen"]["split"] == "dev"
+    report = (wd / "results" / "REPORT.md").read_text()
+    assert "Table 1" in report and "## Claims" in report
+    for name in ("static front", "Speculative cascade front", "Lenient SD front"):  # DIVERSED beyond each family's
+        assert f"DIVERSED lies beyond the {name}" in report, name
+
+    # nothing changed: nothing to do
+    assert "Nothing to be done" in snakemake("-n", "--configfile", "config/smoke.yaml", cwd=wd).stdout
+    # one config value changed (the sweep grid): only what depends on it reruns
+    config = yaml.safe_load((wd / "config" / "smoke.yaml").read_text())
+    config["sweep"]["weights"] = [0.25]
+    (wd / "changed.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    counts = jobs(snakemake("-n", "--configfile", "changed.yaml", cwd=wd).stdout)
+    assert set(counts) == {"sweep", "time_sweep", "decode", "time", "aggregate", "plot", "report", "all"}, counts
+    # 2 tasks x 2 temperatures + the K-figure sweep (each keeps its finished points: see test_sweep), their
+    # timing, and the decode and timing jobs whose fixed run reads a re-chosen w
+    assert counts["sweep"] == 5 and counts["time_sweep"] == 4 and counts["decode"] == 4 and counts["time"] == 4
+
+
+def test_a_killed_workflow_and_a_failed_decode_job_resume_to_identical_runs(smoke_run, tmp_path):
+    """One decode job of the smoke config and everything it needs (the pair, the heads, the lambda sweep, the fine-
+    tuned draft, its sweep), in a fresh copy of the workflow:
+    1. Snakemake killed mid-sweep (SIGKILL to its process group) leaves the lock; unlock and rerun the same command;
+    2. the decode job's own process killed after it kept two of its runs: Snakemake deletes the failed job's
+       outputs (regression: a failed decode job lost its finished runs, and its rerun decoded everything again);
+       the rerun takes back exactly the kept runs (hard links under results/kept) and decodes the rest;
+    3. the job's generations are byte-identical to the uninterrupted smoke run's (so also: the same config and seed
+       give the same bytes, run twice)."""
+    wd = workflow_copy(tmp_path)
+    job = "results/runs/tiny/arith/autoregressive/T1.0-s0/scores.json"  # one decode job: every method's run
+    command = [sys.executable, "-m", "snakemake", job, "--cores", "2", "--configfile", "config/smoke.yaml"]
+    sweep = wd / "results" / "sweeps" / "tiny" / "arith" / "T1.0-K3"
+    at = random.Random(0).randint(1, 4)  # after a random number of the sweep's finished points
+    kill_when(start(command, cwd=wd), lambda: count_files(sweep, "manifest.json") >= at, deadline=600)
+    assert not (sweep / "choice.json").exists()
+    snakemake("--unlock", "--configfile", "config/smoke.yaml", cwd=wd)  # the lock the SIGKILL left
+
+    kept = wd / "results" / "kept"
+    proc = start(command, cwd=wd)
+    decode_log = wd / "logs" / "decode" / "tiny" / "arith" / "T1.0-s0.log"
+
+    def two_runs_done():  # the decode job has kept 2 of its runs (earlier jobs keep none: only decode keeps)
+        return decode_log.is_file() and kept.is_dir() and len([p for p in kept.iterdir()
+                                                               if not p.name.startswith(".")]) >= 2
+
+    t0 = time.time()
+    while not two_runs_done():
+        assert proc.poll() is None and time.time() - t0 < 600, "the decode job never kept two runs"
+        time.sleep(0.05)
+    found = subprocess.run(["pgrep", "-f", "diversed generate"], capture_output=True, text=True).stdout.split()
+    decoders = [pid for pid in found if Path(f"/proc/{pid}/cwd").resolve() == wd.resolve()]  # this test's only
+    assert decoders
+    for pid in decoders:  # the job's process dies; Snakemake sees a failed job and deletes its outputs
+        os.kill(int(pid), signal.SIGKILL)
+    assert proc.wait(timeout=120) != 0
+    assert not (wd / job).exists()
+    finished = {p.name for p in kept.iterdir() if not p.name.startswith(".")}
+    snakemake(job, "--cores", "2", "--configfile", "config/smoke.yaml", cwd=wd, timeout=600)
+    log = decode_log.read_text()
+    taken = set(re.findall(r"run (\w+): taken from", log))
+    decoded = set(re.findall(r"decode (\w+) \(batch", log))
+    assert taken == finished and len(taken) >= 2, (taken, finished)
+    # the rest decoded, or copied: a fixed w the sweep left at 1, or a family kept at strict, is strict's run id
+    runs = list((wd / "results" / "runs" / "tiny" / "arith").glob("*/T1.0*-s0/manifest.json"))
+    assert len(runs) == 7  # autoregressive, strict, finetuned, fixed, dynamic, cascade, lenient
+    assert decoded and len(taken) + len(decoded) + log.count(", copied") == len(runs), (decoded, taken)
+    ref = smoke_run
+    for rel in [Path("results/sweeps/tiny/arith/T1.0-K3/sweep.csv"), *sorted(
+            p.relative_to(wd) for p in (wd / "results" / "runs" / "tiny" / "arith").rglob("T1.0*-s0/*.jsonl"))]:
+        assert filecmp.cmp(ref / rel, wd / rel, shallow=False), rel
