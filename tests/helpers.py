@@ -350,3 +350,15 @@ def synthetic_on_device(K: int, p: torch.Tensor, acceptance: float, *, greedy: b
     """synthetic_verify without a host sync, shaped as verify_on_device's result (one row of synthetic_rows)."""
     n, next_token, bias = synthetic_rows([K], p[None], acceptance, greedy=greedy, generators=[generator])
     return n[0], next_token[0], bias[0]
+
+
+def verify_many(q: torch.Tensor, p: torch.Tensor, w, draws: int, generator: torch.Generator, **kw):
+    """`draws` independent verifications of one block in one verify_rows call: drafts x ~ q drawn per row, every
+    row drawing its uniforms and its correction from the one generator in turn (i.i.d. draws). q [K, V], p [K + 1,
+    V], w a float or [K] -> (drafts [draws, K], n_accepted [draws], next_token [draws])."""
+    K, V = q.shape
+    drafts = torch.multinomial(q, draws, replacement=True, generator=generator).T  # [draws, K]
+    w = torch.as_tensor(w, dtype=torch.float32).expand(K)
+    n, next_token, _ = verify_rows(drafts, q.expand(draws, K, V), p.expand(draws, K + 1, V), w.expand(draws, K),
+                                   [K] * draws, generators=[generator] * draws, **kw)
+    return drafts, n, next_token

@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from helpers import verify
+from helpers import verify, verify_many
 from test_verifiers import DRAWS, V, chi_square_ok, random_dists
 
 from diversed.decoding.engine import generate
@@ -27,14 +27,8 @@ def related(p: torch.Tensor, seed: int, noise: float = 1.0) -> torch.Tensor:
 
 def first_position(q, p, test, knob, seed=0, draws=DRAWS):
     """Over draws of one draft x ~ q: (histogram of the token emitted at position 0, acceptance count)."""
-    g = torch.Generator().manual_seed(seed)
-    counts, accepted = torch.zeros(V), 0
-    for _ in range(draws):
-        x = torch.multinomial(q, 1, generator=g)[:, 0]  # [1]
-        v = verify(x, q, p, 1.0, generator=g, test=test, knob=knob)
-        accepted += v.n_accepted
-        counts[x[0] if v.n_accepted else v.next_token] += 1
-    return counts, accepted
+    x, n, next_token = verify_many(q, p, 1.0, draws, torch.Generator().manual_seed(seed), test=test, knob=knob)
+    return torch.bincount(torch.where(n > 0, x[:, 0], next_token), minlength=V).float(), int(n.sum())
 
 
 def binomial_ok(successes: int, n: int, prob: float) -> bool:
@@ -98,12 +92,8 @@ def test_the_lenient_correction_is_algorithm_1s():
     """Lenient's correction after a rejection follows Algorithm 1's norm(max(0, p - q)), not norm(max(0, p - l q))."""
     p, lenience = random_dists(41, 2, sharp=1.5), 0.8
     q = related(p[:1], 40)  # rejected 8% of the time, the two corrections 0.44 apart in TV
-    g, counts = torch.Generator().manual_seed(3), torch.zeros(V)
-    for _ in range(DRAWS):
-        x = torch.multinomial(q, 1, generator=g)[:, 0]
-        v = verify(x, q, p, 1.0, generator=g, test="lenient", knob=lenience)
-        if v.n_accepted == 0:
-            counts[v.next_token] += 1
+    _, n, next_token = verify_many(q, p, 1.0, DRAWS, torch.Generator().manual_seed(3), test="lenient", knob=lenience)
+    counts = torch.bincount(next_token[n == 0], minlength=V).float()  # the corrections after a rejection
     assert counts.sum() > 1000
     own, other = (p[0] - q[0]).clamp_min(0), (p[0] - lenience * q[0]).clamp_min(0)
     assert chi_square_ok(counts, own / own.sum())
@@ -149,12 +139,9 @@ def test_cascade_emits_pi_and_accepts_as_its_rule():
     for alpha, deferred in ((1.0, False), (-1.0, True)):  # chow: max q < 0 never, max q < 2 always
         delta = defer(p[:1], q, alpha, "chow")
         assert bool(delta[0]) == deferred
-        g, counts, accepted = torch.Generator().manual_seed(4), torch.zeros(V), 0
-        for _ in range(DRAWS // 2):
-            x = torch.multinomial(q, 1, generator=g)[:, 0]
-            v = verify(x, q, p, delta, generator=g)
-            accepted += v.n_accepted
-            counts[x[0] if v.n_accepted else v.next_token] += 1
+        x, n, next_token = verify_many(q, p, delta, DRAWS // 2, torch.Generator().manual_seed(4))
+        counts = torch.bincount(torch.where(n > 0, x[:, 0], next_token), minlength=V).float()
+        accepted = int(n.sum())
         pi = delta * p[0] + (1 - delta) * q[0]
         assert chi_square_ok(counts, pi)
         assert binomial_ok(accepted, DRAWS // 2, 1 - float(delta[0] * total_variation(p[0], q[0])))
@@ -219,12 +206,9 @@ def test_fly_acceptance_follows_its_rule_and_reduces_to_strict():
     h = entropy3(p[0])
     assert fly_window(2) == 1 and fly_window(10) == 6
     for threshold, expected in ((h - 1e-3, 1 - tv[0] + tv[0] * (1 - tv[1])), (h + 1e-3, 1 - tv[0])):
-        g, accepted = torch.Generator().manual_seed(5), 0
-        for _ in range(DRAWS // 2):
-            x = torch.stack([torch.multinomial(q[i], 1, generator=g)[0] for i in range(2)])
-            n, _, _ = verify_rows(x[None], q[None], p[None], torch.ones(1, 2), [2], generators=[g], test="fly",
-                                  knob=threshold, window=1)
-            accepted += int(n[0]) >= 1
+        _, n, _ = verify_many(q, p, 1.0, DRAWS // 2, torch.Generator().manual_seed(5), test="fly", knob=threshold,
+                              window=1)
+        accepted = int((n >= 1).sum())
         assert binomial_ok(accepted, DRAWS // 2, float(expected)), (accepted / (DRAWS // 2), float(expected))
     gd = torch.Generator().manual_seed(10)
     for seed in range(300):

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from helpers import verify
+from helpers import verify, verify_many
 
 from diversed.decoding.verifiers import ensemble, logits_to_probs, total_variation
 
@@ -23,19 +23,11 @@ def emitted_histogram(q, p, w, mixing, position, seed=0):
     """Histogram of the token emitted at draft `position` (0-based), over draws where it is reached.
 
     Drafts are sampled from q. Returns (histogram of emitted tokens, acceptance count, draws reaching it)."""
-    g = torch.Generator().manual_seed(seed)
-    counts = torch.zeros(V)
-    accepted = reached = 0
-    for _ in range(DRAWS):
-        draft = torch.multinomial(q, 1, generator=g)[:, 0]  # [K]
-        v = verify(draft, q, p, w, mixing=mixing, generator=g)
-        if v.n_accepted < position:
-            continue
-        reached += 1
-        token = draft[position].item() if v.n_accepted > position else v.next_token
-        accepted += v.n_accepted > position
-        counts[token] += 1
-    return counts, accepted, reached
+    drafts, n, next_token = verify_many(q, p, w, DRAWS, torch.Generator().manual_seed(seed), mixing=mixing)
+    reached = n >= position
+    kept = n > position
+    token = torch.where(kept, drafts[:, position], next_token)[reached]
+    return torch.bincount(token, minlength=V).float(), int(kept.sum()), int(reached.sum())
 
 
 def chi_square_ok(counts: torch.Tensor, expected: torch.Tensor) -> bool:
@@ -76,14 +68,9 @@ def test_second_position_and_bonus_token():
     assert reached > DRAWS * 0.3
     assert chi_square_ok(counts, nu[1])
 
-    g = torch.Generator().manual_seed(6)
-    bonus = torch.zeros(V)
-    for _ in range(DRAWS // 2):
-        draft = torch.multinomial(q, 1, generator=g)[:, 0]
-        v = verify(draft, q, p, 0.0, generator=g)  # w = 0: always accepted, so next_token is the bonus
-        assert v.n_accepted == 2
-        bonus[v.next_token] += 1
-    assert chi_square_ok(bonus, p[2])
+    _, n, bonus = verify_many(q, p, 0.0, DRAWS // 2, torch.Generator().manual_seed(6))  # w = 0: every draft kept
+    assert bool((n == 2).all())  # so next_token is the bonus token
+    assert chi_square_ok(torch.bincount(bonus, minlength=V).float(), p[2])
 
 
 def test_emitted_distribution_wrong_nu_is_detected():

@@ -60,6 +60,19 @@ def test_default_config_plan():
     assert counts["time"] == 2 * 2 and counts["time_sweep"] == 2 * 2 and "fetch_sources" not in counts
 
 
+@pytest.mark.parametrize("configs", [["config.yaml"], ["smoke.yaml"], ["paper.yaml", "paper-gemma.yaml"]])
+def test_every_file_has_one_job_and_every_input_a_maker(configs):
+    """The plan's table: no file is written by two jobs, and every file a job reads is written by another job (or
+    is the fetched sources' record)."""
+    plan = load(*(ROOT / "config" / c for c in configs))
+    rows = plan.rows()
+    outputs = [p for row in rows for p in row["outputs"]]
+    assert len(outputs) == len(set(outputs))
+    made = set(outputs)
+    orphans = [p for row in rows for p in row["inputs"] if p not in made]
+    assert not orphans, orphans
+
+
 def test_untimed_jobs_take_job_threads_and_timed_jobs_every_core():
     """Untimed jobs (quality decodes, sweeps, training) take job_threads (the default's 1: two at a time on 2
     cores); a timed decode and the pair's build take every core (None), so nothing runs beside them."""
