@@ -12,26 +12,21 @@ import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from diversed.decoding.engine import (
-    Decoding,
-    Execution,
-    Sampling,
-    Stepper,
-    generate,
-    speculative_generate,
-    synchronize,
-)
+from diversed.decoding.engine import generate, speculative_generate, synchronize
 from diversed.decoding.fastpath import check_capture
 from diversed.decoding.head import WeightHead
 from diversed.decoding.models import draft_vocabulary, hidden_size
+from diversed.decoding.settings import Decoding, Execution, Sampling
 from diversed.decoding.stats import summarize
-from diversed.utils import provenance, write_json, write_text
+from diversed.decoding.stepper import Stepper
+from diversed.utils import option, provenance, write_json, write_text
 
 PROMPTS = [
     "Explain in two sentences why the sky is blue.",
@@ -158,100 +153,130 @@ def time_prompts(fn: Callable[[list[int]], object], prompts: list[list[int]], de
     return time.perf_counter() - t0, result
 
 
-def run_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], *, K: int = 5, max_new_tokens: int = 64,
-              weights: tuple[float, ...] = (0.3, 0.5, 0.7), repeats: int = 3, vocab_size: int | None = None,
-              progress: bool = True, capture: str = "none", fastpath: bool = True) -> dict:
-    """Time every method over all prompts `repeats` times (after one warm-up each); greedy decoding.
-    capture, fastpath: how our engine runs (engine.Execution)."""
-    execution = Execution.here(capture, fastpath)
-    for role, model in (("target", target), ("draft", draft)):  # before anything is timed
-        check_capture(capture, model, role, enabled=execution.fastpath)
-    device = target.get_output_embeddings().weight.device
-    greedy = {"eos_token_id": (), "sampling": Sampling(temperature=0.0), "max_new_tokens": max_new_tokens}
+@dataclass(frozen=True)
+class BenchConfig:
+    """What `diversed bench` times (greedy, every prompt to full length); its flags are generated from these fields."""
+
+    K: int = option(5, "draft length", flag="-K")
+    max_new_tokens: int = option(64, "new tokens per prompt")
+    weights: tuple[float, ...] = option((0.3, 0.5, 0.7), "the fixed verifier's weights (the batched bench: the first)")
+    repeats: int = option(3, "timings of every method (the median is reported)")
+
+
+def _methods(target: nn.Module, draft: nn.Module, config: BenchConfig, vocab_size: int | None,
+             execution: Execution) -> dict[str, tuple[Callable, bool]]:
+    """Every method timed, name -> (a function decoding one prompt, whether it is ours)."""
+    K, n = config.K, config.max_new_tokens
+    greedy = {"eos_token_id": (), "sampling": Sampling(temperature=0.0), "max_new_tokens": n}
 
     def ours(model, verifier="autoregressive", w=None):
         decoding = Decoding(verifier, K=K, weight=w, **greedy)
         return lambda ids: [speculative_generate(model, draft, ids, decoding, vocab_size=vocab_size,
                                                  execution=execution)]
 
-    methods: dict[str, tuple[Callable, bool]] = {  # name -> (one-prompt fn, is ours)
-        "hf_target": (lambda ids: hf_generate(target, ids, max_new_tokens=max_new_tokens), False),
-        "ours_target": (ours(target), True),
-        "ours_draft": (ours(draft), True),
-        "hf_assisted_strict": (lambda ids: hf_generate(target, ids, max_new_tokens=max_new_tokens, draft=draft, K=K),
-                               False),
-        "ours_strict": (ours(target, "strict"), True),
-    }
-    for w in weights:
+    methods = {"hf_target": (lambda ids: hf_generate(target, ids, max_new_tokens=n), False),
+               "ours_target": (ours(target), True), "ours_draft": (ours(draft), True),
+               "hf_assisted_strict": (lambda ids: hf_generate(target, ids, max_new_tokens=n, draft=draft, K=K), False),
+               "ours_strict": (ours(target, "strict"), True)}
+    for w in config.weights:
         methods[f"hf_assisted_fixed_w{w}"] = (
-            lambda ids, w=w: hf_generate(target, ids, max_new_tokens=max_new_tokens, draft=draft, K=K, weight=w), False)
+            lambda ids, w=w: hf_generate(target, ids, max_new_tokens=n, draft=draft, K=K, weight=w), False)
         methods[f"ours_fixed_w{w}"] = (ours(target, "fixed", w), True)
+    return methods
 
+
+def time_method(target: nn.Module, fn: Callable, is_ours: bool, prompts: list[list[int]], config: BenchConfig,
+                assisted: bool) -> dict:
+    """One method over every prompt `repeats` times after a warm-up: median seconds, tokens/s, its tokens, and
+    alpha and tau (ours: from its statistics; transformers' assisted generation: from its target forwards)."""
+    fn(prompts[0])  # warm-up
+    counter = None if is_ours else _CallCounter(target)
+    times, outputs = [], None
+    for _ in range(config.repeats):
+        if counter:
+            counter.n = 0
+        t, outputs = time_prompts(fn, prompts, target.get_output_embeddings().weight.device)
+        times.append(t)
+    if counter:
+        counter.handle.remove()
+    tokens = [o[0].tokens if is_ours else o for o in outputs]
+    n_tokens = sum(len(t) for t in tokens)
+    row = {"seconds_median": statistics.median(times), "seconds_all": times, "new_tokens": n_tokens, "tokens": tokens}
+    row["tokens_per_s"] = n_tokens / row["seconds_median"]
+    row["ms_per_token"] = 1000 * row["seconds_median"] / n_tokens
+    if is_ours:
+        s = summarize([o[0] for o in outputs])
+        row |= {k: s[k] for k in ("draft_acceptance_rate", "conditional_acceptance", "mean_acceptance_length",
+                                  "bias_tv")}
+        if s["time_total"]:
+            row["share_draft"] = s["time_draft"] / s["time_total"]
+            row["share_verify"] = s["time_verify"] / s["time_total"]
+    elif assisted:
+        steps = counter.n  # target forwards of the last repeat = verification steps
+        row["mean_acceptance_length"] = n_tokens / steps
+        row["draft_acceptance_rate_approx"] = (n_tokens - steps) / (config.K * steps)
+    return row
+
+
+def run_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], config: BenchConfig = BenchConfig(), *,
+              vocab_size: int | None = None, progress: bool = True, execution: Execution | None = None) -> dict:
+    """Time every method over all prompts `repeats` times (after one warm-up each); greedy decoding; then the
+    speedups, the ideal speedups of the i.i.d. bound and whether the greedy tokens agree. execution: how our
+    engine runs (default Execution.here())."""
+    execution = execution or Execution.here()
+    for role, model in (("target", target), ("draft", draft)):  # before anything is timed
+        check_capture(execution.capture, model, role, enabled=execution.fastpath)
     rows: dict[str, dict] = {}
     with no_eos(target), no_eos(draft):
+        methods = _methods(target, draft, config, vocab_size, execution)
         for name, (fn, is_ours) in tqdm(methods.items(), desc="bench", unit="method", disable=not progress):
-            fn(prompts[0])  # warm-up
-            counter = None if is_ours else _CallCounter(target)
-            times, outputs = [], None
-            for _ in range(repeats):
-                if counter:
-                    counter.n = 0
-                t, outputs = time_prompts(fn, prompts, device)
-                times.append(t)
-            if counter:
-                counter.handle.remove()
-            tokens = [o[0].tokens if is_ours else o for o in outputs]
-            n_tokens = sum(len(t) for t in tokens)
-            row = {"seconds_median": statistics.median(times), "seconds_all": times, "new_tokens": n_tokens,
-                   "tokens": tokens}
-            row["tokens_per_s"] = n_tokens / row["seconds_median"]
-            row["ms_per_token"] = 1000 * row["seconds_median"] / n_tokens
-            if is_ours:
-                s = summarize([o[0] for o in outputs])
-                row |= {k: s[k] for k in ("draft_acceptance_rate", "conditional_acceptance", "mean_acceptance_length",
-                                          "bias_tv")}
-                if s["time_total"]:
-                    row["share_draft"] = s["time_draft"] / s["time_total"]
-                    row["share_verify"] = s["time_verify"] / s["time_total"]
-            elif counter and "assisted" in name:
-                steps = counter.n  # target forwards of the last repeat = verification steps
-                row["mean_acceptance_length"] = n_tokens / steps
-                row["draft_acceptance_rate_approx"] = (n_tokens - steps) / (K * steps)
-            rows[name] = row
+            rows[name] = time_method(target, fn, is_ours, prompts, config, "assisted" in name)
+    c, v = _speedups(rows, target, prompts[0], config.K, execution)
+    return {"K": config.K, "max_new_tokens": config.max_new_tokens, "prompts": len(prompts),
+            "repeats": config.repeats, "capture": execution.capture, "execution": dataclasses.asdict(execution),
+            "methods": rows, "ratios": _ratios(rows, config.weights, c, v),
+            "identical_greedy_tokens": _identical(rows, config.weights), **provenance()}
 
+
+def _speedups(rows: dict[str, dict], target: nn.Module, prompt: list[int], K: int,
+              execution: Execution) -> tuple[float, float]:
+    """Each row's speedups over both target-only baselines and, for our speculative methods, its ideal speedup and
+    efficiency; returns the measured cost ratios c (draft / target step) and v (verify / target step)."""
     ref = rows["hf_target"]
     for row in rows.values():
         row["speedup_vs_hf_target"] = row["tokens_per_s"] / ref["tokens_per_s"]
         row["speedup_vs_ours_target"] = row["tokens_per_s"] / rows["ours_target"]["tokens_per_s"]
     c = rows["ours_draft"]["seconds_median"] / rows["ours_target"]["seconds_median"]  # per-token cost ratio
-    v = step_ms(target, prompts[0], K + 1, execution=execution) / step_ms(target, prompts[0], execution=execution)
+    v = step_ms(target, prompt, K + 1, execution=execution) / step_ms(target, prompt, execution=execution)
     for row in rows.values():
         alpha = row.get("conditional_acceptance")  # the bound's i.i.d. per-position alpha
         if alpha is not None and alpha == alpha:  # our speculative methods (nan for the baselines)
             row["ideal_speedup"] = ideal_speedup(alpha, K, c)
             row["efficiency"] = row["speedup_vs_ours_target"] / row["ideal_speedup"]
             row["efficiency_at_measured_v"] = row["speedup_vs_ours_target"] / ideal_speedup(alpha, K, c, v)
-    ratios = {
-        "ours_target / hf_target": rows["ours_target"]["tokens_per_s"] / ref["tokens_per_s"],
-        "ours_strict / hf_assisted_strict": rows["ours_strict"]["tokens_per_s"]
-        / rows["hf_assisted_strict"]["tokens_per_s"],
-        "draft_cost_ratio_c": c,
-        "verify_cost_ratio_v": v,
-    }
+    return c, v
+
+
+def _ratios(rows: dict[str, dict], weights: tuple[float, ...], c: float, v: float) -> dict[str, float]:
+    speed = {name: row["tokens_per_s"] for name, row in rows.items()}
+    ratios = {"ours_target / hf_target": speed["ours_target"] / speed["hf_target"],
+              "ours_strict / hf_assisted_strict": speed["ours_strict"] / speed["hf_assisted_strict"],
+              "draft_cost_ratio_c": c, "verify_cost_ratio_v": v}
     for w in weights:
-        ratios[f"ours_fixed_w{w} / hf_assisted_fixed_w{w}"] = (rows[f"ours_fixed_w{w}"]["tokens_per_s"]
-                                                               / rows[f"hf_assisted_fixed_w{w}"]["tokens_per_s"])
-    identical = {
-        "ours_target == hf_target": rows["ours_target"]["tokens"] == ref["tokens"],
-        "ours_strict == hf_target": rows["ours_strict"]["tokens"] == ref["tokens"],
-        "ours_strict == hf_assisted_strict": rows["ours_strict"]["tokens"] == rows["hf_assisted_strict"]["tokens"],
-    }
+        ratios[f"ours_fixed_w{w} / hf_assisted_fixed_w{w}"] = (speed[f"ours_fixed_w{w}"]
+                                                               / speed[f"hf_assisted_fixed_w{w}"])
+    return ratios
+
+
+def _identical(rows: dict[str, dict], weights: tuple[float, ...]) -> dict[str, bool]:
+    tokens = {name: row["tokens"] for name, row in rows.items()}
+    same = {"ours_target == hf_target": tokens["ours_target"] == tokens["hf_target"],
+            "ours_strict == hf_target": tokens["ours_strict"] == tokens["hf_target"],
+            "ours_strict == hf_assisted_strict": tokens["ours_strict"] == tokens["hf_assisted_strict"]}
     for w in weights:
-        identical[f"ours_fixed_w{w} == hf_assisted_fixed_w{w}"] = (rows[f"ours_fixed_w{w}"]["tokens"]
-                                                                   == rows[f"hf_assisted_fixed_w{w}"]["tokens"])
-    return {"K": K, "max_new_tokens": max_new_tokens, "prompts": len(prompts), "repeats": repeats,
-            "capture": capture, "execution": dataclasses.asdict(execution), "methods": rows,
-            "ratios": ratios, "identical_greedy_tokens": identical, **provenance()}
+        same[f"ours_fixed_w{w} == hf_assisted_fixed_w{w}"] = tokens[f"ours_fixed_w{w}"] == tokens[
+            f"hf_assisted_fixed_w{w}"]
+    return same
 
 
 def hf_generate_batch(model: nn.Module, prompts: list[list[int]], *, max_new_tokens: int, batch_size: int,
@@ -270,9 +295,9 @@ def hf_generate_batch(model: nn.Module, prompts: list[list[int]], *, max_new_tok
     return out
 
 
-def batch_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], *, batch_sizes: list[int],
-                K: int = 5, max_new_tokens: int = 64, weight: float = 0.5, vocab_size: int | None = None,
-                head: nn.Module | None = None, execution: Execution | None = None, progress: bool = True) -> dict:
+def batch_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], batch_sizes: list[int],
+                config: BenchConfig = BenchConfig(), *, vocab_size: int | None = None, head: nn.Module | None = None,
+                execution: Execution | None = None, progress: bool = True) -> dict:
     """Total tokens/s of every prompt decoded at each batch size, greedy and to full length, in one process:
     transformers' batched generate (target only) and ours: target only, strict, fixed w, dynamic (`head`, or a
     zero-initialised head: w = 0.5 with the head's cost). Each (method, batch size) is timed once after a warm-up
@@ -280,6 +305,7 @@ def batch_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], *
     execution = execution or Execution.here()
     head = head or WeightHead(hidden_size(target), hidden_size(draft)).bind(target, draft)
     device = target.get_output_embeddings().weight.device
+    K, max_new_tokens, weight = config.K, config.max_new_tokens, config.weights[0]
     greedy = {"eos_token_id": (), "sampling": Sampling(temperature=0.0), "K": K}
     ours = {"ours_target": Decoding("autoregressive", **greedy, max_new_tokens=max_new_tokens),
             "ours_strict": Decoding("strict", **greedy, max_new_tokens=max_new_tokens),

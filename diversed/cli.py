@@ -8,57 +8,46 @@ import sys
 import typing
 from pathlib import Path
 
-from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, FAMILIES, RULES
-from diversed.runs.run import RunConfig
+from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, FAMILIES, RULES, Execution
+from diversed.runs.settings import RunConfig
 from diversed.training.settings import DistillConfig, HeadTrainConfig
 from diversed.utils import field_type, write_json, write_text
 
+PAIR = ("target", "draft", "draft_layers", "dtype", "device")  # RunConfig's fields that name the model pair
+PROMPTS = ("task", "data_files", "split", "n")  # RunConfig's fields that choose the prompts
+DECODING = ("K", "temperature", "sampling", "top_k", "top_p", "prompt_format", "max_new_tokens", "seed")
 
-def add_config_args(p: argparse.ArgumentParser, cls: type, *, required: tuple[str, ...] = ()) -> None:
-    """One flag per field of the config dataclass `cls` (diversed.utils.option): its type, default and help come
-    from the field, so every default lives in the dataclass alone."""
-    hints = typing.get_type_hints(cls)
+
+def add_config_args(p: argparse.ArgumentParser, cls: type, *, only: tuple[str, ...] | None = None,
+                    required: tuple[str, ...] = (), defaults: dict | None = None) -> None:
+    """One flag per field of the config dataclass `cls` (diversed.utils.option; `only`: these fields): its type,
+    default, choices and help come from the field, so every default lives in the dataclass alone (`defaults`:
+    another default for this command)."""
+    hints, defaults = typing.get_type_hints(cls), defaults or {}
     for f in dataclasses.fields(cls):
-        flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
-        help = f.metadata.get("help", "")
-        if hints[f.name] is bool:
-            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default, help=help)
+        if (only is not None and f.name not in only) or "help" not in f.metadata:
             continue
-        kind = field_type(hints[f.name])
-        required_ = f.name in required
-        p.add_argument(flag, dest=f.name, type=kind, default=None if required_ else f.default, required=required_,
-                       choices=f.metadata.get("choices"),
-                       help=help if required_ or f.default is None else f"{help} (default %(default)s)")
+        flag, help = f.metadata.get("flag", "--" + f.name.replace("_", "-")), f.metadata["help"]
+        default = defaults.get(f.name, f.default)
+        if hints[f.name] is bool:
+            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=help)
+            continue
+        must, many = f.name in required, typing.get_origin(hints[f.name]) is tuple
+        p.add_argument(flag, dest=f.name, type=field_type(hints[f.name]), default=None if must else default,
+                       required=must, choices=f.metadata.get("choices"), nargs="+" if many else None,
+                       help=help if must or default is None else f"{help} (default %(default)s)")
 
 
-def config_from_args(cls: type, a: argparse.Namespace):
-    """The config dataclass `cls` from the flags that add_config_args made."""
-    return cls(**{f.name: getattr(a, f.name) for f in dataclasses.fields(cls)})
-
-
-def _execution_args(p: argparse.ArgumentParser) -> None:
-    """How the engine runs (engine.Execution): never what it computes, never part of a run id."""
-    p.add_argument("--capture", choices=["none", "graph", "compile"], default="none",
-                   help="the fast path's fixed-shape steps: eager, one CUDA graph each (GPU), or torch.compile "
-                        "(+ CUDA graphs on a GPU)")
-    p.add_argument("--no-fastpath", action="store_true",
-                   help="transformers' modules instead of the static-cache fast path (Llama, Qwen3)")
+def config_from_args(cls: type, a: argparse.Namespace, only: tuple[str, ...] | None = None):
+    """The config dataclass `cls` from the flags that add_config_args made (`only`: these fields; the others take
+    their defaults)."""
+    return cls(**{f.name: getattr(a, f.name) for f in dataclasses.fields(cls) if only is None or f.name in only})
 
 
 def _execution(a: argparse.Namespace):
     from diversed.decoding.settings import Execution
 
-    return Execution.here(a.capture, not a.no_fastpath)
-
-
-def _pair_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", default="embedded", help="target model: local path, hub id, or `embedded`")
-    p.add_argument("--draft", default="embedded",
-                   help="draft model: local path, hub id, `embedded` (distilled) or `embedded-weak` (truncated)")
-    p.add_argument("--draft-layers", type=int, default=DEFAULT_DRAFT_LAYERS,
-                   help="which embedded draft (its N decoder layers) to use")
-    p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
-    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    return Execution.here(a.capture, a.fastpath)
 
 
 def cmd_prepare_models(a: argparse.Namespace) -> None:
@@ -158,13 +147,13 @@ def cmd_bench(a: argparse.Namespace) -> None:
     texts = texts[: a.num_prompts]
     pair = load_pair(a.target, a.draft, dtype=a.dtype, device=a.device, draft_layers=a.draft_layers)
     prompts = [encode_prompt(pair.tokenizer, t) for t in texts]
+    config, execution = config_from_args(bench.BenchConfig, a), _execution(a)
     if a.batch_sizes:
         sizes = [int(b) for b in a.batch_sizes.split(",")]
         if min(sizes) < 1:
             raise SystemExit(f"error: --batch-sizes must be >= 1, got {a.batch_sizes}")
-        result = bench.batch_bench(pair.target, pair.draft, prompts, batch_sizes=sizes, K=a.K,
-                                   max_new_tokens=a.max_new_tokens, weight=a.weights[0] if a.weights else 0.5,
-                                   vocab_size=pair.vocab_size, execution=_execution(a))
+        result = bench.batch_bench(pair.target, pair.draft, prompts, sizes, config, vocab_size=pair.vocab_size,
+                                   execution=execution)
         result["config"] = {k: v for k, v in vars(a).items() if k != "func"}
         text = bench.batch_markdown(result)
         write_json(Path(a.out) / "batch.json", result)
@@ -173,9 +162,8 @@ def cmd_bench(a: argparse.Namespace) -> None:
         if not a.no_record:
             print(f"recorded in {record_result('Batched decoding', text, command_line())}")
         return
-    result = bench.run_bench(pair.target, pair.draft, prompts, K=a.K, max_new_tokens=a.max_new_tokens,
-                             weights=tuple(a.weights), repeats=a.repeats, vocab_size=pair.vocab_size,
-                             capture=a.capture, fastpath=not a.no_fastpath)
+    result = bench.run_bench(pair.target, pair.draft, prompts, config, vocab_size=pair.vocab_size,
+                             execution=execution)
     result["config"] = {k: v for k, v in vars(a).items() if k != "func"}
     json_path, md_path = bench.write(result, a.out)
     print(md_path.read_text())
@@ -208,33 +196,15 @@ def cmd_train_draft(a: argparse.Namespace) -> None:
 
 def _sweep_base(a: argparse.Namespace):
     """The sweep's run config before a point sets its verifier, w and mixing; checked before any model loads."""
-    from diversed.runs.run import RunConfig
-
-    base = RunConfig(target=a.target, draft=a.draft, draft_layers=a.draft_layers, K=a.K, temperature=a.temperature,
-                     sampling=a.sampling, top_k=a.top_k, top_p=a.top_p, prompt_format=a.prompt_format,
-                     max_new_tokens=a.max_new_tokens, seed=a.seed, dtype=a.dtype, device=a.device, task=a.task,
-                     split=a.split, n=a.n, data_files=a.data_files)
+    base = config_from_args(RunConfig, a, only=PAIR + PROMPTS + DECODING)
     base.validate()
     return base
 
 
 def _sweep_args(p: argparse.ArgumentParser) -> None:
     """The arguments sweep-weight and sweep-lambda share: the pair, the task split and the decoding settings."""
-    _pair_args(p)
-    _execution_args(p)
-    p.add_argument("--task", required=True)
-    p.add_argument("--data-files")
-    p.add_argument("--split", default="dev", help="task split decoded: dev (the default, so that the choice "
-                   "never sees the eval prompts reported) | eval | train")
-    p.add_argument("-n", type=int, help="prompts (seeded subsample of the split)")
-    p.add_argument("-K", type=int, default=5)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--sampling", default="full", help="full | model, as diversed generate (default %(default)s)")
-    p.add_argument("--top-k", type=int, default=0, help="as diversed generate (default %(default)s)")
-    p.add_argument("--top-p", type=float, default=1.0, help="as diversed generate (default %(default)s)")
-    p.add_argument("--prompt-format", default="chat", help="chat | raw, as diversed generate (default %(default)s)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--seed", type=int, default=0)
+    add_config_args(p, RunConfig, only=PAIR + PROMPTS + DECODING, required=("task",), defaults={"split": "dev"})
+    add_config_args(p, Execution)
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="stored in each run's manifest")
     p.add_argument("--tolerance", type=float, help="allowed quality drop vs strict, in the metric's units (default: "
                    "the task metric's own)")
@@ -377,10 +347,7 @@ def cmd_lm_eval(rest: list[str]) -> None:
     cli_evaluate()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="diversed", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _models_parsers(sub) -> None:
     p = sub.add_parser("prepare-models", help="build the embedded SmolLM2 pair under resources/models (idempotent)")
     p.add_argument("--draft-layers", type=int, nargs="+", default=[DEFAULT_DRAFT_LAYERS],
                    help="build a draft of N decoder layers (the target's first N), for each N given")
@@ -391,10 +358,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tiny", metavar="DIR", help="build the tiny random pair under DIR (default resources/models/tiny)")
     p.add_argument("--record", metavar="FILE", help="write what was built (paths, provenance) to this JSON")
     p.set_defaults(func=cmd_prepare_models)
+    for name, helptext, fn in (("fetch-sources", "download every hub model and dataset of a workflow config into the "
+                                "Hugging Face cache (once, before any GPU job)", cmd_fetch_sources),
+                               ("check-sources", "read the config of every model and one row of every dataset of a "
+                                "workflow config: a broken source fails in seconds", cmd_check_sources)):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("--config", metavar="FILE", nargs="+", required=name == "check-sources",
+                       help="a workflow config (YAML; several layer as Snakemake's --configfile)")
+        p.set_defaults(func=fn)
+        if name == "fetch-sources":
+            p.add_argument("--model", action="append", default=[], metavar="ID", help="a hub model id (repeatable)")
+            p.add_argument("--task", action="append", default=[], metavar="NAME",
+                           help="a task's hub dataset (repeatable)")
+            p.add_argument("--record", metavar="FILE", help="write what was fetched (snapshot folders, rows per "
+                           "split) here")
 
+
+def _generate_parser(sub) -> None:
     p = sub.add_parser("generate", help="decode prompts with a verifier; writes a run directory")
     add_config_args(p, RunConfig)
-    _execution_args(p)
+    add_config_args(p, Execution)
     p.add_argument("--prompts", help="JSONL file, one {\"prompt\": ...} per line")
     p.add_argument("--prompt", action="append", help="a prompt (repeatable)")
     p.add_argument("--out", default="results/runs", help="parent folder of the run directory")
@@ -419,6 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "it had not finished")
     p.set_defaults(func=cmd_generate)
 
+
+def _train_parsers(sub) -> None:
     p = sub.add_parser("train", help="train a task's verifiers: `train head` (DIVERSED) or `train draft`")
     train = p.add_subparsers(dest="what", required=True)
     for what, cls, fn, helptext in (("head", HeadTrainConfig, cmd_train_head, "the DIVERSED weight head (REINFORCE)"),
@@ -426,10 +411,12 @@ def build_parser() -> argparse.ArgumentParser:
                                      "the fine-tuned-draft baseline (KL distillation)")):
         t = train.add_parser(what, help=helptext)
         add_config_args(t, cls, required=("task",))
-        _execution_args(t)
+        add_config_args(t, Execution)
         t.add_argument("--out", required=True, help="output folder")
         t.set_defaults(func=fn)
 
+
+def _sweep_parsers(sub) -> None:
     p = sub.add_parser("sweep-weight", help="the fronts: decode + score a task for w on a grid (and each family's "
                        "knob), pick the fixed w and each family's setting")
     _sweep_args(p)
@@ -459,6 +446,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "choice.json")
     p.set_defaults(func=cmd_sweep_lambda)
 
+
+def _results_parsers(sub) -> None:
     p = sub.add_parser("aggregate", help="tidy tables (CSV, Markdown, LaTeX) from scored runs and sweeps")
     p.add_argument("--runs", nargs="+", required=True, metavar="RUN_DIR")
     p.add_argument("--sweeps", nargs="*", default=[], metavar="SWEEP_CSV")
@@ -489,51 +478,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/REPORT.md")
     p.set_defaults(func=cmd_report)
 
+
+def _scoring_parsers(sub) -> None:
     p = sub.add_parser("score", help="score decoding runs through lm-eval (replay); writes RUN_DIR/scores.json")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.set_defaults(func=cmd_score)
-
     sub.add_parser("lm-eval", help="lm-eval's command line with the `diversed` model registered", add_help=False)
-
     p = sub.add_parser("export-task", help="write a task split as JSONL + lm-eval task YAML (for `diversed lm-eval`)")
-    p.add_argument("--task", required=True)
-    p.add_argument("--split", default="eval")
-    p.add_argument("-n", type=int)
-    p.add_argument("--data-files")
-    p.add_argument("--max-new-tokens", type=int, default=256)
+    add_config_args(p, RunConfig, only=PROMPTS + ("max_new_tokens",), required=("task",),
+                    defaults={"max_new_tokens": 256})
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_export_task)
 
-    p = sub.add_parser("fetch-sources", help="download every hub model and dataset of a workflow config into the "
-                                             "Hugging Face cache (once, before any GPU job)")
-    p.add_argument("--config", metavar="FILE", nargs="+", help="a workflow config (YAML; several layer as "
-                   "Snakemake's --configfile): its hub pairs and hub tasks")
-    p.add_argument("--model", action="append", default=[], metavar="ID", help="a hub model id (repeatable)")
-    p.add_argument("--task", action="append", default=[], metavar="NAME", help="a task's hub dataset (repeatable)")
-    p.add_argument("--record", metavar="FILE", help="write what was fetched (snapshot folders, rows per split) here")
-    p.set_defaults(func=cmd_fetch_sources)
 
-    p = sub.add_parser("check-sources", help="read the config of every model and one row of every dataset of a "
-                                             "workflow config: a broken source fails in seconds")
-    p.add_argument("--config", metavar="FILE", nargs="+", required=True, help="a workflow config (YAML; several "
-                   "layer as Snakemake's --configfile, e.g. config/paper.yaml config/paper-gemma.yaml)")
-    p.set_defaults(func=cmd_check_sources)
+def _bench_parser(sub) -> None:
+    from diversed.bench import BenchConfig
 
     p = sub.add_parser("bench", help="time our engine against transformers on the same prompts")
-    _pair_args(p)
-    p.add_argument("-K", type=int, default=5)
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    add_config_args(p, RunConfig, only=PAIR)
+    add_config_args(p, BenchConfig)
+    add_config_args(p, Execution)  # warm-up and capture are not timed
     p.add_argument("--num-prompts", type=int, default=6)
     p.add_argument("--prompts", help="JSONL prompts (default: a built-in set of 8)")
     p.add_argument("--task", help="the first --num-prompts eval prompts of this task instead")
     p.add_argument("--batch-sizes", help="e.g. 1,4,8,16: total tokens/s of every prompt decoded at each batch size "
                    "(ours and transformers' batched generate), instead of the batch-1 bench")
-    p.add_argument("--weights", type=float, nargs="*", default=[0.3, 0.5, 0.7], help="fixed-verifier weights")
-    p.add_argument("--repeats", type=int, default=3)
-    _execution_args(p)  # warm-up and capture are not timed
     p.add_argument("--out", default="results/bench")
     p.add_argument("--no-record", action="store_true", help="do not rewrite the section of benchmarks/RESULTS.md")
     p.set_defaults(func=cmd_bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `diversed` command and its subcommands, a builder per group."""
+    parser = argparse.ArgumentParser(prog="diversed", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_models_parsers, _generate_parser, _train_parsers, _sweep_parsers, _results_parsers,
+                _scoring_parsers, _bench_parser):
+        add(sub)
     return parser
 
 

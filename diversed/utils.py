@@ -27,7 +27,10 @@ def option(default: Any, help: str, flag: str | None = None, choices: tuple | No
 
 
 def field_type(hint) -> type:
-    """The type of a config field's annotation without its None (float | None -> float)."""
+    """The type of a config field's annotation without its None (float | None -> float; a tuple[float, ...]: its
+    items' type)."""
+    if typing.get_origin(hint) is tuple:
+        return typing.get_args(hint)[0]
     return next(t for t in typing.get_args(hint) or (hint,) if t is not type(None))
 
 

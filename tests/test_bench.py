@@ -6,8 +6,9 @@ import pytest
 import torch
 from helpers import tiny
 
-from diversed.bench import expected_tokens_per_step, ideal_speedup, markdown, run_bench
+from diversed.bench import BenchConfig, expected_tokens_per_step, ideal_speedup, markdown, run_bench
 from diversed.decoding.models import truncated_draft
+from diversed.decoding.settings import Execution
 
 
 def test_analytic_bound():
@@ -22,8 +23,8 @@ def test_bench_runs_every_method_and_agrees_with_transformers():
 
     target = tiny("llama")
     draft = truncated_draft(target, 1)
-    result = run_bench(target, draft, [[1, 5, 7, 9], [1, 30, 31]], K=3, max_new_tokens=12, weights=(0.5,), repeats=1,
-                       progress=False)
+    result = run_bench(target, draft, [[1, 5, 7, 9], [1, 30, 31]], BenchConfig(K=3, max_new_tokens=12, weights=(0.5,),
+                       repeats=1), progress=False)
     assert set(result["methods"]) == {"hf_target", "ours_target", "ours_draft", "hf_assisted_strict", "ours_strict",
                                       "hf_assisted_fixed_w0.5", "ours_fixed_w0.5"}
     assert all(result["identical_greedy_tokens"].values()), result["identical_greedy_tokens"]
@@ -45,8 +46,8 @@ def test_transformers_assisted_generation_uses_the_draft_vocabulary_too():
     target = tiny("llama")
     draft = truncated_draft(target, 1)
     draft.config.draft_vocabulary = list(range(0, 96, 3))
-    result = run_bench(target, draft, [[1, 5, 7, 9], [1, 30, 31]], K=3, max_new_tokens=12, weights=(0.5,), repeats=1,
-                       progress=False)
+    result = run_bench(target, draft, [[1, 5, 7, 9], [1, 30, 31]], BenchConfig(K=3, max_new_tokens=12, weights=(0.5,),
+                       repeats=1), progress=False)
     assert all(result["identical_greedy_tokens"].values()), result["identical_greedy_tokens"]
     assert not draft.get_output_embeddings()._forward_hooks  # removed after each call
 
@@ -55,7 +56,7 @@ def test_bench_refuses_a_bad_capture_before_timing_anything():
 
     target = tiny("llama")
     with pytest.raises(ValueError, match="needs a CUDA device"):
-        run_bench(target, truncated_draft(target, 1), [[1, 2]], capture="graph", progress=False)
+        run_bench(target, truncated_draft(target, 1), [[1, 2]], execution=Execution("graph"), progress=False)
 
 
 def test_batch_bench_measures_every_batch_size_with_the_same_tokens():
@@ -64,7 +65,8 @@ def test_batch_bench_measures_every_batch_size_with_the_same_tokens():
     target = tiny("llama")
     draft = truncated_draft(target, 1)
     prompts = [[1, 5, 7, 9], [1, 30, 31], [4, 4], [2, 3, 4, 5, 6, 7]]
-    result = batch_bench(target, draft, prompts, batch_sizes=[1, 2, 4], K=3, max_new_tokens=10, progress=False)
+    result = batch_bench(target, draft, prompts, [1, 2, 4], BenchConfig(K=3, max_new_tokens=10, weights=(0.5,)),
+                         progress=False)
     assert {(r["batch_size"], r["method"]) for r in result["rows"]} == {
         (B, m) for B in (1, 2, 4) for m in ("hf_target", "ours_target", "ours_strict", "ours_fixed_w0.5",
                                            "ours_dynamic")}

@@ -56,3 +56,11 @@ def test_no_import_inside_a_function_outside_the_command_line():
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 hidden += [f"{name}.{fn.name} imports diversed.{m}" for node in ast.walk(fn) for m in imported(node)]
     assert not hidden
+
+
+def test_no_function_is_over_60_lines():
+    """Small named steps (gpt-fast, nanoGPT): a unit that outgrows a screen is split."""
+    long = [f"{name}.{fn.name}: {fn.end_lineno - fn.lineno + 1} lines" for name, tree in modules()
+            for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and fn.end_lineno - fn.lineno + 1 > 60]
+    assert not long

@@ -67,7 +67,7 @@ def test_smoke_config_end_to_end(smoke_run):
     quality = [r for r in plan.runs if r.rule in ("decode", "decode_transfer")]
     timed = [r for r in plan.runs if r.rule == "time"]
     assert len(runs) == len(quality) + len(timed) == 57 and runs["timing"].sum() == 28
-    assert set(runs["split"]) == {"eval"} and set(runs["method"]) == {r.method for r in quality}
+    assert set(runs["split"]) == {"eval"} and set(runs["method"]) == {r.method.split("@")[0] for r in quality}
     assert set(runs.loc[runs["timing"], "batch_size"]) == {1} and set(runs.loc[~runs["timing"], "batch_size"]) == {2}
     assert runs.loc[~runs["timing"], "tokens_per_s"].isna().all() and runs.loc[runs["timing"], "speedup"].notna().all()
     speed = pd.read_csv(wd / "results" / "tables" / "speed.csv")

@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from diversed.utils import option
+
 MIXINGS = ("linear", "logit")  # nu = w p + (1 - w) q, or the softmax of w log p + (1 - w) log q
 DEFERRALS = ("chow", "diff", "opt")  # speculative cascades' deferral rules (verifiers.defer)
 CAPTURES = ("none", "graph", "compile")  # the fast path's fixed-shape steps: eager, CUDA graphs, torch.compile
@@ -195,8 +197,9 @@ class Execution:
     of float sums, so the last bits of the logits); threads: torch's intra-op threads (recorded, not set).
     """
 
-    capture: str = "none"
-    fastpath: bool = True
+    capture: str = option("none", "the fast path's fixed-shape steps: eager, one CUDA graph each (GPU), or "
+                                  "torch.compile (+ CUDA graphs on a GPU)", choices=CAPTURES)
+    fastpath: bool = option(True, "the static-cache fast path (Llama, Qwen3); --no-fastpath: transformers' modules")
     threads: int | None = None
 
     @classmethod

@@ -200,6 +200,21 @@ def _test(test: str, knob: float | None, draft_tokens: torch.Tensor, q: torch.Te
     return accepted, p, _emitted(q, a, p)
 
 
+def _ensemble_test(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, nu: torch.Tensor,
+                   r: torch.Tensor | None, mixing: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The test against the ensemble nu [R, K, V] of drafts [R, K] ~ q [R, K, V] (p [R, K, V] the drafted positions'),
+    r [R, K] uniforms (None: greedy) -> (accepted [R, K] bool, stop [R, K, V]: what the correction is drawn from)."""
+    if r is None:
+        return draft_tokens == nu.argmax(dim=-1), nu  # greedy: the correction is argmax nu_n
+    nu_x, q_x = nu.gather(-1, draft_tokens[..., None])[..., 0], q.gather(-1, draft_tokens[..., None])[..., 0]
+    accepted = r * q_x < nu_x  # r < nu/q without dividing; a draft always has q_x > 0
+    # residual: for linear mixing nu - q = w (p - q), so norm(max(0, p - q)) is exact and better conditioned
+    residual = ((p if mixing == "linear" else nu) - q).clamp_min(0)  # [R, K, V]
+    # nu == q up to rounding leaves no residual mass; then a draw from nu is exact
+    empty = residual.sum(dim=-1, keepdim=True) <= torch.finfo(residual.dtype).tiny  # [R, K, 1]
+    return accepted, torch.where(empty, nu, residual)
+
+
 def _check_rows(draft_tokens, q, p, w, k, generators, log_p, log_q, test) -> None:
     """verify_rows' arguments agree in shape (no host sync: shapes live on the host)."""
     R, K, V = q.shape
@@ -255,17 +270,7 @@ def verify_rows(
     else:
         nu = ensemble(p[:, :K], q, w, mixing, log_p=None if log_p is None else log_p[:, :K], log_q=log_q,
                       check=False)  # [R, K, V]
-        if greedy:
-            accepted = draft_tokens == nu.argmax(dim=-1)  # [R, K]
-            stop_dist = nu  # [R, K, V]: the correction is argmax nu_n
-        else:
-            nu_x, q_x = nu.gather(-1, draft_tokens[..., None])[..., 0], q.gather(-1, draft_tokens[..., None])[..., 0]
-            accepted = r * q_x < nu_x  # r < nu/q without dividing; a draft always has q_x > 0
-            # residual: for linear mixing nu - q = w (p - q), so norm(max(0, p - q)) is exact and better conditioned
-            residual = ((p[:, :K] if mixing == "linear" else nu) - q).clamp_min(0)  # [R, K, V]
-            # nu == q up to rounding leaves no residual mass; then a draw from nu is exact
-            empty = residual.sum(dim=-1, keepdim=True) <= torch.finfo(residual.dtype).tiny  # [R, K, 1]
-            stop_dist = torch.where(empty, nu, residual)  # [R, K, V]
+        accepted, stop_dist = _ensemble_test(draft_tokens, q, p[:, :K], nu, r, mixing)
     n = (accepted & live).long().cumprod(dim=1).sum(dim=1)  # [R]: first rejection, k if none
     at = torch.arange(K + 1, device=dev)[None, :, None]  # [1, K + 1, 1]
     # row n of each: stop_dist where n < k, the bonus p_{k+1} at n = k

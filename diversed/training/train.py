@@ -18,6 +18,7 @@ import json
 import math
 import sys
 import time
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,107 +164,153 @@ class Interrupted(Exception):
     """Raised by tests (through `on_step`) to simulate a killed run."""
 
 
+@dataclass
+class Progress:
+    """A head's training state, all a checkpoint holds: the head, its optimiser and schedule, the reward baseline,
+    the steps done, their log rows and the last batch's (prompt, completion) samples."""
+
+    head: WeightHead
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LRScheduler
+    baseline: float | None = None
+    step: int = 0
+    log: list = dataclasses.field(default_factory=list)
+    samples: list = dataclasses.field(default_factory=list)
+
+    def resume(self, path: Path, cid: str) -> None:
+        """Continue from a checkpoint of the same config (none: from the start)."""
+        if not path.is_file():
+            return
+        try:
+            ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as e:
+            raise ValueError(f"{path} is corrupt ({e}); delete it to restart training") from e
+        if ckpt.get("config_id") != cid:
+            raise ValueError(f"{path} belongs to another training config; use another output folder")
+        self.head.load_state_dict(ckpt["head"])
+        self.opt.load_state_dict(ckpt["optimizer"])
+        self.sched.load_state_dict(ckpt["scheduler"])
+        self.baseline, self.step, self.log, self.samples = ckpt["baseline"], ckpt["step"], ckpt["log"], ckpt["samples"]
+
+    def save(self, path: Path, cid: str) -> None:
+        with atomic_path(path) as tmp:
+            torch.save({"config_id": cid, "step": self.step, "head": self.head.state_dict(),
+                        "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
+                        "baseline": self.baseline, "log": self.log, "samples": self.samples}, tmp)
+
+
+@dataclass
+class HeadJob:
+    """What a head's training reads at every step: its config, the pair, the task's train examples and their token
+    ids, the reward, the ids that end a rollout and how the engine runs."""
+
+    cfg: HeadTrainConfig
+    pair: typing.Any  # models.Pair
+    examples: list
+    encoded: list[list[int]]
+    reward: typing.Callable
+    eos: set[int]
+    execution: Execution
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(len(self.examples) / self.cfg.batch_size)
+
+
+def train_step(job: HeadJob, state: Progress) -> dict:
+    """One REINFORCE step: the step's batch rolled out from nu with the current head, rewarded, the loss minimised
+    and the baseline moved; returns its log row."""
+    cfg, pair, head, t0 = job.cfg, job.pair, state.head, time.perf_counter()
+    epoch, b = divmod(state.step, job.steps_per_epoch)
+    order = torch.randperm(len(job.examples), generator=torch.Generator().manual_seed(cfg.seed * 7919 + epoch))
+    batch = order[b * cfg.batch_size:(b + 1) * cfg.batch_size].tolist()
+    device = head.proj.weight.device
+    generators = [torch.Generator(device=device).manual_seed(cfg.seed * 1_000_003 + state.step * 1_009 + j)
+                  for j in range(len(batch))]
+    head.eval()
+    rolled = rollouts(pair.target, pair.draft, head, [job.encoded[i] for i in batch],
+                      max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, mixing=cfg.mixing,
+                      greedy=cfg.rollout == "greedy", generators=generators, eos=job.eos,
+                      vocab_size=pair.vocab_size, execution=job.execution)
+    completions = [pair.tokenizer.decode(r.tokens.tolist(), skip_special_tokens=True) for r in rolled]
+    state.samples = [[job.examples[i].prompt[:500], c[:500]] for i, c in zip(batch, completions, strict=True)]
+    rewards = torch.tensor([job.reward(c, job.examples[i], r) for c, i, r in zip(completions, batch, rolled,
+                                                                                  strict=True)], device=device)
+    if state.baseline is None:
+        state.baseline = float(rewards.mean())
+    head.train()
+    loss, stats = reinforce_loss(head, rolled, rewards, state.baseline, acceptance_weight=cfg.acceptance_weight,
+                                 mixing=cfg.mixing, acceptance_term=cfg.acceptance_term)
+    state.opt.zero_grad()
+    loss.backward()
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip))
+    state.opt.step()
+    state.sched.step()
+    state.baseline = cfg.baseline_momentum * state.baseline + (1 - cfg.baseline_momentum) * float(rewards.mean())
+    state.step += 1
+    return {"step": state.step, "epoch": epoch, "reward": float(rewards.mean()),
+            "reward_std": float(rewards.std(unbiased=False)), "baseline": state.baseline,
+            "lr": state.sched.get_last_lr()[0], "grad_norm": grad_norm, "seconds": time.perf_counter() - t0, **stats}
+
+
 def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=None, progress: bool = True,
                on_step=None, execution: Execution | None = None) -> Path:
     """Train one head for cfg.task; resumable from out/checkpoint.pt. Returns out/head.safetensors.
     execution: how the rollouts run (default Execution.here())."""
     cfg.validate()
-    out = Path(out)
+    out, cid = Path(out), config_hash(dataclasses.asdict(cfg))
     out.mkdir(parents=True, exist_ok=True)
-    cid = config_hash(dataclasses.asdict(cfg))
     task = get_task(cfg.task, cfg.data_files)
     if examples is None:
         examples = task.examples("train", cfg.n_train, seed=cfg.seed, prompt_format=cfg.prompt_format)
     if pair is None:
         pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers)
     encoded = [encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.prompt_format == "chat") for ex in examples]
+    job = HeadJob(cfg, pair, examples, encoded, task_reward(task, cfg.reward), eos_set(pair.target),
+                  execution or Execution.here())
     head = WeightHead(hidden_size(pair.target), hidden_size(pair.draft)).bind(pair.target, pair.draft)
     head = head.to(pair.target.get_output_embeddings().weight.device)
-    steps_per_epoch = math.ceil(len(examples) / cfg.batch_size)
-    total = cfg.epochs * steps_per_epoch
-    opt, sched = make_optimizer(head, cfg.lr, total, cfg.warmup_frac)
-    baseline, start, log_rows, samples = None, 0, [], []  # samples: (prompt, completion) of the last batch
-
-    ckpt_path = out / "checkpoint.pt"
-    if ckpt_path.is_file():
-        try:
-            ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        except Exception as e:
-            raise ValueError(f"{ckpt_path} is corrupt ({e}); delete it to restart training") from e
-        if ckpt.get("config_id") != cid:
-            raise ValueError(f"{ckpt_path} belongs to another training config; use another output folder")
-        head.load_state_dict(ckpt["head"])
-        opt.load_state_dict(ckpt["optimizer"])
-        sched.load_state_dict(ckpt["scheduler"])
-        baseline, start, log_rows, samples = ckpt["baseline"], ckpt["step"], ckpt["log"], ckpt["samples"]
-
-    reward_fn = task_reward(task, cfg.reward)
-    execution = execution or Execution.here()
-    eos = eos_set(pair.target)
+    total = cfg.epochs * job.steps_per_epoch
+    state = Progress(head, *make_optimizer(head, cfg.lr, total, cfg.warmup_frac))
+    state.resume(out / "checkpoint.pt", cid)
     tracker = Tracker(name=f"train-head-{cfg.task}-{cid}", group=f"train-{cfg.task}", job_type="train-head",
                       config=dataclasses.asdict(cfg) | {"config_id": cid})
-    device = head.proj.weight.device
-    bar = tqdm(range(start, total), desc=f"train head {cfg.task}", unit="step", disable=not progress,
-               initial=start, total=total)
-    for step in bar:
-        t0 = time.perf_counter()
-        epoch, b = divmod(step, steps_per_epoch)
-        order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(cfg.seed * 7919 + epoch))
-        batch = order[b * cfg.batch_size:(b + 1) * cfg.batch_size].tolist()
-        generators = [torch.Generator(device=device).manual_seed(cfg.seed * 1_000_003 + step * 1_009 + j)
-                      for j in range(len(batch))]
-        head.eval()
-        rolled = rollouts(pair.target, pair.draft, head, [encoded[i] for i in batch],
-                          max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, mixing=cfg.mixing,
-                          greedy=cfg.rollout == "greedy", generators=generators, eos=eos,
-                          vocab_size=pair.vocab_size, execution=execution)
-        completions = [pair.tokenizer.decode(r.tokens.tolist(), skip_special_tokens=True) for r in rolled]
-        samples = [[examples[i].prompt[:500], c[:500]] for i, c in zip(batch, completions, strict=True)]
-        rewards = torch.tensor([reward_fn(c, examples[i], r) for c, i, r in zip(completions, batch, rolled,
-                                                                                 strict=True)], device=device)
-        if baseline is None:
-            baseline = float(rewards.mean())
-        head.train()
-        loss, stats = reinforce_loss(head, rolled, rewards, baseline, acceptance_weight=cfg.acceptance_weight,
-                                     mixing=cfg.mixing, acceptance_term=cfg.acceptance_term)
-        opt.zero_grad()
-        loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip))
-        opt.step()
-        sched.step()
-        baseline = cfg.baseline_momentum * baseline + (1 - cfg.baseline_momentum) * float(rewards.mean())
-        row = {"step": step + 1, "epoch": epoch, "reward": float(rewards.mean()),
-               "reward_std": float(rewards.std(unbiased=False)), "baseline": baseline,
-               "lr": sched.get_last_lr()[0], "grad_norm": grad_norm, "seconds": time.perf_counter() - t0, **stats}
-        log_rows.append(row)
-        tracker.log(row, step=step + 1)
+    bar = tqdm(range(state.step, total), desc=f"train head {cfg.task}", unit="step", disable=not progress,
+               initial=state.step, total=total)
+    for _ in bar:
+        row = train_step(job, state)
+        state.log.append(row)
+        tracker.log(row, step=row["step"])
         bar.set_postfix(reward=f"{row['reward']:.3f}", w=f"{row['mean_w']:.3f}",
                         acc=f"{row['expected_acceptance']:.3f}")
-        with atomic_path(ckpt_path) as tmp:
-            torch.save({"config_id": cid, "step": step + 1, "head": head.state_dict(), "optimizer": opt.state_dict(),
-                        "scheduler": sched.state_dict(), "baseline": baseline, "log": log_rows,
-                        "samples": samples}, tmp)
+        state.save(out / "checkpoint.pt", cid)
         if on_step is not None:
-            on_step(step + 1)
+            on_step(row["step"])
+    return finish(job, state, out, cid, tracker)
 
+
+def finish(job: HeadJob, state: Progress, out: Path, cid: str, tracker: Tracker) -> Path:
+    """A trained head's folder: head.safetensors, train_log.csv and manifest.json (its collapse checked), and its
+    W&B summary."""
+    cfg, log_rows = job.cfg, state.log
     write_log_csv(out / "train_log.csv", log_rows)
     collapsed = collapse(log_rows)
     if collapsed:
         print(f"warning: the {cfg.task} head collapsed: {collapsed}", file=sys.stderr)
+    total = cfg.epochs * job.steps_per_epoch
     head_path = out / "head.safetensors"
-    head.save(head_path, task=cfg.task, config=dataclasses.asdict(cfg), config_id=cid, steps=total)
+    state.head.save(head_path, task=cfg.task, config=dataclasses.asdict(cfg), config_id=cid, steps=total)
     summary = {k: log_rows[-1][k] for k in ("reward", "expected_acceptance", "mean_w")} if log_rows else {}
     summary |= {"collapsed": collapsed or None,
                 "reward_varied": sum(r.get("reward_std", 0) > 0 for r in log_rows) / max(len(log_rows), 1)}
     tracker.summary(summary)
-    if samples:
-        tracker.table("samples", ["prompt", "completion"], samples)
+    if state.samples:
+        tracker.table("samples", ["prompt", "completion"], state.samples)
     tracker.finish()
     write_json(out / "manifest.json", {"config": dataclasses.asdict(cfg), "config_id": cid, "steps": total,
-                                       "collapsed": collapsed or None,
-                                       "prompts": len(examples),
+                                       "collapsed": collapsed or None, "prompts": len(job.examples),
                                        "seconds": sum(r["seconds"] for r in log_rows), "final": summary,
-                                       "execution": dataclasses.asdict(execution), **provenance()})
+                                       "execution": dataclasses.asdict(job.execution), **provenance()})
     return head_path
 
 
