@@ -82,7 +82,7 @@ class PlannedRun:
     prompts: int
     max_new_tokens: int
     batch_size: int
-    timing: bool  # timed at batch 1, interleaved with its job's other runs
+    timing: bool = False  # timed at batch 1, interleaved with its job's other runs
     changes: dict = field(default_factory=dict)  # what it changes in its job's flags (generate --run KEY=VALUE)
 
     def spec(self) -> str:
@@ -369,8 +369,9 @@ class Plan:
         lam, K, t = self.config["lambda_sweep"], self.config["K"][0], self.tasks[task]
         heads = [LAMBDA_HEAD.format(pair=pair, task=task, lam=float(x)) + "/head.safetensors" for x in lam["values"]]
         w = {"pair": pair, "task": task}
-        runs = [self._run("sweep_lambda", f"{LAMBDA.format(**w)}/{name}", pair, task, verifier, verifier, "dev",
-                          lam["temperature"], K, 0, t["n_dev"], changes=changes) for name, verifier, changes in
+        at = w | {"T": lam["temperature"], "K": K}
+        runs = [self._run("sweep_lambda", f"{LAMBDA.format(**w)}/{name}", at, method=verifier, verifier=verifier,
+                          split="dev", prompts=t["n_dev"], changes=changes) for name, verifier, changes in
                 [(point_name({"verifier": "strict"}), "strict", {})]
                 + [(f"lambda{float(x)}", "dynamic", {"head": h}) for x, h in zip(lam["values"], heads, strict=True)]]
         return Job("sweep_lambda", w, self._models(pair, task) | {"heads": heads},
@@ -426,9 +427,7 @@ class Plan:
             t, w = self.tasks[task], {"pair": pair, "task": task, "T": T, "K": str(K)}
             inputs = self._models(pair, task) | ({"head": self._head(pair, task)} if self.sweep_head else {})
             points = self._sweep_points(inputs.get("head"))
-            runs = [self._run("sweep", f"{SWEEP.format(**w)}/{point_name(p)}", pair, task, p["verifier"],
-                              p["verifier"], "dev", T, None if p["verifier"] in BASELINES else K, 0, t["n_dev"],
-                              changes={k: v for k, v in p.items() if k != "verifier"}) for p in points]
+            runs = [self._point_run("sweep", f"{SWEEP.format(**w)}/{point_name(p)}", w, p, t["n_dev"]) for p in points]
             grid = " ".join([flags(weights=s["weights"], mixings=s["mixings"])]
                             + [flags(**{f: s["families"][f]}) for f in self.families]
                             + ([flags(deferrals=s["deferrals"])] if "cascade" in self.families else []))
@@ -526,12 +525,15 @@ class Plan:
 
     # ------------------------------------------------------------------------------------------ runs
 
-    def _run(self, rule, dir, pair, task, method, verifier, split, T, K, seed, prompts, *, timing=False,
-             changes=None) -> PlannedRun:
-        batch = 1 if timing else self.config["batch_size"]
-        return PlannedRun(dir, rule, pair, task, method, verifier, split, _value(T, float),
-                          None if K is None else _value(K, int), _value(seed, int), prompts,
-                          self.tasks[task]["max_new_tokens"] if task in self.tasks else 0, batch, timing, changes or {})
+    def _run(self, rule: str, dir: str, at: dict, **run) -> PlannedRun:
+        """A run of `rule` in `dir` at setting `at` (pair, task, T, K, seed; values or "{name}" patterns); run: its
+        method, verifier, split, prompts and, where they apply, timing and changes. Its token budget is its task's,
+        its batch the config's (1 when timed)."""
+        K, task = at.get("K"), at["task"]
+        return PlannedRun(dir=dir, rule=rule, pair=at["pair"], task=task, temperature=_value(at["T"], float),
+                          K=None if K is None else _value(K, int), seed=_value(at.get("seed", 0), int),
+                          max_new_tokens=self.tasks[task]["max_new_tokens"] if task in self.tasks else 0,
+                          batch_size=1 if run.get("timing") else self.config["batch_size"], **run)
 
     def _run_list(self, rule: str, w: dict[str, str], head: str | None = None) -> list[PlannedRun]:
         """The runs of a decode, time, decode_transfer or time_sweep job at wildcards w (values, or "{name}"
@@ -545,9 +547,10 @@ class Plan:
         n = 0 if t is None else min(t["n_timing"], t["n_eval"]) if timing else t["n_eval"]
         if rule == "decode_transfer":
             head = self._head(pair, w["head"])
-            return [self._run(rule, RUN.format(pair=pair, task=task, method=f"dynamic@{w['head']}", T=T, K=K,
-                                               seed=seed), pair, task, f"dynamic@{w['head']}", "dynamic", "eval", T,
-                              K, seed, n, changes={"head": head}) for K in K_list]
+            method = f"dynamic@{w['head']}"
+            return [self._run(rule, RUN.format(pair=pair, task=task, method=method, T=T, K=K, seed=seed), w | {"K": K},
+                              method=method, verifier="dynamic", split="eval", prompts=n, changes={"head": head})
+                    for K in K_list]
         runs = []
         for method, K in [(b, None) for b in self.baselines] + [(m, K) for m in self.speculative for K in K_list]:
             if timing:
@@ -555,9 +558,9 @@ class Plan:
             else:
                 template = BASELINE_RUN if K is None else RUN
             d = template.format(pair=pair, task=task, method=method, T=T, K=K, seed=seed)
-            runs.append(self._run(rule, d, pair, task, method, "strict" if method == "finetuned" else method, "eval",
-                                  T, K, seed, n, timing=timing,
-                                  changes=self._method_changes(method, pair, task, T, K)))
+            runs.append(self._run(rule, d, w | {"K": K, "seed": seed}, method=method,
+                                  verifier="strict" if method == "finetuned" else method, split="eval", prompts=n,
+                                  timing=timing, changes=self._method_changes(method, pair, task, T, K)))
         return runs
 
     def _method_changes(self, method: str, pair: str, task: str, T: str, K: int | None) -> dict:
@@ -572,14 +575,20 @@ class Plan:
 
     def _sweep_timing_runs(self, w: dict[str, str], head: str | None) -> list[PlannedRun]:
         """time_sweep's runs: each point of the sweep at its K (DIVERSED with the task's head), the target alone."""
-        pair, task, T, K = w["pair"], w["task"], w["T"], w["K"]
+        pair, task = w["pair"], w["task"]
         t = self.tasks.get(task)
         n = 0 if t is None else min(self.sweep["n_timing"] or t["n_timing"], t["n_dev"])
         head = head or (self._head(pair, task) if self.sweep_head else None)
-        return [self._run("time_sweep", f"{SWEEP_TIMING.format(**w)}/{point_name(p)}", pair, task, p["verifier"],
-                          p["verifier"], "dev", T, None if p["verifier"] in BASELINES else K, 0, n, timing=True,
-                          changes={k: v for k, v in p.items() if k != "verifier"})
+        return [self._point_run("time_sweep", f"{SWEEP_TIMING.format(**w)}/{point_name(p)}", w, p, n, timing=True)
                 for p in self._sweep_points(head)]
+
+    def _point_run(self, rule: str, dir: str, w: dict[str, str], point: dict, prompts: int,
+                   timing: bool = False) -> PlannedRun:
+        """A sweep point's run (sweep_grid's changes): on the dev split, at the sweep's K (the target alone: none)."""
+        v = point["verifier"]
+        return self._run(rule, dir, w | {"K": None if v in BASELINES else w["K"], "seed": 0}, method=v, verifier=v,
+                         split="dev", prompts=prompts, timing=timing,
+                         changes={k: x for k, x in point.items() if k != "verifier"})
 
 
 def _parent(path: str) -> str:

@@ -1,4 +1,4 @@
-"""The other relaxed verifiers (engine.RULES): lenient speculative sampling, speculative cascades, typical and top-k
+"""The other relaxed verifiers (settings.RULES): lenient speculative sampling, speculative cascades, typical and top-k
 acceptance. Each rule's identities with strict verification, its per-position acceptance probability against its
 formula on random p, q, and the distribution it emits against its own target distribution (chi-square, as the
 ensemble's tests in test_verifiers), with a check that the test has power."""

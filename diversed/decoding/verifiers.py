@@ -215,13 +215,13 @@ def _ensemble_test(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor,
     return accepted, torch.where(empty, nu, residual)
 
 
-def _check_rows(draft_tokens, q, p, w, k, generators, log_p, log_q, test) -> None:
-    """verify_rows' arguments agree in shape (no host sync: shapes live on the host)."""
+def _check_rows(q: torch.Tensor, k: list[int], generators: list, test: str, **tensors: torch.Tensor | None) -> None:
+    """verify_rows' arguments agree in shape with q [R, K, V] (no host sync: shapes live on the host); tensors:
+    draft_tokens, p, w, log_p, log_q."""
     R, K, V = q.shape
-    expected = {"draft_tokens": (draft_tokens, (R, K)), "p": (p, (R, K + 1, V)), "w": (w, (R, K)),
-                "log_p": (log_p, (R, K + 1, V)), "log_q": (log_q, (R, K, V))}
-    wrong = [f"{name} {tuple(x.shape)} (expected {list(shape)})" for name, (x, shape) in expected.items()
-             if x is not None and tuple(x.shape) != shape]
+    shapes = {"draft_tokens": (R, K), "p": (R, K + 1, V), "w": (R, K), "log_p": (R, K + 1, V), "log_q": (R, K, V)}
+    wrong = [f"{name} {tuple(x.shape)} (expected {list(shapes[name])})" for name, x in tensors.items()
+             if x is not None and tuple(x.shape) != shapes[name]]
     if len(k) != R or len(generators) != R or any(not 0 <= x <= K for x in k):
         wrong.append(f"k {list(k)} and {len(generators)} generators (expected {R} of each, each k in [0, {K}])")
     if wrong:
@@ -255,7 +255,7 @@ def verify_rows(
     outcome of every possible stopping point is computed, then the one at n taken, so nothing waits for n.
     """
     R, K, V = q.shape
-    _check_rows(draft_tokens, q, p, w, k, generators, log_p, log_q, test)
+    _check_rows(q, k, generators, test, draft_tokens=draft_tokens, p=p, w=w, log_p=log_p, log_q=log_q)
     dev = q.device
     k_t = torch.tensor(k, device=dev)  # [R]
     live = torch.arange(K, device=dev) < k_t[:, None]  # [R, K]: the positions each row drafted

@@ -106,7 +106,7 @@ class GenerationLM(LM):
 class DiversedLM(GenerationLM):
     """lm-eval model `diversed`: decodes with our engine, `--model_args target=...,draft=...,verifier=fixed,
     weight=0.5` (any decoding field of RunConfig; batch_size: the requests decoded together, as lm-eval's own HF
-    model, the same completions at any size; capture and fastpath: engine.Execution). The models load on the
+    model, the same completions at any size; capture and fastpath: settings.Execution). The models load on the
     first request."""
 
     def __init__(self, cfg: RunConfig, batch_size: int = 1, execution: Execution | None = None):

@@ -208,7 +208,7 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
     All checks happen before the first decode; one short warm-up decode precedes the timed ones.
     batch_size: prompts decoded together in lockstep (each prompt's tokens are those of a batch of one; only a
     batch of one times its prompts: a batched run's manifest has no prompt_seconds). labels (pair name,
-    experiment, ...), the batch size and the execution settings (engine.Execution, default Execution.here()) are
+    experiment, ...), the batch size and the execution settings (settings.Execution, default Execution.here()) are
     stored in the manifest and do not enter the run_id. models: the models and tokenizers shared by the runs of
     one process (models.load_pair's cache). keep: a folder where each finished run is kept (keep_run) and from
     which a run already decoded is taken instead of decoded again (restore_run).
@@ -327,7 +327,7 @@ def trained(run: Run) -> list[dict]:
 
 def with_weight_file(changes: dict, path: str | Path) -> dict:
     """changes with the verifier's setting from a sweep's choice.json: w and mixing for the fixed verifier, knob
-    (and cascade's deferral) for another family (engine.RULES); a verifier whose sweep kept strict is the strict
+    (and cascade's deferral) for another family (settings.RULES); a verifier whose sweep kept strict is the strict
     verifier."""
     choice, verifier = json.loads(Path(path).read_text()), changes.get("verifier", "fixed")
     family = choice.get("families", {}).get(verifier)

@@ -55,7 +55,7 @@ class RunConfig:
     data_files: str | None = option(None, "local JSONL for the task (offline use of hub tasks)")
 
     def decoding(self, generation_config: typing.Any = None) -> Decoding:
-        """The engine's settings of this run (engine.Decoding checks them, so each message exists once);
+        """The engine's settings of this run (settings.Decoding checks them, so each message exists once);
         generation_config: the target's, whose filters `sampling: model` takes."""
         top_k, top_p = self.top_k, self.top_p
         if self.sampling == "model" and generation_config is not None:
