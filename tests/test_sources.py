@@ -211,16 +211,24 @@ def test_check_sources_refuses_a_pair_whose_tokenizers_differ(hub, tmp_path):
     tok = char_tokenizer()
     tok.chat_template = None
     tok.save_pretrained(bare)
+    templated = tmp_path / "templated"  # the same tokens, another chat template
+    tok = char_tokenizer()
+    tok.chat_template = "{% for m in messages %}[{{ m['content'] }}]{% endfor %}"
+    tok.save_pretrained(templated)
     assert AutoTokenizer.from_pretrained(str(other)).get_vocab() != AutoTokenizer.from_pretrained(str(same)).get_vocab()
     pairs = {"differ": {"target": str(same), "draft": str(other)}, "bare": {"target": str(bare), "draft": str(bare)},
-             "ok": {"target": str(same), "draft": str(same)}}
+             "ok": {"target": str(same), "draft": str(same)}, "templates": {"target": str(same),
+                                                                           "draft": str(templated)}}
     rows, failed = check({"pairs": pairs})
     status = {source.split(":")[0]: s for kind, source, s, _ in rows if kind == "tokenizers"}
     assert status["differ"] == "FAILED: the target's and the draft's tokenizers differ in vocabulary"
     assert status["bare"].startswith("FAILED: no chat template") and status["ok"] == "OK"
-    assert sorted(line.split(":")[0] for line in failed if not line.startswith("model ")) == ["bare", "differ"]
+    assert status["templates"] == "FAILED: the target's and the draft's tokenizers differ in chat template"
+    assert sorted(line.split(":")[0] for line in failed
+                  if not line.startswith("model ")) == ["bare", "differ", "templates"]
     raw, _ = check({"pairs": pairs, "prompt_format": "raw"})  # raw prompts never use the chat template
-    assert {source.split(":")[0]: s for kind, source, s, _ in raw if kind == "tokenizers"}["bare"] == "OK"
+    raw = {source.split(":")[0]: s for kind, source, s, _ in raw if kind == "tokenizers"}
+    assert raw["bare"] == raw["templates"] == "OK" and raw["differ"].startswith("FAILED")
 
 
 def test_check_sources_refuses_a_raw_or_sft_task_that_cannot_have_one():

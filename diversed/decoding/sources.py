@@ -172,14 +172,16 @@ def check_model(name: str) -> tuple[str, str]:
 
 
 def check_tokenizers(target: str, draft: str, chat: bool = True) -> tuple[str, str]:
-    """(status, detail) of a pair's tokenizers: speculative decoding needs one vocabulary, the same special tokens
-    and the same chat template (the prompts are encoded once, with the target's), and chat prompts a template."""
+    """(status, detail) of a pair's tokenizers: speculative decoding needs one vocabulary and the same special
+    tokens; chat prompts (chat) also one chat template (the prompts are encoded once, with the target's), which
+    raw prompts never read (the Llama pair's templates differ)."""
     from transformers import AutoTokenizer
 
     t, d = AutoTokenizer.from_pretrained(target), AutoTokenizer.from_pretrained(draft)
-    differ = [what for what, a, b in (("vocabulary", t.get_vocab(), d.get_vocab()),
-                                      ("special tokens", t.special_tokens_map, d.special_tokens_map),
-                                      ("chat template", t.chat_template, d.chat_template)) if a != b]
+    parts = [("vocabulary", t.get_vocab(), d.get_vocab()),
+             ("special tokens", t.special_tokens_map, d.special_tokens_map)]
+    parts += [("chat template", t.chat_template, d.chat_template)] if chat else []
+    differ = [what for what, a, b in parts if a != b]
     if differ:
         return f"FAILED: the target's and the draft's tokenizers differ in {', '.join(differ)}", ""
     if chat and not t.chat_template:
