@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from diversed.decoding.engine import generate, speculative_generate, synchronize
+from diversed.decoding.engine import Networks, generate, speculative_generate, synchronize
 from diversed.decoding.fastpath import check_capture
 from diversed.decoding.head import WeightHead
 from diversed.decoding.models import draft_vocabulary, hidden_size
@@ -295,15 +295,14 @@ def hf_generate_batch(model: nn.Module, prompts: list[list[int]], *, max_new_tok
     return out
 
 
-def batch_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], batch_sizes: list[int],
-                config: BenchConfig = BenchConfig(), *, vocab_size: int | None = None, head: nn.Module | None = None,
-                execution: Execution | None = None, progress: bool = True) -> dict:
+def batch_bench(nets: Networks, prompts: list[list[int]], batch_sizes: list[int], config: BenchConfig = BenchConfig(),
+                *, execution: Execution | None = None, progress: bool = True) -> dict:
     """Total tokens/s of every prompt decoded at each batch size, greedy and to full length, in one process:
-    transformers' batched generate (target only) and ours: target only, strict, fixed w, dynamic (`head`, or a
+    transformers' batched generate (target only) and ours: target only, strict, fixed w, dynamic (nets.head, or a
     zero-initialised head: w = 0.5 with the head's cost). Each (method, batch size) is timed once after a warm-up
     (batch of the same size, 8 tokens)."""
-    execution = execution or Execution.here()
-    head = head or WeightHead(hidden_size(target), hidden_size(draft)).bind(target, draft)
+    execution, target, draft = execution or Execution.here(), nets.target, nets.draft
+    head = nets.head or WeightHead(hidden_size(target), hidden_size(draft)).bind(target, draft)
     device = target.get_output_embeddings().weight.device
     K, max_new_tokens, weight = config.K, config.max_new_tokens, config.weights[0]
     greedy = {"eos_token_id": (), "sampling": Sampling(temperature=0.0), "K": K}
@@ -316,8 +315,8 @@ def batch_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], b
         if name == "hf_target":
             return hf_generate_batch(target, items, max_new_tokens=n_tokens, batch_size=B), None
         d = dataclasses.replace(ours[name], max_new_tokens=n_tokens)
-        gens = generate(target, draft, items, d, head=head if d.verifier == "dynamic" else None, batch_size=B,
-                        vocab_size=vocab_size, execution=execution)
+        gens = generate(Networks(target, draft, head if d.verifier == "dynamic" else None, nets.vocab_size), items, d,
+                        batch_size=B, execution=execution)
         return [g.tokens for g in gens], gens
 
     rows, tokens = [], {}

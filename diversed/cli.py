@@ -8,7 +8,7 @@ import sys
 import typing
 from pathlib import Path
 
-from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, FAMILIES, RULES, Execution
+from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, FAMILIES, MIXINGS, RULES, Execution
 from diversed.runs.settings import RunConfig
 from diversed.training.settings import DistillConfig, HeadTrainConfig
 from diversed.utils import field_type, write_json, write_text
@@ -70,17 +70,26 @@ def cmd_prepare_models(a: argparse.Namespace) -> None:
                               **provenance()})
 
 
+def _prompts(a: argparse.Namespace, cfg: RunConfig) -> list[dict]:
+    """generate's prompts: the task's split, a JSONL file's or --prompt's, the first --limit of them."""
+    from diversed.runs.run import load_prompts, task_prompts
+
+    if a.task:
+        prompts = task_prompts(cfg)
+    elif a.prompts:
+        prompts = load_prompts(a.prompts)
+    else:
+        prompts = [{"id": str(i), "prompt": t} for i, t in enumerate(a.prompt)]
+    if a.limit is not None:
+        if a.limit < 1:
+            raise SystemExit(f"error: --limit must be >= 1, got {a.limit}")
+        prompts = prompts[:a.limit]
+    return prompts
+
+
 def cmd_generate(a: argparse.Namespace) -> None:
-    from diversed.runs.run import (
-        Run,
-        RunSpec,
-        execute,
-        execute_all,
-        execute_interleaved,
-        load_prompts,
-        task_prompts,
-        with_weight_file,
-    )
+    from diversed.runs.run import Run, RunSpec, execute, execute_all, execute_interleaved, with_weight_file
+    from diversed.runs.settings import Launch
 
     if a.weight_file:
         vars(a).update(with_weight_file({"verifier": a.verifier}, a.weight_file))
@@ -94,16 +103,7 @@ def cmd_generate(a: argparse.Namespace) -> None:
         raise SystemExit("error: with --run, each run names its folder and its weight_file")
     cfg = config_from_args(RunConfig, a)
     cfg.validate()  # before reading prompts or loading models
-    if a.task:
-        prompts = task_prompts(cfg)
-    elif a.prompts:
-        prompts = load_prompts(a.prompts)
-    else:
-        prompts = [{"id": str(i), "prompt": t} for i, t in enumerate(a.prompt)]
-    if a.limit is not None:
-        if a.limit < 1:
-            raise SystemExit(f"error: --limit must be >= 1, got {a.limit}")
-        prompts = prompts[:a.limit]
+    prompts = _prompts(a, cfg)
     if a.batch_size < 1:
         raise SystemExit(f"error: --batch-size must be >= 1, got {a.batch_size}")
     if a.interleave and a.keep:
@@ -114,11 +114,11 @@ def cmd_generate(a: argparse.Namespace) -> None:
     if a.interleave:
         run_dirs = execute_interleaved(cfg, prompts, specs, labels=labels, execution=execution)
     elif specs:
-        run_dirs = execute_all(cfg, prompts, specs, labels=labels, batch_size=a.batch_size, execution=execution,
+        run_dirs = execute_all(cfg, prompts, specs, labels=labels, launch=Launch(a.batch_size, execution),
                                keep=a.keep)
     else:
-        run_dirs = [execute(cfg, prompts, a.out, run_dir=a.run_dir, labels=labels, batch_size=a.batch_size,
-                            execution=execution, keep=a.keep)]
+        run_dirs = [execute(cfg, prompts, a.out, run_dir=a.run_dir, labels=labels,
+                            launch=Launch(a.batch_size, execution), keep=a.keep)]
     for run_dir in run_dirs:
         s = Run(run_dir).manifest["summary"]
         speed = "untimed (batched)" if s["tokens_per_s"] is None else f"{s['tokens_per_s']:.1f} tokens/s"
@@ -134,6 +134,7 @@ def cmd_generate(a: argparse.Namespace) -> None:
 
 def cmd_bench(a: argparse.Namespace) -> None:
     from diversed import bench
+    from diversed.decoding.engine import Networks
     from diversed.decoding.models import encode_prompt, load_pair
     from diversed.runs.run import load_prompts
     from diversed.utils import command_line, record_result
@@ -152,8 +153,7 @@ def cmd_bench(a: argparse.Namespace) -> None:
         sizes = [int(b) for b in a.batch_sizes.split(",")]
         if min(sizes) < 1:
             raise SystemExit(f"error: --batch-sizes must be >= 1, got {a.batch_sizes}")
-        result = bench.batch_bench(pair.target, pair.draft, prompts, sizes, config, vocab_size=pair.vocab_size,
-                                   execution=execution)
+        result = bench.batch_bench(Networks.of(pair), prompts, sizes, config, execution=execution)
         result["config"] = {k: v for k, v in vars(a).items() if k != "func"}
         text = bench.batch_markdown(result)
         write_json(Path(a.out) / "batch.json", result)
@@ -233,18 +233,20 @@ def _sweep_labels(a: argparse.Namespace) -> dict:
 
 
 def cmd_sweep(a: argparse.Namespace) -> None:
-    from diversed.runs.sweep import FAMILIES, MIXINGS, WEIGHTS, sweep_weight
+    from diversed.runs.settings import WEIGHTS, Grid, Launch
+    from diversed.runs.sweep import sweep_weight
 
     labels = _sweep_labels(a)
     families = {f: getattr(a, f) for f in FAMILIES if getattr(a, f)}
-    choice = sweep_weight(_sweep_base(a), a.out, weights=a.weights or WEIGHTS, mixings=a.mixings or MIXINGS,
-                          families=families, deferrals=a.deferrals, head=a.head, target_only=a.target_only,
-                          tolerance=a.tolerance, labels=labels,
-                          batch_size=a.batch_size, execution=_execution(a))
+    grid = Grid(tuple(a.weights or WEIGHTS), tuple(a.mixings or MIXINGS), families, tuple(a.deferrals), a.head,
+                a.target_only)
+    choice = sweep_weight(_sweep_base(a), a.out, grid, tolerance=a.tolerance, labels=labels,
+                          launch=Launch(a.batch_size, _execution(a)))
     _print_choice(a.out, choice)
 
 
 def cmd_sweep_lambda(a: argparse.Namespace) -> None:
+    from diversed.runs.settings import Launch
     from diversed.runs.sweep import sweep_lambda
 
     labels = _sweep_labels(a)
@@ -252,7 +254,7 @@ def cmd_sweep_lambda(a: argparse.Namespace) -> None:
         if not Path(head).is_file():
             raise SystemExit(f"error: no head at {head} (train one with `diversed train head`)")
     choice = sweep_lambda(_sweep_base(a), a.heads, a.out, a.head_out, tolerance=a.tolerance, labels=labels,
-                          batch_size=a.batch_size, execution=_execution(a))
+                          launch=Launch(a.batch_size, _execution(a)))
     print((Path(a.out) / "lambda.md").read_text())
     print(f"lambda {choice['lambda']:g} ({choice['reason']}); head copied to {a.head_out}")
 

@@ -65,14 +65,30 @@ def layer_workspace(a: Arch, tokens: int, width: int) -> float:
     return tokens * (2 * a.hidden + 2 * (a.heads + a.kv_heads) * a.head_dim + 3 * a.intermediate) * width
 
 
-def estimate(target: str, draft: str, job: str, *, dtype: str = "bfloat16", tokens: int = 2048,
-             new_tokens: int = 128, batch_size: int = 8, K: int = 5, decode_batch: int = 1) -> dict[str, float]:
-    """Bytes a job of the pair holds at its peak, by part.
+@dataclass(frozen=True)
+class Workload:
+    """The sizes a job's memory depends on: tokens, the longest prompt + completion (a long CNN/DM article);
+    new_tokens a rollout's; batch_size rollouts a head-training step decodes together; K the draft length;
+    decode_batch the rows a decode job runs in lockstep."""
+
+    tokens: int = 2048
+    new_tokens: int = 128
+    batch_size: int = 8
+    K: int = 5
+    decode_batch: int = 1
+
+
+def estimate(target: str, draft: str, job: str, *, dtype: str = "bfloat16",
+             load: Workload | None = None) -> dict[str, float]:
+    """Bytes a job of the pair holds at its peak, by part, at `load`'s sizes (default Workload()).
 
     job: decode (a decode job: target only, then each speculative run, the fine-tuned draft's included, with
     decode_batch rows in lockstep), train_head (REINFORCE, batch_size rollouts of new_tokens, decoded together) or
     distill (the draft trained as distill_draft does: bfloat16 with AdamW16 when dtype is bfloat16, else float32
-    with AdamW, activation checkpointing); tokens: the longest prompt + completion (a long CNN/DM article)."""
+    with AdamW, activation checkpointing)."""
+    load = load or Workload()
+    tokens, new_tokens, batch_size, K, decode_batch = (load.tokens, load.new_tokens, load.batch_size, load.K,
+                                                       load.decode_batch)
     if job not in JOBS:
         raise ValueError(f"unknown job {job!r}; allowed: {', '.join(JOBS)}")
     if dtype not in BYTES:
@@ -241,12 +257,12 @@ def crossover_table(pairs: dict[str, dict], taus=(2.0, 3.0, 4.0), K: int = 5, co
     return "\n".join(rows)
 
 
-def table(pairs: dict[str, dict], **kw) -> str:
-    """Markdown: the computed GB (10^9 bytes) of each pair's decode, head-training and distillation job; pairs as
-    in a config ({name: {target, draft, dtype}})."""
+def table(pairs: dict[str, dict], load: Workload | None = None) -> str:
+    """Markdown: the computed GB (10^9 bytes) of each pair's decode, head-training and distillation job at load's
+    sizes; pairs as in a config ({name: {target, draft, dtype}})."""
     rows = ["| pair | target / draft | decode | train head | distill |", "|---|---|---|---|---|"]
     for name, p in pairs.items():
-        gb = [total(estimate(p["target"], p["draft"], job, dtype=p.get("dtype", "bfloat16"), **kw)) / GB
+        gb = [total(estimate(p["target"], p["draft"], job, dtype=p.get("dtype", "bfloat16"), load=load)) / GB
               for job in JOBS]
         rows.append(f"| {name} | {p['target']} / {p['draft']} | " + " | ".join(f"{x:.1f} GB" for x in gb) + " |")
     return "\n".join(rows)
@@ -254,5 +270,5 @@ def table(pairs: dict[str, dict], **kw) -> str:
 
 if __name__ == "__main__":
     plan = load(*(sys.argv[1:] or ["config/paper.yaml"]))  # several files layer (paper-gemma.yaml)
-    print(table(plan.pairs, decode_batch=plan.config["batch_size"]), cost_table(plan), crossover_table(plan.pairs),
-          sep="\n\n")
+    print(table(plan.pairs, Workload(decode_batch=plan.config["batch_size"])), cost_table(plan),
+          crossover_table(plan.pairs), sep="\n\n")

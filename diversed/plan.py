@@ -23,7 +23,7 @@ import yaml
 
 from diversed.decoding.settings import BASELINES, FAMILIES, METHODS, RULES
 from diversed.decoding.sources import Sources, hub_model, hub_sources, hub_task, load_config
-from diversed.runs.settings import RunConfig, point_name, sweep_grid
+from diversed.runs.settings import Grid, RunConfig, point_name
 from diversed.tasks import registry
 from diversed.training.settings import DistillConfig, DraftRecipe, HeadTrainConfig
 
@@ -408,8 +408,8 @@ class Plan:
 
     def _sweep_points(self, head: str | None) -> list[dict]:
         s = self.sweep
-        return sweep_grid(s["weights"], s["mixings"], {f: s["families"][f] for f in self.families}, s["deferrals"],
-                          head=head if self.sweep_head else None, target_only=self.sweep_target)
+        return Grid(s["weights"], s["mixings"], {f: s["families"][f] for f in self.families}, s["deferrals"],
+                    head=head if self.sweep_head else None, target_only=self.sweep_target).points()
 
     def _sweep_settings(self) -> list[tuple[str, str, str, int]]:
         """(pair, task, T, K) of every sweep: each setting whose fixed w or family knob the runs read, and the
@@ -584,7 +584,7 @@ class Plan:
 
     def _point_run(self, rule: str, dir: str, w: dict[str, str], point: dict, prompts: int,
                    timing: bool = False) -> PlannedRun:
-        """A sweep point's run (sweep_grid's changes): on the dev split, at the sweep's K (the target alone: none)."""
+        """A sweep point's run (Grid.points' changes): on the dev split, at the sweep's K (the target alone: none)."""
         v = point["verifier"]
         return self._run(rule, dir, w | {"K": None if v in BASELINES else w["K"], "seed": 0}, method=v, verifier=v,
                          split="dev", prompts=prompts, timing=timing,

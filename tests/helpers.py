@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from diversed.decoding.verifiers import _as_weight, logits_to_probs, synthetic_rows, verify_rows
+from diversed.decoding.verifiers import Criterion, _as_weight, logits_to_probs, synthetic_rows, verify_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -323,10 +323,9 @@ def verify_on_device(
             "expected [K], [K, V], [K + 1, V]"
         )
     w = torch.as_tensor(w, dtype=torch.float32, device=q.device).expand(K)
-    one = None if log_p is None else log_p[None]
-    n, next_token, bias = verify_rows(draft_tokens[None], q[None], p[None], w[None], [K], mixing=mixing,
-                                      greedy=greedy, generators=[generator], log_p=one,
-                                      log_q=None if log_q is None else log_q[None], test=test, knob=knob)
+    logs = tuple(None if x is None else x[None] for x in (log_p, log_q))
+    n, next_token, bias = verify_rows(draft_tokens[None], q[None], p[None], w[None], [K], generators=[generator],
+                                      criterion=Criterion(test, mixing, greedy, knob), logs=logs)
     return n[0], next_token[0], bias[0]
 
 
@@ -360,5 +359,5 @@ def verify_many(q: torch.Tensor, p: torch.Tensor, w, draws: int, generator: torc
     drafts = torch.multinomial(q, draws, replacement=True, generator=generator).T  # [draws, K]
     w = torch.as_tensor(w, dtype=torch.float32).expand(K)
     n, next_token, _ = verify_rows(drafts, q.expand(draws, K, V), p.expand(draws, K + 1, V), w.expand(draws, K),
-                                   [K] * draws, generators=[generator] * draws, **kw)
+                                   [K] * draws, generators=[generator] * draws, criterion=Criterion(**kw))
     return drafts, n, next_token

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from diversed.runs.run import RunConfig
+from diversed.runs.settings import Launch
 
 
 def corrupt(path, text="{not json"):
@@ -56,7 +57,7 @@ def test_corrupted_results_files(tiny_dir, tmp_path):
     from diversed.utils import read_jsonl
 
     cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), max_new_tokens=4)
-    run = execute(cfg, [{"id": "0", "prompt": "hi"}], tmp_path, progress=False)
+    run = execute(cfg, [{"id": "0", "prompt": "hi"}], tmp_path, launch=Launch(progress=False))
     with pytest.raises(FileNotFoundError, match="not scored yet"):
         Run(run).record()
     corrupt(run / "scores.json")
@@ -99,9 +100,9 @@ def test_over_long_and_empty_prompts(tiny_dir, tmp_path):
 
     cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), max_new_tokens=8)
     with pytest.raises(ValueError, match="exceeds the target's context length 4096"):
-        execute(cfg, [{"id": "0", "prompt": "x" * 5000}], tmp_path, progress=False)
+        execute(cfg, [{"id": "0", "prompt": "x" * 5000}], tmp_path, launch=Launch(progress=False))
     with pytest.raises(ValueError, match="prompt 2 is empty"):
-        execute(cfg, [{"id": "0", "prompt": "ok"}, {"id": "1", "prompt": " "}], tmp_path, progress=False)
+        execute(cfg, [{"id": "0", "prompt": "ok"}, {"id": "1", "prompt": " "}], tmp_path, launch=Launch(progress=False))
     assert not any(tmp_path.iterdir())  # refused before any output
 
 

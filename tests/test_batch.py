@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import host_syncs, tiny, tiny_paper_model
 
-from diversed.decoding.engine import generate, speculative_generate
+from diversed.decoding.engine import Networks, generate, speculative_generate
 from diversed.decoding.head import WeightHead
 from diversed.decoding.models import truncated_draft
 from diversed.decoding.settings import Decoding, Execution, Sampling
@@ -48,7 +48,7 @@ def decode(target, draft, verifier, kw, temperature, batch_size, execution=EAGER
     decoding = Decoding(verifier, K=4, max_new_tokens=max_new, sampling=Sampling(temperature), **kw)
     head = head_for(target, draft) if verifier == "dynamic" else None
     generators = [torch.Generator().manual_seed(100 + i) for i in range(len(prompts))]
-    return generate(target, draft, prompts, decoding, head=head, generators=generators, batch_size=batch_size,
+    return generate(Networks(target, draft, head), prompts, decoding, generators=generators, batch_size=batch_size,
                     execution=execution)
 
 
@@ -113,7 +113,7 @@ def test_rows_stop_at_their_own_eos_and_the_queue_refills_their_slots(llama_pair
     eos = free[0].tokens[5]  # ends prompt 0 early; other prompts end wherever they emit it, or at the budget
     decoding = Decoding("strict", K=4, max_new_tokens=30, sampling=Sampling(0), eos_token_id=eos)
     one = [speculative_generate(target, draft, p, decoding) for p in PROMPTS]
-    many = generate(target, draft, PROMPTS, decoding, batch_size=3)
+    many = generate(Networks(target, draft), PROMPTS, decoding, batch_size=3)
     same(one, many)
     assert many[0].stop == "eos" and many[0].tokens[-1] == eos and len(many[0].tokens) <= 6
     assert {g.stop for g in many} == {"eos", "length"} or all(g.stop == "eos" for g in many)
@@ -130,22 +130,24 @@ def test_one_host_transfer_per_step_for_the_whole_batch(llama_pair, monkeypatch)
     monkeypatch.setattr(engine, "speculative_step", lambda *a: (steps.append(1), original_step(*a)))
     prompts = [p for p in PROMPTS if len(p) > 1]
     decoding = Decoding("fixed", weight=0.5, K=4, max_new_tokens=20, sampling=Sampling(1.0))
-    engine.generate(target, draft, prompts, decoding, generators=[torch.Generator().manual_seed(i) for i in
-                                                                  range(len(prompts))], batch_size=len(prompts))
+    generators = [torch.Generator().manual_seed(i) for i in range(len(prompts))]
+    engine.generate(Networks(target, draft), prompts, decoding, generators=generators, batch_size=len(prompts))
     assert syncs == ["tolist"] * len(steps) and len(steps) < sum(20 for _ in prompts) / 2
 
 
 def test_batched_rollouts_and_target_text_do_not_depend_on_their_batch(llama_pair):
     from diversed.training.finetune import target_text
+    from diversed.training.settings import HeadTrainConfig
     from diversed.training.train import rollouts
 
     target, draft = llama_pair
     head = head_for(target, draft)
-    for greedy in (True, False):
-        kw = dict(max_new_tokens=12, temperature=1.0, mixing="linear", greedy=greedy, eos={2})
-        together = rollouts(target, draft, head, PROMPTS, generators=[torch.Generator().manual_seed(i)
-                                                                      for i in range(len(PROMPTS))], **kw)
-        alone = [rollouts(target, draft, head, [p], generators=[torch.Generator().manual_seed(i)], **kw)[0]
+    nets = Networks(target, draft, head)
+    for rollout in ("greedy", "sample"):
+        cfg = HeadTrainConfig(max_new_tokens=12, temperature=1.0, mixing="linear", rollout=rollout)
+        together = rollouts(nets, PROMPTS, cfg, eos={2},
+                            generators=[torch.Generator().manual_seed(i) for i in range(len(PROMPTS))])
+        alone = [rollouts(nets, [p], cfg, eos={2}, generators=[torch.Generator().manual_seed(i)])[0]
                  for i, p in enumerate(PROMPTS)]
         for a, b in zip(alone, together, strict=True):
             assert a.tokens.tolist() == b.tokens.tolist()
@@ -159,6 +161,6 @@ def test_batched_rollouts_and_target_text_do_not_depend_on_their_batch(llama_pai
 def test_batch_size_is_checked(llama_pair):
     target, draft = llama_pair
     with pytest.raises(ValueError, match="batch size must be >= 1, got 0"):
-        generate(target, draft, PROMPTS, Decoding("strict"), batch_size=0)
+        generate(Networks(target, draft), PROMPTS, Decoding("strict"), batch_size=0)
     with pytest.raises(ValueError, match="2 generators for 6 prompts"):
-        generate(target, draft, PROMPTS, Decoding("strict"), generators=[None, None])
+        generate(Networks(target, draft), PROMPTS, Decoding("strict"), generators=[None, None])

@@ -7,6 +7,7 @@ import torch
 from helpers import tiny
 
 from diversed.bench import BenchConfig, expected_tokens_per_step, ideal_speedup, markdown, run_bench
+from diversed.decoding.engine import Networks
 from diversed.decoding.models import truncated_draft
 from diversed.decoding.settings import Execution
 
@@ -65,8 +66,8 @@ def test_batch_bench_measures_every_batch_size_with_the_same_tokens():
     target = tiny("llama")
     draft = truncated_draft(target, 1)
     prompts = [[1, 5, 7, 9], [1, 30, 31], [4, 4], [2, 3, 4, 5, 6, 7]]
-    result = batch_bench(target, draft, prompts, [1, 2, 4], BenchConfig(K=3, max_new_tokens=10, weights=(0.5,)),
-                         progress=False)
+    result = batch_bench(Networks(target, draft), prompts, [1, 2, 4],
+                         BenchConfig(K=3, max_new_tokens=10, weights=(0.5,)), progress=False)
     assert {(r["batch_size"], r["method"]) for r in result["rows"]} == {
         (B, m) for B in (1, 2, 4) for m in ("hf_target", "ours_target", "ours_strict", "ours_fixed_w0.5",
                                            "ours_dynamic")}

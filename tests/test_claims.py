@@ -22,6 +22,7 @@ from diversed.analysis.claims import (
     transfer_worse,
     weight_varies,
 )
+from diversed.runs.settings import Launch
 
 TOLERANCE = 0.02  # the accuracy metric's
 units = claim_units
@@ -123,7 +124,7 @@ def test_acceptance_identity_on_real_runs(tiny_dir, tmp_path):
     prompts = [{"id": str(i), "prompt": f"Tell me about {i} things."} for i in range(16)]
     cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), verifier="fixed",
                     weight=0.5, K=4, temperature=1.0, max_new_tokens=40)
-    run = execute(cfg, prompts, tmp_path, progress=False, labels={"pair": "tiny"})
+    run = execute(cfg, prompts, tmp_path, launch=Launch(progress=False), labels={"pair": "tiny"})
     score_run(run)
     claim = acceptance_identity(prompt_table(collect([run])), 1.0)
     assert claim.verdict == HOLDS, claim.evidence

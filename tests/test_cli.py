@@ -102,7 +102,7 @@ def test_runs_of_one_config_decode_once(tiny_dir, tmp_path, capsys, interleave):
     calls = []
     engine_generate = diversed.runs.run.generate
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(diversed.runs.run, "generate", lambda *a, **kw: calls.append(a[3]) or engine_generate(*a, **kw))
+        mp.setattr(diversed.runs.run, "generate", lambda *a, **kw: calls.append(a[2]) or engine_generate(*a, **kw))
         generate(tiny_dir, tmp_path, *shared, *[x for name, changes in runs.items()
                                                 for x in ("--run", str(tmp_path / name), *changes)])
     decodes = [c for c in calls if c.max_new_tokens == 12]  # not the warm-ups

@@ -14,7 +14,7 @@ from diversed.decoding.settings import Decoding, Execution, Sampling
 from diversed.decoding.stepper import output_head
 from diversed.training import embedded
 from diversed.training.draft import Sample, distil, draft_vocabulary
-from diversed.training.settings import DraftRecipe
+from diversed.training.settings import DistillConfig, DraftRecipe
 
 ROWS = [0, 2, 3, 5, 8, 13, 21, 34, 55, 89]
 
@@ -97,8 +97,7 @@ def test_fine_tuning_a_restricted_draft_compares_it_over_its_vocabulary():
     x = torch.tensor([[1, 2, 3, 4, 5, 6]])
     with torch.no_grad():
         p, q = target(x).logits[0, 2:5], student(x).logits[0, 2:5]  # [3, V]: the positions predicting 4, 5, 6
-    log = fit_draft(student, target, [([1, 2, 3], [4, 5, 6])], epochs=1, lr=1e-3, grad_clip=1.0, seed=0,
-                    progress=False)
+    log = fit_draft(student, target, [([1, 2, 3], [4, 5, 6])], DistillConfig(epochs=1, lr=1e-3), progress=False)
     assert log[0]["kl"] == pytest.approx(kl_loss(p[:, ROWS], q[:, ROWS]).item(), rel=1e-4)
     assert log[0]["kl"] != pytest.approx(kl_loss(p, q).item(), rel=1e-2)
 

@@ -57,7 +57,7 @@ def test_a_prompt_decodes_as_in_a_batch_of_one_on_the_embedded_pair(pair, temper
     as others end at their EOS) emits the tokens and acceptances of a batch of one, strict and fixed w."""
     import torch
 
-    from diversed.decoding.engine import generate
+    from diversed.decoding.engine import Networks, generate
     from diversed.decoding.models import encode_prompt
     from diversed.decoding.settings import Decoding, Sampling
     from diversed.tasks import get_task
@@ -65,7 +65,7 @@ def test_a_prompt_decodes_as_in_a_batch_of_one_on_the_embedded_pair(pair, temper
     prompts = [encode_prompt(pair.tokenizer, ex.prompt) for ex in get_task("capitals").examples("eval", 10)]
     for decoding in (Decoding("strict", K=5, max_new_tokens=24, sampling=Sampling(temperature)),
                      Decoding("fixed", weight=0.5, K=5, max_new_tokens=24, sampling=Sampling(temperature))):
-        outs = [generate(pair.target, pair.draft, prompts, decoding, batch_size=B,
+        outs = [generate(Networks.of(pair), prompts, decoding, batch_size=B,
                          generators=[torch.Generator().manual_seed(i) for i in range(len(prompts))]) for B in (1, 8)]
         for a, b in zip(*outs, strict=True):
             assert a.tokens == b.tokens and a.accepted == b.accepted

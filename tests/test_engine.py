@@ -14,6 +14,7 @@ from diversed.decoding.head import WeightHead
 from diversed.decoding.settings import Decoding, Sampling
 from diversed.decoding.stats import summarize
 from diversed.decoding.verifiers import ensemble
+from diversed.runs.settings import Launch
 
 PROMPTS = [[1, 5, 7, 9], [1, 30, 31], [1, 80, 3, 3, 3, 40, 12]]
 
@@ -333,8 +334,8 @@ def test_manifest_records_the_execution_and_the_run_id_ignores_it(tiny_dir, tmp_
                     temperature=0)
     runs = {}
     for fast in ("1", "0"):
-        run = execute(cfg, [{"id": "0", "prompt": "hi"}], tmp_path / fast, progress=False,
-                      execution=Execution.here("none", fast == "1"))
+        run = execute(cfg, [{"id": "0", "prompt": "hi"}], tmp_path / fast,
+                      launch=Launch(execution=Execution.here("none", fast == "1"), progress=False))
         runs[fast] = (run.name, Run(run).manifest["execution"])
     assert runs["1"][0] == runs["0"][0]
     assert runs["1"][1] == {"capture": "none", "fastpath": True, "threads": torch.get_num_threads()}
@@ -367,7 +368,7 @@ def test_sampling_model_takes_the_target_generation_configs_filters(tiny_dir, tm
     GenerationConfig(do_sample=True, top_k=3, top_p=0.7, eos_token_id=None).save_pretrained(target)
     prompts = [{"id": str(i), "prompt": f"ab{i}"} for i in range(4)]
     base = dict(target=str(target), draft=str(tiny_dir / "tiny-draft-l1"), max_new_tokens=24, temperature=1.0)
-    runs = {s: Run(execute(RunConfig(sampling=s, **base), prompts, tmp_path / s, progress=False))
+    runs = {s: Run(execute(RunConfig(sampling=s, **base), prompts, tmp_path / s, launch=Launch(progress=False)))
             for s in ("model", "full")}
     assert runs["model"].manifest["decoding"]["sampling"] == {"temperature": 1.0, "top_p": 0.7, "top_k": 3}
     assert runs["full"].manifest["decoding"]["sampling"] == {"temperature": 1.0, "top_p": 1.0, "top_k": 0}

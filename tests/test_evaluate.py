@@ -9,6 +9,7 @@ import pytest
 
 from diversed.runs.evaluate import DiversedLM, ReplayLM, evaluate, score_run
 from diversed.runs.run import Run, RunConfig, execute, prompt_hash, task_prompts
+from diversed.runs.settings import Launch
 from diversed.utils import write_json, write_jsonl
 
 ROWS = [{"question": f"Tom has {a} apples and gets {b} more. How many apples does Tom have?", "answer": str(a + b)}
@@ -26,7 +27,7 @@ def task_file(tmp_path_factory):
 def greedy_run(tiny_dir, task_file, tmp_path_factory):
     cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), verifier="fixed",
                     weight=0.5, K=3, temperature=0.0, max_new_tokens=16, task="arith", data_files=task_file)
-    return execute(cfg, task_prompts(cfg), tmp_path_factory.mktemp("runs"), progress=False)
+    return execute(cfg, task_prompts(cfg), tmp_path_factory.mktemp("runs"), launch=Launch(progress=False))
 
 
 def test_replay_scoring_writes_scores(greedy_run):
@@ -91,7 +92,7 @@ def test_replay_of_unknown_prompt_is_a_clear_error(greedy_run):
 def test_open_ended_run_gets_fidelity_only(tiny_dir, tmp_path):
     cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), verifier="strict",
                     K=3, temperature=1.0, max_new_tokens=8, task="open", n=3)
-    run = execute(cfg, task_prompts(cfg), tmp_path, progress=False)
+    run = execute(cfg, task_prompts(cfg), tmp_path, launch=Launch(progress=False))
     s = json.loads(score_run(run).read_text())
     assert s["metric"] == "target_logprob" and s["quality"] == s["fidelity"]["target_logprob"]
 
@@ -99,7 +100,7 @@ def test_open_ended_run_gets_fidelity_only(tiny_dir, tmp_path):
 def test_strict_greedy_run_agrees_with_target_everywhere(tiny_dir, task_file, tmp_path):
     cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), verifier="strict",
                     K=3, temperature=0.0, max_new_tokens=12, task="arith", data_files=task_file)
-    run = execute(cfg, task_prompts(cfg), tmp_path, progress=False)
+    run = execute(cfg, task_prompts(cfg), tmp_path, launch=Launch(progress=False))
     s = json.loads(score_run(run).read_text())
     assert s["fidelity"]["target_argmax_agreement"] == 1.0
 

@@ -12,9 +12,9 @@ import torch
 from helpers import verify, verify_many
 from test_verifiers import DRAWS, V, chi_square_ok, random_dists
 
-from diversed.decoding.engine import generate
+from diversed.decoding.engine import Networks, generate
 from diversed.decoding.settings import Decoding, Sampling
-from diversed.decoding.verifiers import defer, fly_window, total_variation, typical_threshold, verify_rows
+from diversed.decoding.verifiers import Criterion, defer, fly_window, total_variation, typical_threshold, verify_rows
 
 PROMPTS = [[1, 5, 7, 9], [1, 30, 31], [1, 80, 3, 3, 3, 40, 12]]
 
@@ -163,12 +163,12 @@ def test_rows_of_a_family_draw_as_batches_of_one():
                          for r in range(R)])
     k = [4, 2, 3]
     for test, knob in (("lenient", 0.5), ("typical", 0.09), ("topk", 2)):
-        n, nxt, _ = verify_rows(draft, q, p, torch.ones(R, K), k, test=test, knob=knob,
+        n, nxt, _ = verify_rows(draft, q, p, torch.ones(R, K), k, criterion=Criterion(test, knob=knob),
                                 generators=[torch.Generator().manual_seed(r) for r in range(R)])
         for r in range(R):
             one = verify_rows(draft[r:r + 1, :k[r]], q[r:r + 1, :k[r]], torch.cat([p[r:r + 1, :k[r]],
-                              p[r:r + 1, k[r]:k[r] + 1]], 1), torch.ones(1, k[r]), [k[r]], test=test, knob=knob,
-                              generators=[torch.Generator().manual_seed(r)])
+                              p[r:r + 1, k[r]:k[r] + 1]], 1), torch.ones(1, k[r]), [k[r]],
+                              criterion=Criterion(test, knob=knob), generators=[torch.Generator().manual_seed(r)])
             assert (int(n[r]), int(nxt[r])) == (int(one[0][0]), int(one[1][0]))
 
 
@@ -185,8 +185,8 @@ def test_fly_defers_a_mismatch_only_under_uncertainty_and_a_passing_window():
     h = entropy3(p[0])
 
     def n_accepted(draft, threshold, k=3):
-        n, nxt, _ = verify_rows(torch.tensor([draft]), q[None], p[None], torch.ones(1, 3), [k], greedy=True,
-                                generators=[None], test="fly", knob=threshold, window=1)
+        n, nxt, _ = verify_rows(torch.tensor([draft]), q[None], p[None], torch.ones(1, 3), [k], generators=[None],
+                                criterion=Criterion("fly", greedy=True, knob=threshold, window=1))
         return int(n[0]), int(nxt[0])
 
     assert n_accepted([3, 1, 2], h - 1e-5) == (3, 0)  # deferred: 3 is not argmax p_0, p_0 uncertain, draft 1 matches
@@ -214,7 +214,8 @@ def test_fly_acceptance_follows_its_rule_and_reduces_to_strict():
     for seed in range(300):
         x = torch.stack([torch.multinomial(q[i], 1, generator=gd)[0] for i in range(2)])
         strict = verify(x, q, p, 1.0, generator=torch.Generator().manual_seed(seed))
-        fly = verify_rows(x[None], q[None], p[None], torch.ones(1, 2), [2], test="fly", knob=math.inf, window=1,
+        fly = verify_rows(x[None], q[None], p[None], torch.ones(1, 2), [2],
+                          criterion=Criterion("fly", knob=math.inf, window=1),
                           generators=[torch.Generator().manual_seed(seed)])
         assert (strict.n_accepted, strict.next_token) == (int(fly[0][0]), int(fly[1][0]))
 
@@ -222,7 +223,7 @@ def test_fly_acceptance_follows_its_rule_and_reduces_to_strict():
 def decode(target, draft, verifier, temperature, **kw):
     decoding = Decoding(verifier, K=4, max_new_tokens=30, sampling=Sampling(temperature), **kw)
     generators = [torch.Generator().manual_seed(7 + i) for i in range(len(PROMPTS))]
-    return generate(target, draft, PROMPTS, decoding, generators=generators, batch_size=2)
+    return generate(Networks(target, draft), PROMPTS, decoding, generators=generators, batch_size=2)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

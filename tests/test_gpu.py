@@ -68,3 +68,23 @@ def test_fast_path_in_bfloat16_on_cuda_matches_transformers():
     got = torch.cat([s(seq[:10])[0]] + [s([t])[0] for t in seq[10:30]])
     assert (got - ref).abs().max() / ref.abs().max() < 0.05
     assert (got.argmax(-1) == ref.argmax(-1)).float().mean() >= 0.9
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_one_head_training_step_and_one_draft_fine_tuning_step_run_on_cuda(tmp_path, dtype):
+    """The paper DAG's first GPU jobs: a REINFORCE step (rollouts, the fidelity and the task reward, the loss) and
+    a supervised draft fine-tuning step, every tensor on the models' device."""
+    from diversed.decoding.models import prepare_tiny
+    from diversed.training.finetune import distill_draft
+    from diversed.training.settings import DistillConfig, HeadTrainConfig
+    from diversed.training.train import load_log, train_head
+
+    prepare_tiny(tmp_path / "models")
+    pair = {"target": str(tmp_path / "models" / "tiny-target"), "draft": str(tmp_path / "models" / "tiny-draft-l1"),
+            "device": "cuda", "dtype": dtype, "task": "arith", "n_train": 2, "epochs": 1, "max_new_tokens": 6}
+    for reward in ("fidelity", "task"):
+        head = train_head(HeadTrainConfig(batch_size=2, rollout="sample", reward=reward, **pair),
+                          tmp_path / f"head-{reward}", progress=False)
+        assert len(load_log(head.parent / "train_log.csv")) == 1
+    ft = distill_draft(DistillConfig(finetune="sft", **pair), tmp_path / "sft", progress=False)
+    assert len(load_log(ft / "train_log.csv")) == 2

@@ -64,3 +64,40 @@ def test_no_function_is_over_60_lines():
             for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
             and fn.end_lineno - fn.lineno + 1 > 60]
     assert not long
+
+
+def test_no_signature_takes_more_than_8_parameters():
+    """A settings object (Criterion, Networks, Launch, Grid, Workload, a config) where a signature would pass more
+    than 8 parameters; self and cls do not count."""
+    wide = []
+    for name, tree in modules():
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = fn.args
+                names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg not in ("self", "cls")]
+                if len(names) > 8:
+                    wide.append(f"{name}.{fn.name}: {len(names)} parameters")
+    assert not wide
+
+
+CONSTRUCTORS = {"tensor", "as_tensor", "zeros", "ones", "full", "empty", "arange", "rand", "randn", "randint",
+                "randperm", "linspace", "eye"}
+
+
+def test_every_tensor_of_decoding_and_training_is_made_on_its_device():
+    """A tensor made on the CPU beside CUDA models fails at its first use (a rollout's tokens indexing CUDA
+    log-probabilities): each torch constructor in decoding/ and training/ names its device, or is moved (.to) or
+    brought to the host (.tolist) at once."""
+    unplaced = []
+    for name, tree in modules():
+        if name.split(".")[0] not in ("decoding", "training"):
+            continue
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in CONSTRUCTORS and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "torch" and not any(k.arg == "device" for k in node.keywords)):
+                after = parents.get(node)
+                if not (isinstance(after, ast.Attribute) and after.attr in ("to", "tolist")):
+                    unplaced.append(f"{name}:{node.lineno} torch.{node.func.attr}")
+    assert not unplaced

@@ -9,8 +9,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from diversed.runs.settings import RunConfig, point_name
-from diversed.runs.settings import sweep_grid as grid
+from diversed.runs.settings import Grid, Launch, RunConfig, point_name
 from diversed.runs.sweep import (
     COLUMNS,
     choose,
@@ -20,6 +19,10 @@ from diversed.runs.sweep import (
     sweep_point,
     sweep_weight,
 )
+
+
+def grid(*args, **kw) -> list[dict]:
+    return Grid(*args, **kw).points()
 
 
 def point(verifier, w, alpha, correct, mixing="linear"):
@@ -75,7 +78,7 @@ def test_choose_skips_points_of_unknown_quality():
 def test_sweep_weight_on_tiny_pair(tiny_dir, tmp_path):
     base = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), K=3,
                      temperature=1.0, max_new_tokens=8, task="arith", split="dev", n=3)
-    choice = sweep_weight(base, tmp_path, weights=(0.0, 0.5), mixings=("linear", "logit"), progress=False)
+    choice = sweep_weight(base, tmp_path, Grid((0.0, 0.5), ("linear", "logit")), launch=Launch(progress=False))
     df = pd.read_csv(tmp_path / "sweep.csv")
     assert len(df) == 5 and set(df["verifier"]) == {"strict", "fixed"}
     assert set(df["split"]) == {"dev"} and set(df["prompts"]) == {3}
@@ -93,16 +96,17 @@ def test_sweep_weight_on_tiny_pair(tiny_dir, tmp_path):
     finished = {p.name: json.loads((p / "manifest.json").read_text())["finished"] for p in runs}
     shutil.rmtree(tmp_path / point_name(fixed(0.5, "logit")))
     (tmp_path / point_name(fixed(0.0, "logit")) / "scores.json").unlink()  # decoded, never scored: not finished
-    again = sweep_weight(base, tmp_path, weights=(0.0, 0.5), mixings=("linear", "logit"), progress=False)
+    again = sweep_weight(base, tmp_path, Grid((0.0, 0.5), ("linear", "logit")), launch=Launch(progress=False))
     assert again == choice and pd.read_csv(tmp_path / "sweep.csv")["run_id"].tolist() == df["run_id"].tolist()
     redone = {p.name for p in runs if json.loads((p / "manifest.json").read_text())["finished"] != finished[p.name]}
     assert redone == {point_name(fixed(0.5, "logit")), point_name(fixed(0.0, "logit"))}
     # a changed setting (more prompts) is not the finished point
-    sweep_weight(dataclasses.replace(base, n=4), tmp_path, weights=(0.0,), mixings=("linear",), progress=False)
+    sweep_weight(dataclasses.replace(base, n=4), tmp_path, Grid((0.0,), ("linear",)),
+                 launch=Launch(progress=False))
     assert set(pd.read_csv(tmp_path / "sweep.csv")["prompts"]) == {4}
     # a sweep chooses on one split
     other = sweep_point(dataclasses.replace(base, split="eval"), {"verifier": "strict"}, tmp_path / "eval",
-                        progress=False)
+                        launch=Launch(progress=False))
     with pytest.raises(ValueError, match="a sweep covers one split; the runs given cover \\['dev', 'eval'\\]"):
         choose_runs([*runs, other], tmp_path / "mixed")
 
@@ -151,7 +155,7 @@ def test_sweep_needs_a_task_and_valid_weights(tmp_path):
     with pytest.raises(ValueError, match="needs a task"):
         sweep_weight(RunConfig(), tmp_path)
     with pytest.raises(ValueError, match="must be in \\[0, 1\\], got 1.5"):
-        sweep_weight(RunConfig(task="arith"), tmp_path, weights=(1.5,))
+        sweep_weight(RunConfig(task="arith"), tmp_path, Grid((1.5,)))
 
 
 def test_sweep_command_decodes_the_dev_split(monkeypatch):
@@ -234,8 +238,8 @@ def test_sweep_weight_sweeps_the_families_on_tiny_pair(tiny_dir, tmp_path):
                                       rollout="sample", reward="fidelity", draft_layers=1, **pair),
                       tmp_path / "head", progress=False)
     base = RunConfig(**pair, K=3, temperature=1.0, max_new_tokens=6, task="arith", split="dev", n=2)
-    choice = sweep_weight(base, tmp_path / "sweep", weights=(0.5,), mixings=("linear",),
-                          families={"lenient": [0.0], "cascade": [1.0]}, head=head, target_only=True, progress=False)
+    grid = Grid((0.5,), ("linear",), {"lenient": [0.0], "cascade": [1.0]}, head=head, target_only=True)
+    choice = sweep_weight(base, tmp_path / "sweep", grid, launch=Launch(progress=False))
     tmp_path = tmp_path / "sweep"
     df = pd.read_csv(tmp_path / "sweep.csv").set_index("verifier")
     assert set(df.index) == {"strict", "fixed", "lenient", "cascade", "dynamic", "autoregressive"}
@@ -295,7 +299,7 @@ def test_sweep_lambda_chooses_on_dev_and_installs_the_head(tiny_dir, tmp_path):
                                         rollout="sample", reward="fidelity", acceptance_weight=lam, **pair),
                         tmp_path / f"lambda{lam}", progress=False) for lam in (0.0, 1.0)]
     base = RunConfig(**pair, K=3, temperature=1.0, max_new_tokens=8, task="arith", split="dev", n=3)
-    choice = sweep_lambda(base, heads, tmp_path / "sweep", tmp_path / "head", progress=False, batch_size=2)
+    choice = sweep_lambda(base, heads, tmp_path / "sweep", tmp_path / "head", launch=Launch(2, progress=False))
     table = pd.read_csv(tmp_path / "sweep" / "lambda.csv")
     assert list(table["verifier"]) == ["strict", "dynamic", "dynamic"] and set(table["split"]) == {"dev"}
     assert list(table["lambda"].iloc[1:]) == [0.0, 1.0] and table["chosen"].sum() == 1
@@ -309,8 +313,8 @@ def test_sweep_lambda_chooses_on_dev_and_installs_the_head(tiny_dir, tmp_path):
     saved = json.loads((tmp_path / "sweep" / "choice.json").read_text())
     assert saved["lambda"] == choice["lambda"] and saved["config"]["split"] == "dev"
     with pytest.raises(ValueError, match="overwritten by its run"):  # a head where its run would be written
-        sweep_lambda(base, heads, tmp_path, tmp_path / "head", progress=False)
+        sweep_lambda(base, heads, tmp_path, tmp_path / "head", launch=Launch(progress=False))
     # a rerun keeps the finished runs
     mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "sweep").rglob("generations.jsonl")}
-    sweep_lambda(base, heads, tmp_path / "sweep", tmp_path / "head", progress=False, batch_size=2)
+    sweep_lambda(base, heads, tmp_path / "sweep", tmp_path / "head", launch=Launch(2, progress=False))
     assert len(mtimes) == 3 and all(p.stat().st_mtime_ns == t for p, t in mtimes.items())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from diversed.runs.settings import Launch
 from diversed.utils import record_result
 
 
@@ -72,7 +73,7 @@ def test_scores_join_their_decode_run_and_the_report_logs_tables_and_figures(tin
     runs = []
     for verifier in ("autoregressive", "strict"):
         cfg = RunConfig(**{**base.__dict__, "verifier": verifier})
-        runs.append(execute(cfg, task_prompts(cfg), tmp_path / "runs", progress=False,
+        runs.append(execute(cfg, task_prompts(cfg), tmp_path / "runs", launch=Launch(progress=False),
                             labels={"experiment": "smoke", "pair": "tiny", "method": verifier}))
         score_run(runs[-1])
     decode, scored = fake.runs[2], fake.runs[3]  # the strict run's decode, then its scoring

@@ -30,6 +30,7 @@ from diversed.decoding.stats import Generation, Step
 from diversed.decoding.stepper import Stepper
 from diversed.decoding.verifiers import (
     WEIGHTS,
+    Criterion,
     fly_window,
     logits_to_logprobs,
     synthetic_rows,
@@ -56,10 +57,26 @@ def draw(sampling: Sampling, scores: torch.Tensor, generators: list[torch.Genera
     return torch.stack(draws)
 
 
-def check_request(target, draft, prompt_len: int, decoding: Decoding, *, head, vocab_size: int | None,
-                  execution: Execution) -> None:
+@dataclass
+class Networks:
+    """The modules a decode runs: the target p, the draft q (None: the target alone), DIVERSED's weight head, and
+    the pair's common logit width where the two differ by padding (models.Pair.vocab_size)."""
+
+    target: nn.Module
+    draft: nn.Module | None = None
+    head: nn.Module | None = None
+    vocab_size: int | None = None
+
+    @classmethod
+    def of(cls, pair, head: nn.Module | None = None) -> Networks:
+        """A loaded pair's (models.Pair) target, draft and logit width, with a head."""
+        return cls(pair.target, pair.draft, head, pair.vocab_size)
+
+
+def check_request(nets: Networks, prompt_len: int, decoding: Decoding, execution: Execution) -> None:
     """Every check that can fail, before any compute: the head a verifier needs, then the models (prompt_len:
     the longest prompt's)."""
+    target, draft, head, vocab_size = nets.target, nets.draft, nets.head, nets.vocab_size
     verifier = decoding.verifier
     if verifier == "dynamic" and head is None:
         raise ValueError("verifier 'dynamic' needs --head, a trained weight head (head= in Python)")
@@ -266,7 +283,8 @@ def draft_block(D: Stepper, slots: list[int], rows: list[Row], ks: list[int], sa
     kmax, R = max(ks), len(rows)
     if not kmax:
         return Block(torch.zeros(R, 0, dtype=torch.long, device=D.device), torch.full(
-            (R, 0, D.vocab), -torch.inf, device=D.device), D.empty_hidden[:R], torch.ones(R, 0, dtype=torch.bool))
+            (R, 0, D.vocab), -torch.inf, device=D.device), D.empty_hidden[:R],
+            torch.ones(R, 0, dtype=torch.bool, device=D.device))
     x, lengths = _padded([r.pending for r in rows], D.device)  # [R, 1 or 2]
     generators = [r.generator for r in rows]
     tokens, log_q, h, ok = [], [], [], []
@@ -298,11 +316,11 @@ def verify_step(block: Block, scored: Scored, w: torch.Tensor, ks: list[int], ro
     kmax = block.tokens.shape[1]
     sampling, generators = decoding.sampling, [r.generator for r in rows]
     if decoding.synthetic_acceptance is None:
-        logs = {"log_p": scored.log_p, "log_q": block.log_q} if decoding.mixing == "logit" else {}
-        n, next_token, bias = verify_rows(block.tokens, q, p, w, ks, mixing=decoding.mixing, greedy=sampling.greedy,
-                                          generators=generators, test=RULES[decoding.verifier].test,
-                                          knob=decoding.knob, window=fly_window(decoding.K),
-                                          **logs)  # [R], [R], [R, kmax + 1]
+        criterion = Criterion(RULES[decoding.verifier].test, decoding.mixing, sampling.greedy, decoding.knob,
+                              fly_window(decoding.K))
+        logs = (scored.log_p, block.log_q) if decoding.mixing == "logit" else None
+        n, next_token, bias = verify_rows(block.tokens, q, p, w, ks, generators=generators, criterion=criterion,
+                                          logs=logs)  # [R], [R], [R, kmax + 1]
     else:
         n, next_token, bias = synthetic_rows(ks, p, decoding.synthetic_acceptance, greedy=sampling.greedy,
                                              generators=generators)
@@ -384,12 +402,11 @@ def alone_step(M: Stepper, batch: Batch, fidelity: bool) -> None:
 
 
 @torch.inference_mode()
-def generate(target: nn.Module, draft: nn.Module | None, prompts: list, decoding: Decoding, *,
-             head: nn.Module | None = None, generators: list[torch.Generator | None] | None = None,
-             batch_size: int = 1, vocab_size: int | None = None, execution: Execution = Execution(),
-             on_finish: Callable[[int], None] | None = None) -> list[Generation]:
-    """Decode every prompt (token ids) with decoding.verifier (VERIFIERS), batch_size rows at a time in lockstep;
-    returns one Generation per prompt, in order. generators[i]: prompt i's (None: torch's global one);
+def generate(nets: Networks, prompts: list, decoding: Decoding, *,
+             generators: list[torch.Generator | None] | None = None, batch_size: int = 1,
+             execution: Execution = Execution(), on_finish: Callable[[int], None] | None = None) -> list[Generation]:
+    """Decode every prompt (token ids) with decoding.verifier (VERIFIERS) on nets, batch_size rows at a time in
+    lockstep; returns one Generation per prompt, in order. generators[i]: prompt i's (None: torch's global one);
     on_finish(i): called as prompt i ends (a progress bar).
 
     strict: w = 1 (lossless); fixed: constant weight; dynamic: w_i = head(h_target_i, h_draft_i); cascade,
@@ -404,18 +421,18 @@ def generate(target: nn.Module, draft: nn.Module | None, prompts: list, decoding
     generators = [None] * len(prompts) if generators is None else list(generators)
     if len(generators) != len(prompts):
         raise ValueError(f"{len(generators)} generators for {len(prompts)} prompts")
-    check_request(target, draft, max(len(p) for p in prompts), decoding, head=head, vocab_size=vocab_size,
-                  execution=execution)
+    check_request(nets, max(len(p) for p in prompts), decoding, execution)
     B = min(batch_size, len(prompts))
     max_len = max(len(p) for p in prompts) + decoding.max_new_tokens + 1
     if decoding.verifier in ("autoregressive", "draft"):
-        return _alone(target, draft, prompts, decoding, generators, B, max_len, vocab_size, execution, on_finish)
+        return _alone(nets, prompts, decoding, generators, B, max_len, execution, on_finish)
+    target, draft, vocab_size = nets.target, nets.draft, nets.vocab_size
     shared = shared_width(target, draft)
     # the target verifies K + 1 tokens (fewer at the end: padded); the draft takes 1, or 2 after a full acceptance
     T = Stepper(target, vocab_size, shared, max_len, execution, buckets=(decoding.K + 1,), rows=B)
     # a row whose step needs fewer than K drafts drafts on with the others (untouched draws, rolled back): K more
     D = Stepper(draft, vocab_size, shared, max_len + decoding.K, execution, buckets=(1, 2), rows=B)
-    head = head.to(T.device) if head is not None else None
+    head = nets.head.to(T.device) if nets.head is not None else None
     clock = _Clock(T.device)
     synchronize(T.device)
     batch = Batch(prompts, [T, D], decoding, generators, B, eos_set(target, decoding.eos_token_id), on_finish)
@@ -424,12 +441,11 @@ def generate(target: nn.Module, draft: nn.Module | None, prompts: list, decoding
     return batch.done
 
 
-def _alone(target: nn.Module, draft: nn.Module | None, prompts: list[list[int]], decoding: Decoding,
-           generators: list, B: int, max_len: int, vocab_size: int | None, execution: Execution,
-           on_finish: Callable[[int], None] | None) -> list[Generation]:
+def _alone(nets: Networks, prompts: list[list[int]], decoding: Decoding, generators: list, B: int, max_len: int,
+           execution: Execution, on_finish: Callable[[int], None] | None) -> list[Generation]:
     """The baselines: the target alone, or the draft alone stopping at the target's EOS, its fidelity judged by
     the target in one pass per prompt."""
-    alone = decoding.verifier == "draft"
+    target, draft, alone = nets.target, nets.draft, decoding.verifier == "draft"
     model = draft if alone else target
     M = Stepper(model, shared=shared_width(target, draft) if alone else None, max_len=max_len, execution=execution,
                 buckets=(1,), rows=B)
@@ -439,7 +455,7 @@ def _alone(target: nn.Module, draft: nn.Module | None, prompts: list[list[int]],
         alone_step(M, batch, fidelity=not alone)
     if alone:
         for ids, out in zip(prompts, batch.done, strict=True):
-            logits, _ = Stepper(target, vocab_size)(ids + out.tokens[:-1])  # [len(ids) + n - 1, V]
+            logits, _ = Stepper(target, nets.vocab_size)(ids + out.tokens[:-1])  # [len(ids) + n - 1, V]
             tokens = torch.tensor(out.tokens, device=logits.device)  # [n]
             logprob, is_max = _to_host(*_fidelity(logits[len(ids) - 1:], tokens))
             out.target_logprob, out.target_argmax = logprob, [bool(a) for a in is_max]
@@ -450,5 +466,5 @@ def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, 
                          head: nn.Module | None = None, generator: torch.Generator | None = None,
                          vocab_size: int | None = None, execution: Execution = Execution()) -> Generation:
     """Decode one prompt (generate with a batch of one): the new tokens and per-step statistics."""
-    return generate(target, draft, [input_ids], decoding, head=head, generators=[generator], vocab_size=vocab_size,
+    return generate(Networks(target, draft, head, vocab_size), [input_ids], decoding, generators=[generator],
                     execution=execution)[0]

@@ -26,6 +26,7 @@ import functools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -255,19 +256,33 @@ def forward(dec: FastDecoder, ids: torch.Tensor, pos: torch.Tensor, rows: torch.
     if masked:  # [R, 1, group T, window]: query row g T + t of head group g sees the keys at or before pos[r, t]
         mask = (dec.key_pos[:window] <= pos[:, :, None])[:, None].expand(R, group, T, window)
         mask = mask.reshape(R, 1, group * T, window)
+    at = Where(rows, pos, cos, sin, mask, window)
     for w, k_cache, v_cache in zip(dec.layers, dec.k, dec.v, strict=True):
-        x = layer(dec, w, k_cache, v_cache, x, rows, pos, cos, sin, mask, window)
+        x = layer(dec, w, k_cache, v_cache, x, at)
     return rms_norm(x, dec.norm, dec.eps)
 
 
+class Where(NamedTuple):
+    """Where a step's tokens sit, the same for every layer: cache rows `rows` [R] (None: every row), positions pos
+    [R, T] with their rotary cos, sin [R, T, 1, d], the attention mask [R, 1, group T, window] (None: every key)
+    over cache positions [0, window)."""
+
+    rows: torch.Tensor | None
+    pos: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+    mask: torch.Tensor | None
+    window: int
+
+
 def decoder_layer(dec: FastDecoder, w: LayerWeights, k_cache: torch.Tensor, v_cache: torch.Tensor, x: torch.Tensor,
-                  rows: torch.Tensor | None, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                  mask: torch.Tensor | None, window: int) -> torch.Tensor:
+                  at: Where) -> torch.Tensor:
     """One pre-norm decoder layer: x [R, T, h] -> [R, T, h]; k_cache, v_cache [B, n_kv, capacity, d] get the new
-    positions of rows `rows` (None: all B). Attention runs as n_kv heads over group * T query rows: query head
+    positions of rows at.rows (None: all B). Attention runs as n_kv heads over group * T query rows: query head
     j group + i attends with key/value head j, as transformers' repeat_kv, without expanding the cache."""
     R, T, _ = x.shape
     nq, nkv, d = dec.n_q, dec.n_kv, dec.d
+    rows, pos, cos, sin, mask, window = at
     h = rms_norm(x, w.ln1, dec.eps)
     q, k, v = w.qkv(h).split([nq * d, nkv * d, nkv * d], dim=-1)  # [R, T, nq d], [R, T, nkv d] x 2
     q, k, v = q.view(R, T, nq, d), k.view(R, T, nkv, d), v.view(R, T, nkv, d)
@@ -275,9 +290,9 @@ def decoder_layer(dec: FastDecoder, w: LayerWeights, k_cache: torch.Tensor, v_ca
         q, k = rms_norm(q, w.q_norm, dec.eps), rms_norm(k, w.k_norm, dec.eps)
     q = (q * cos + rotate_half(q) * sin).transpose(1, 2)  # [R, nq, T, d]
     k = k * cos + rotate_half(k) * sin  # [R, T, nkv, d]
-    at = (torch.arange(R, device=x.device) if rows is None else rows)[:, None]  # [R, 1]
-    k_cache[at, :, pos] = k  # [R, T, nkv, d] into [B, nkv, cap, d]
-    v_cache[at, :, pos] = v
+    index = (torch.arange(R, device=x.device) if rows is None else rows)[:, None]  # [R, 1]
+    k_cache[index, :, pos] = k  # [R, T, nkv, d] into [B, nkv, cap, d]
+    v_cache[index, :, pos] = v
     keys, values = k_cache[:, :, :window], v_cache[:, :, :window]  # [B, nkv, window, d]
     if rows is not None:
         keys, values = keys.index_select(0, rows), values.index_select(0, rows)  # [R, nkv, window, d]

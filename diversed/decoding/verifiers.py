@@ -7,6 +7,7 @@ K draft length, nu the verification distribution (the ensemble of p and q).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -230,31 +231,34 @@ def _check_rows(q: torch.Tensor, k: list[int], generators: list, test: str, **te
         raise ValueError(f"unknown verification test {test!r}; allowed: {', '.join(TESTS)}")
 
 
-def verify_rows(
-    draft_tokens: torch.Tensor,
-    q: torch.Tensor,
-    p: torch.Tensor,
-    w: torch.Tensor,
-    k: list[int],
-    *,
-    mixing: str = "linear",
-    greedy: bool = False,
-    generators: list[torch.Generator | None],
-    log_p: torch.Tensor | None = None,
-    log_q: torch.Tensor | None = None,
-    test: str = "ensemble",
-    knob: float | None = None,
-    window: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+@dataclass(frozen=True)
+class Criterion:
+    """How verify_rows accepts a draft. test: "ensemble" verifies against nu = ensemble(p, q, w) mixed by `mixing`;
+    the others (_test; "fly" with its window of later drafts) with knob, w unused. greedy: the temperature-0 rule
+    (no uniforms drawn, the correction an argmax)."""
+
+    test: str = "ensemble"
+    mixing: str = "linear"
+    greedy: bool = False
+    knob: float | None = None
+    window: int = 0
+
+
+def verify_rows(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, w: torch.Tensor, k: list[int], *,
+                generators: list[torch.Generator | None], criterion: Criterion = Criterion(),
+                logs: tuple[torch.Tensor | None, torch.Tensor | None] | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """verify() for R rows at once, row r with its own k[r] <= K drafts (the rest padding) and its own generator,
     drawing as a batch of one would: draft_tokens [R, K], q [R, K, V], p [R, K + 1, V], w [R, K] ->
     (n_accepted [R], next_token [R], bias_tv [R, K + 1]) on the device, bias 0 from k[r] on.
 
-    test: "ensemble" verifies against nu = ensemble(p, q, w) (verify); the others (_test, _fly with its window)
-    with knob, w unused; FLy's bias is NaN (its emitted distribution depends on the drafts after a position). The
-    outcome of every possible stopping point is computed, then the one at n taken, so nothing waits for n.
+    criterion: the test (Criterion); FLy's bias is NaN (its emitted distribution depends on the drafts after a
+    position). logs: (log p [R, K + 1, V], log q [R, K, V]) for logit mixing without underflow. The outcome of every
+    possible stopping point is computed, then the one at n taken, so nothing waits for n.
     """
     R, K, V = q.shape
+    log_p, log_q = logs or (None, None)
+    test, mixing, greedy, knob = criterion.test, criterion.mixing, criterion.greedy, criterion.knob
     _check_rows(q, k, generators, test, draft_tokens=draft_tokens, p=p, w=w, log_p=log_p, log_q=log_q)
     dev = q.device
     k_t = torch.tensor(k, device=dev)  # [R]
@@ -262,7 +266,7 @@ def verify_rows(
     r = None if greedy else torch.stack([torch.cat([torch.rand(k[i], generator=g, device=dev), q.new_ones(K - k[i])])
                                          for i, g in enumerate(generators)])  # [R, K]: row i draws k[i] uniforms
     if test == "fly":
-        accepted = _fly(draft_tokens, q, p[:, :K], r, k_t, knob, window)
+        accepted = _fly(draft_tokens, q, p[:, :K], r, k_t, knob, criterion.window)
         stop_dist = p[:, :K] if greedy else _strict_residual(p[:, :K], q)
         nu = torch.full_like(q, math.nan)  # no per-position distribution to compare with p
     elif test != "ensemble":

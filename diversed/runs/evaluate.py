@@ -27,7 +27,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm.auto import tqdm
 
-from diversed.decoding.engine import generate
+from diversed.decoding.engine import Networks, generate
 from diversed.decoding.head import load_head
 from diversed.decoding.models import encode_prompt, load_pair
 from diversed.decoding.settings import Execution
@@ -152,9 +152,8 @@ class DiversedLM(GenerationLM):
                        for i in indices]
                 generators = [torch.Generator(device=c.device).manual_seed(c.seed * 1_000_003 + i) for i in indices]
                 decoding = dataclasses.replace(c, max_new_tokens=budget).decoding(pair.target.generation_config)
-                gens = generate(pair.target, pair.draft, ids, decoding, head=self.head, generators=generators,
-                                batch_size=self.batch_size, vocab_size=pair.vocab_size, execution=execution,
-                                on_finish=lambda _: bar.update())
+                gens = generate(Networks.of(pair, self.head), ids, decoding, generators=generators,
+                                batch_size=self.batch_size, execution=execution, on_finish=lambda _: bar.update())
                 for i, gen in zip(indices, gens, strict=True):
                     text = pair.tokenizer.decode(gen.tokens, skip_special_tokens=True)
                     out[i] = _cut(text, requests[i].args[1])

@@ -21,12 +21,12 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from diversed.decoding.engine import check_request, generate
+from diversed.decoding.engine import Networks, check_request, generate
 from diversed.decoding.head import load_head
 from diversed.decoding.models import encode_prompt, load_pair
 from diversed.decoding.settings import Decoding, Execution
 from diversed.decoding.stats import Generation, summarize
-from diversed.runs.settings import RunConfig
+from diversed.runs.settings import Launch, RunConfig
 from diversed.tasks import get_task
 from diversed.tracking import decode_tracker
 from diversed.utils import (
@@ -107,8 +107,7 @@ class PreparedRun:
         head = load_head(cfg.head, pair.target, pair.draft) if cfg.verifier == "dynamic" else None
         decoding = cfg.decoding(pair.target.generation_config)
         encoded = [encode_prompt(pair.tokenizer, row["prompt"], chat=cfg.prompt_format == "chat") for row in prompts]
-        check_request(pair.target, pair.draft, max(len(ids) for ids in encoded), decoding, head=head,
-                      vocab_size=pair.vocab_size, execution=execution)
+        check_request(Networks.of(pair, head), max(len(ids) for ids in encoded), decoding, execution)
         return cls(cfg, prompts, run_id(cfg, prompts), pair, head, encoded, decoding, execution)
 
     def __call__(self, indices: list[int], batch_size: int = 1, on_finish=None,
@@ -116,9 +115,9 @@ class PreparedRun:
         """The prompts `indices`, batch_size at a time (decoding: other settings, e.g. a warm-up's budget)."""
         generators = [torch.Generator(device=self.cfg.device).manual_seed(self.cfg.seed * 1_000_003 + i)
                       for i in indices]
-        return generate(self.pair.target, self.pair.draft, [self.encoded[i] for i in indices],
-                        decoding or self.decoding, head=self.head, generators=generators, batch_size=batch_size,
-                        vocab_size=self.pair.vocab_size, execution=self.execution, on_finish=on_finish)
+        return generate(Networks.of(self.pair, self.head), [self.encoded[i] for i in indices],
+                        decoding or self.decoding, generators=generators, batch_size=batch_size,
+                        execution=self.execution, on_finish=on_finish)
 
     def warm_up(self, batch_size: int = 1) -> None:
         """A short decode before anything is timed: allocations and kernel choice."""
@@ -200,20 +199,20 @@ def restore_run(rid: str, run_dir: str | Path, labels: dict, keep: str | Path) -
     return True
 
 
-def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs", *, progress: bool = True,
-            run_dir: str | Path | None = None, labels: dict | None = None, models: dict | None = None,
-            batch_size: int = 1, execution: Execution | None = None, keep: str | Path | None = None) -> Path:
+def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs", *, run_dir: str | Path | None = None,
+            labels: dict | None = None, launch: Launch | None = None, keep: str | Path | None = None) -> Path:
     """Decode every prompt into out/{run_id} (or exactly run_dir); returns the run directory.
 
     All checks happen before the first decode; one short warm-up decode precedes the timed ones.
-    batch_size: prompts decoded together in lockstep (each prompt's tokens are those of a batch of one; only a
-    batch of one times its prompts: a batched run's manifest has no prompt_seconds). labels (pair name,
-    experiment, ...), the batch size and the execution settings (settings.Execution, default Execution.here()) are
-    stored in the manifest and do not enter the run_id. models: the models and tokenizers shared by the runs of
-    one process (models.load_pair's cache). keep: a folder where each finished run is kept (keep_run) and from
-    which a run already decoded is taken instead of decoded again (restore_run).
+    launch (runs.settings.Launch): launch.batch_size prompts decoded together in lockstep (each prompt's tokens are
+    those of a batch of one; only a batch of one times its prompts: a batched run's manifest has no
+    prompt_seconds), the execution settings (default Execution.here()), progress bars, and the models and
+    tokenizers the runs of one process share. labels (pair name, experiment, ...), the batch size and the
+    execution settings are stored in the manifest and do not enter the run_id. keep: a folder where each finished
+    run is kept (keep_run) and from which a run already decoded is taken instead of decoded again (restore_run).
     """
-    labels = dict(labels or {})
+    labels, launch = dict(labels or {}), launch or Launch()
+    batch_size = launch.batch_size
     if keep is not None:
         cfg.validate()
         rid = run_id(cfg, prompts)
@@ -221,11 +220,11 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
         if restore_run(rid, target, labels, keep):
             print(f"run {rid}: taken from {Path(keep) / rid} (decoded before by the same code)")
             return target
-    prepared = PreparedRun.prepare(cfg, prompts, models, execution)
+    prepared = PreparedRun.prepare(cfg, prompts, launch.models, launch.execution)
     prepared.warm_up(batch_size)
     started = time.time()
     with tqdm(total=len(prompts), desc=f"decode {prepared.run_id} (batch {batch_size})", unit="prompt",
-              disable=not progress) as bar:
+              disable=not launch.progress) as bar:
         gens = prepared(list(range(len(prompts))), batch_size, on_finish=lambda _: bar.update())
     run_dir = prepared.write(gens, Path(run_dir) if run_dir is not None else Path(out) / prepared.run_id, labels,
                             batch_size, started)
@@ -344,14 +343,12 @@ def with_weight_file(changes: dict, path: str | Path) -> dict:
 
 
 def execute_all(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, labels: dict | None = None,
-                progress: bool = True, batch_size: int = 1, execution: Execution | None = None,
-                keep: str | Path | None = None) -> list[Path]:
+                launch: Launch | None = None, keep: str | Path | None = None) -> list[Path]:
     """The runs of one setting in one process, one after another on the same prompts and hardware: run i is
     base with specs[i].changes, written to specs[i].run_dir. Every config is checked before the first decode,
-    each (target, draft) loads once, and runs of one config (one run_id) decode once (copy_run); batch_size and
+    each (target, draft) loads once, and runs of one config (one run_id) decode once (copy_run); launch and
     keep as in execute."""
-    configs = run_configs(base, specs)
-    models: dict = {}
+    configs, launch = run_configs(base, specs), launch or Launch()
     first: dict[str, Path] = {}  # run_id -> the folder that decoded it
     out = []
     for cfg, spec in zip(configs, specs, strict=True):
@@ -359,8 +356,7 @@ def execute_all(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, l
         if rid in first:
             out.append(copy_run(first[rid], spec.run_dir, run_labels))
         else:
-            first[rid] = execute(cfg, prompts, run_dir=spec.run_dir, labels=run_labels, progress=progress,
-                                 models=models, batch_size=batch_size, execution=execution, keep=keep)
+            first[rid] = execute(cfg, prompts, run_dir=spec.run_dir, labels=run_labels, launch=launch, keep=keep)
             out.append(first[rid])
     return out
 

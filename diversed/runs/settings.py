@@ -1,11 +1,11 @@
 """A decoding run's config as plain data (`RunConfig`: everything that determines a run's output; its hash is the
-run id; the command line's flags are generated from its fields) and a sweep's points as changes of it
-(`sweep_grid`, `point_name`). No torch is imported here."""
+run id; the command line's flags are generated from its fields), how a process decodes its runs (`Launch`) and a
+sweep's points as changes of it (`Grid`, `point_name`). No torch is imported here."""
 
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from diversed.decoding.settings import (
@@ -13,9 +13,11 @@ from diversed.decoding.settings import (
     DEFERRALS,
     DTYPES,
     FAMILIES,
+    MIXINGS,
     RULES,
     VERIFIERS,
     Decoding,
+    Execution,
     Sampling,
 )
 from diversed.tasks import PROMPT_FORMATS, SPLITS, registry
@@ -100,26 +102,53 @@ def model_filters(generation_config: typing.Any) -> tuple[int, float]:
     return int(top_k), float(top_p)
 
 
-def sweep_grid(weights, mixings, families: dict | None = None, deferrals=("chow",), head: str | None = None,
-               target_only: bool = False) -> list[dict]:
-    """A sweep's points as RunConfig changes: strict (w = 1) first, then every w < 1 of the grid with each mixing,
-    then each family's knobs (families: {verifier: knobs}; cascade's at each deferral rule), then DIVERSED with
-    head and the target alone where asked (the references each front is drawn against; no choice reads them)."""
-    for w in weights:
-        if not 0 <= w <= 1:
-            raise ValueError(f"weight w must be in [0, 1], got {w}")
-    points = [{"verifier": "strict"}] + [{"verifier": "fixed", "weight": float(w), "mixing": m}
-                                         for m in mixings for w in weights if w != 1]
-    for family, knobs in (families or {}).items():
-        if family not in FAMILIES:
-            raise ValueError(f"unknown family {family!r} to sweep; allowed: {', '.join(FAMILIES)}")
-        for rule in deferrals if family == "cascade" else [None]:
-            points += [{"verifier": family, "knob": float(x)} | ({"deferral": rule} if rule else {}) for x in knobs]
-    if head is not None:
-        points.append({"verifier": "dynamic", "head": str(head)})
-    if target_only:
-        points.append({"verifier": "autoregressive"})
-    return points
+WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)  # the paper's grid of w; strict (w = 1) is always added
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A sweep's grid: each w of `weights` with each mixing, each family's knobs (families: {verifier: knobs};
+    cascade's at each deferral rule), and as references DIVERSED with `head` and the target alone (target_only)."""
+
+    weights: tuple[float, ...] = WEIGHTS
+    mixings: tuple[str, ...] = MIXINGS
+    families: dict | None = None
+    deferrals: tuple[str, ...] = ("chow",)
+    head: str | None = None
+    target_only: bool = False
+
+    def points(self) -> list[dict]:
+        """The points as RunConfig changes: strict (w = 1) first, then every w < 1 with each mixing, then each
+        family's knobs, then DIVERSED and the target alone where asked (the references each front is drawn
+        against; no choice reads them)."""
+        for w in self.weights:
+            if not 0 <= w <= 1:
+                raise ValueError(f"weight w must be in [0, 1], got {w}")
+        points = [{"verifier": "strict"}] + [{"verifier": "fixed", "weight": float(w), "mixing": m}
+                                             for m in self.mixings for w in self.weights if w != 1]
+        for family, knobs in (self.families or {}).items():
+            if family not in FAMILIES:
+                raise ValueError(f"unknown family {family!r} to sweep; allowed: {', '.join(FAMILIES)}")
+            for rule in self.deferrals if family == "cascade" else [None]:
+                points += [{"verifier": family, "knob": float(x)} | ({"deferral": rule} if rule else {})
+                           for x in knobs]
+        if self.head is not None:
+            points.append({"verifier": "dynamic", "head": str(self.head)})
+        if self.target_only:
+            points.append({"verifier": "autoregressive"})
+        return points
+
+
+@dataclass
+class Launch:
+    """How one process decodes its runs: batch_size prompts at a time in lockstep, under execution (None:
+    Execution.here()), with progress bars or not; models: the models and tokenizers its runs share (load_pair's
+    cache: each pair loads once)."""
+
+    batch_size: int = 1
+    execution: Execution | None = None
+    progress: bool = True
+    models: dict = field(default_factory=dict)
 
 
 def point_name(point: dict) -> str:

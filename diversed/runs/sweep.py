@@ -22,17 +22,16 @@ from pathlib import Path
 import pandas as pd
 
 from diversed import statistics
-from diversed.decoding.settings import FAMILIES, MIXINGS, Execution
+from diversed.decoding.settings import FAMILIES
 from diversed.runs.evaluate import score_run
 from diversed.runs.run import Run, execute, run_id, task_prompts
-from diversed.runs.settings import RunConfig, point_name, sweep_grid
+from diversed.runs.settings import Grid, Launch, RunConfig, point_name
 from diversed.tasks import get_task, metric_spec
 from diversed.utils import atomic_path, provenance, write_json, write_text
 
 COLUMNS = ["pair", "task", "split", "prompts", "temperature", "K", "verifier", "weight", "mixing", "knob", "deferral",
            "draft_acceptance_rate", "mean_acceptance_length", "tokens_per_s", "seconds_per_sample", "bias_tv",
            "metric", "quality", "target_logprob", "run_id", "run_dir"]
-WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)  # the paper's grid of w; strict (w = 1) is always added
 
 
 def run_row(run: Run) -> dict:
@@ -93,19 +92,18 @@ def setting(row: dict) -> dict:
     return {"knob": row["knob"]} | ({"deferral": row["deferral"]} if row["verifier"] == "cascade" else {})
 
 
-def sweep_point(base: RunConfig, point: dict, run_dir: str | Path, *, progress: bool = True,
-                labels: dict | None = None, models: dict | None = None, batch_size: int = 1,
-                execution: Execution | None = None) -> Path:
-    """Decode + score base's task split at one point (grid's RunConfig changes) into run_dir, batch_size prompts
-    at a time. A run_dir that already holds this point's scored run is kept as it is."""
+def sweep_point(base: RunConfig, point: dict, run_dir: str | Path, *, labels: dict | None = None,
+                launch: Launch | None = None) -> Path:
+    """Decode + score base's task split at one point (Grid.points' RunConfig changes) into run_dir, as `launch`
+    says (batch size, execution; its models shared by the sweep's points). A run_dir that already holds this
+    point's scored run is kept as it is."""
     if base.task is None:
         raise ValueError("a sweep needs a task (a split of it is decoded and scored)")
     cfg = dataclasses.replace(base, **({"weight": None, "mixing": "linear", "knob": None, "deferral": "chow"} | point))
     prompts = task_prompts(cfg)
     if Run(run_dir).holds(run_id(cfg, prompts)):
         return Path(run_dir)
-    run_dir = execute(cfg, prompts, run_dir=run_dir, progress=progress, labels=labels, models=models,
-                      batch_size=batch_size, execution=execution)
+    run_dir = execute(cfg, prompts, run_dir=run_dir, labels=labels, launch=launch)
     score_run(run_dir)
     return run_dir
 
@@ -134,16 +132,13 @@ def choose_runs(run_dirs: list[str | Path], out: str | Path, tolerance: float | 
     return choice
 
 
-def sweep_weight(base: RunConfig, out: str | Path, *, weights=WEIGHTS, mixings=MIXINGS, families: dict | None = None,
-                 deferrals=("chow",), head: str | Path | None = None, target_only: bool = False,
-                 tolerance: float | None = None, progress: bool = True, labels: dict | None = None,
-                 batch_size: int = 1, execution: Execution | None = None) -> dict:
-    """Every point of the grid (with DIVERSED at head and the target alone where asked), then the choice:
-    out/{point}/ runs, out/sweep.csv/.md and out/choice.json."""
-    out, models = Path(out), {}
-    runs = [sweep_point(base, point, out / point_name(point), progress=progress, labels=labels, models=models,
-                        batch_size=batch_size, execution=execution)
-            for point in sweep_grid(weights, mixings, families, deferrals, head, target_only)]
+def sweep_weight(base: RunConfig, out: str | Path, grid: Grid | None = None, *, tolerance: float | None = None,
+                 labels: dict | None = None, launch: Launch | None = None) -> dict:
+    """Every point of the grid (with DIVERSED at grid.head and the target alone where asked), decoded as `launch`
+    says, then the choice: out/{point}/ runs, out/sweep.csv/.md and out/choice.json."""
+    out, launch = Path(out), launch or Launch()
+    runs = [sweep_point(base, point, out / point_name(point), labels=labels, launch=launch)
+            for point in (grid or Grid()).points()]
     return choose_runs(runs, out, tolerance)
 
 
@@ -203,13 +198,12 @@ def lambda_row(run: Run, units: pd.DataFrame, training: dict | None = None) -> d
 
 
 def sweep_lambda(base: RunConfig, heads: list[str | Path], out: str | Path, head_out: str | Path, *,
-                 tolerance: float | None = None, progress: bool = True, labels: dict | None = None,
-                 batch_size: int = 1, execution: Execution | None = None) -> dict:
+                 tolerance: float | None = None, labels: dict | None = None, launch: Launch | None = None) -> dict:
     """Decode + score base's task split (dev) with strict and with DIVERSED at each head (each trained at another
     lambda), choose one by LAMBDA_RULE and copy it to head_out (head.safetensors, manifest.json recording the
     choice, train_log.csv): out/{point}/ runs, out/lambda.csv/.md (every candidate: acceptance, mean w, quality,
     its difference from strict, the verdict, collapsed, chosen) and out/choice.json."""
-    out, models, labels = Path(out), {}, labels or {}
+    out, labels, launch = Path(out), labels or {}, launch or Launch()
     if not heads:
         raise ValueError("a lambda sweep needs at least one head")
     trainings = [head_training(h) for h in heads]
@@ -221,13 +215,11 @@ def sweep_lambda(base: RunConfig, heads: list[str | Path], out: str | Path, head
         if Path(head).parent.resolve() == (out / f"lambda{lam}").resolve():
             raise ValueError(f"{head}: a head inside the run folder {out / f'lambda{lam}'} would be overwritten by "
                              "its run; train heads elsewhere")
-    runs = [Run(sweep_point(base, {"verifier": "strict"}, out / point_name({"verifier": "strict"}),
-                            progress=progress, labels=labels, models=models, batch_size=batch_size,
-                            execution=execution))]
+    runs = [Run(sweep_point(base, {"verifier": "strict"}, out / point_name({"verifier": "strict"}), labels=labels,
+                            launch=launch))]
     for head, lam in zip(heads, lambdas, strict=True):
         runs.append(Run(sweep_point(base, {"verifier": "dynamic", "head": str(head)}, out / f"lambda{lam}",
-                                    progress=progress, labels=labels | {"method": "dynamic", "lambda": str(lam)},
-                                    models=models, batch_size=batch_size, execution=execution)))
+                                    labels=labels | {"method": "dynamic", "lambda": str(lam)}, launch=launch)))
     units = {run.manifest["run_id"]: pd.DataFrame(run.prompt_rows()) for run in runs}
     rows = [lambda_row(run, units[run.manifest["run_id"]], training)
             for run, training in zip(runs, [None, *trainings], strict=True)]

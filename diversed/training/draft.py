@@ -51,8 +51,9 @@ def sample_text(target: nn.Module, tokenizer, prompts: list[list[int]], *, max_n
     for start in tqdm(range(0, len(prompts), batch_size), desc="target text", unit="batch", disable=not progress):
         batch = prompts[start:start + batch_size]
         width = max(map(len, batch))
-        x = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch])  # [B, width], left-padded
-        mask = (torch.arange(width) >= torch.tensor([width - len(ids) for ids in batch])[:, None]).long()
+        x = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch], device=target.device)  # [B, width]
+        starts = torch.tensor([width - len(ids) for ids in batch], device=target.device)  # [B]: left padding
+        mask = (torch.arange(width, device=target.device) >= starts[:, None]).long()
         out = target.generate(x, attention_mask=mask, do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
                               max_new_tokens=max_new_tokens, pad_token_id=pad, return_dict_in_generate=True,
                               output_logits=True)
@@ -76,7 +77,7 @@ def fit(draft: nn.Module, samples: list[Sample], rows: list[int], *, epochs: int
     """Train draft's trainable parameters (AdamW, one sequence a step, a seeded order per epoch) to minimise
     KL(p_R || q) over the draft vocabulary R, where p_R is the target's distribution restricted to R and
     renormalised, and q the draft's over R (its output head's rows R). Returns the log rows."""
-    index = torch.tensor(rows)  # [R]
+    index = torch.tensor(rows, device=draft.device)  # [R]
     W = draft.get_output_embeddings().weight.detach().index_select(0, index)  # [R, h], frozen
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr)
@@ -86,7 +87,7 @@ def fit(draft: nn.Module, samples: list[Sample], rows: list[int], *, epochs: int
         for i in tqdm(order, desc=f"draft epoch {epoch + 1}", unit="seq", disable=not progress):
             s = samples[i]
             n = len(s.completion)
-            x = torch.tensor([s.prompt + s.completion[:-1]])  # [1, L]: its last n positions predict the completion
+            x = torch.tensor([s.prompt + s.completion[:-1]], device=draft.device)  # [1, L]: the last n predict
             h = draft.get_decoder()(input_ids=x).last_hidden_state[0, -n:]  # [n, h]
             loss = kl_loss(s.logits.index_select(1, index), h @ W.T)  # [n, R] x [n, R]
             opt.zero_grad()

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from diversed.decoding.engine import generate
+from diversed.decoding.engine import Networks, generate
 from diversed.decoding.models import draft_vocabulary, encode_prompt, load_pair
 from diversed.decoding.settings import Decoding, Execution, Sampling
 from diversed.tasks import get_task
@@ -92,26 +92,28 @@ class AdamW16(torch.optim.Optimizer):
 
 
 def target_text(target: nn.Module, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
-                seed: int = 0, progress: bool = True, desc: str = "target text", batch_size: int = TEXT_BATCH,
+                seed: int = 0, progress: bool = True, batch_size: int = TEXT_BATCH,
                 execution: Execution | None = None) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, the target's completion) for each prompt: greedy at temperature 0, else sampled, prompt i from
     its own generator (seed, i), so that a completion does not depend on the others; batch_size prompts decode
     together (the same completions at any size)."""
     generators = [torch.Generator(device=target.device).manual_seed(seed * 1_000_003 + i) for i in range(len(prompts))]
     decoding = Decoding("autoregressive", max_new_tokens=max_new_tokens, sampling=Sampling(temperature))
-    with tqdm(total=len(prompts), desc=desc, unit="prompt", disable=not progress) as bar:
-        gens = generate(target, None, prompts, decoding, generators=generators, batch_size=batch_size,
+    with tqdm(total=len(prompts), desc="target text", unit="prompt", disable=not progress) as bar:
+        gens = generate(Networks(target), prompts, decoding, generators=generators, batch_size=batch_size,
                         execution=execution or Execution.here(), on_finish=lambda _: bar.update())
     return [(ids, gen.tokens) for ids, gen in zip(prompts, gens, strict=True)]
 
 
-def fit_draft(student: nn.Module, target: nn.Module | None, seqs: list[tuple[list[int], list[int]]], *, epochs: int,
-              lr: float, grad_clip: float, seed: int, progress: bool = True, tracker=None,
-              objective: str = "kl") -> list[dict]:
-    """Train student's trainable parameters on the completions of seqs (one sequence a step, in a seeded order per
-    epoch) to minimise KL(p_target || q_student) (objective kl) or the cross-entropy of the completion's tokens
-    (objective ce, no target); returns the log rows. bfloat16 weights train with AdamW16. A student with a draft
-    vocabulary R (models.draft_vocabulary) is compared over R, the only ids it proposes."""
+def fit_draft(student: nn.Module, target: nn.Module | None, seqs: list[tuple[list[int], list[int]]],
+              cfg: DistillConfig, *, progress: bool = True, tracker=None) -> list[dict]:
+    """Train student's trainable parameters on the completions of seqs (one sequence a step, in an order seeded by
+    cfg.seed per epoch, cfg.epochs, lr and grad_clip) to minimise KL(p_target || q_student) (cfg.finetune distill)
+    or the cross-entropy of the completion's tokens (sft, no target); returns the log rows.
+    bfloat16 weights train with AdamW16. A student with a draft vocabulary R (models.draft_vocabulary) is compared
+    over R, the only ids it proposes."""
+    epochs, lr, grad_clip, seed = cfg.epochs, cfg.lr, cfg.grad_clip, cfg.seed
+    objective = "ce" if cfg.finetune == "sft" else "kl"
     rows = draft_vocabulary(student)
     index = None if rows is None else torch.tensor(rows, device=student.device)  # [R]
     params = [p for p in student.parameters() if p.requires_grad]
@@ -182,9 +184,7 @@ def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True,
     tracker = Tracker(name=f"distill-{cfg.task}-{cid}", group=f"train-{cfg.task}", job_type="distill-draft",
                       config=dataclasses.asdict(cfg) | {"config_id": cid})
     t_start = time.perf_counter()
-    log_rows = fit_draft(student, pair.target, seqs, epochs=cfg.epochs, lr=cfg.lr, grad_clip=cfg.grad_clip,
-                         seed=cfg.seed, progress=progress, tracker=tracker,
-                         objective="ce" if cfg.finetune == "sft" else "kl")
+    log_rows = fit_draft(student, pair.target, seqs, cfg, progress=progress, tracker=tracker)
     student.eval().requires_grad_(False)
     with atomic_dir(out) as tmp:
         student.save_pretrained(tmp)

@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import nn
 from tqdm.auto import tqdm
 
-from diversed.decoding.engine import eos_set
+from diversed.decoding.engine import Networks, eos_set
 from diversed.decoding.head import WeightHead
 from diversed.decoding.models import (
     encode_prompt,
@@ -63,15 +62,15 @@ class Rollout:
 
 
 @torch.no_grad()
-def rollouts(target: nn.Module, draft: nn.Module, head: WeightHead, prompts: list[list[int]], *,
-             max_new_tokens: int, temperature: float, mixing: str, greedy: bool,
-             generators: list[torch.Generator | None], eos: set[int], vocab_size: int | None = None,
+def rollouts(nets: Networks, prompts: list[list[int]], cfg: HeadTrainConfig, *,
+             generators: list[torch.Generator | None], eos: set[int],
              execution: Execution | None = None) -> list[Rollout]:
-    """Decode every prompt from nu_t = ensemble(p_t, q_t, head(h_t)) one token at a time, all prompts together
-    with KV caches (one host transfer per token for the batch), row r drawing from generators[r] and stopping at
-    its own EOS: a rollout does not depend on its batch.
-
-    vocab_size: the pair's common logit width (Pair.vocab_size) when the two heads differ by padding."""
+    """Decode every prompt from nu_t = ensemble(p_t, q_t, nets.head(h_t)) one token at a time (cfg's rollout,
+    temperature, mixing and max_new_tokens), all prompts together with KV caches (one host transfer per token for
+    the batch), row r drawing from generators[r] and stopping at its own EOS: a rollout does not depend on its
+    batch. Its tensors live on the target's device."""
+    target, draft, head, vocab_size = nets.target, nets.draft, nets.head, nets.vocab_size
+    max_new_tokens, temperature, mixing = cfg.max_new_tokens, cfg.temperature, cfg.mixing
     shared = shared_width(target, draft)
     B, execution = len(prompts), execution or Execution()
     max_len = max(len(ids) for ids in prompts) + max_new_tokens
@@ -88,7 +87,7 @@ def rollouts(target: nn.Module, draft: nn.Module, head: WeightHead, prompts: lis
         lp, lq = logits_to_logprobs(lt, temperature), logits_to_logprobs(ld, temperature)  # [R, 1, V]
         w = head(h_t, h_d).float()  # [R, 1]
         nu = ensemble(lp.exp(), lq.exp(), w, mixing, log_p=lp, log_q=lq)[:, 0]  # [R, V]
-        if greedy:
+        if cfg.rollout == "greedy":
             y = nu.argmax(-1)
         else:
             y = torch.stack([torch.multinomial(nu[i], 1, generator=generators[r])[0] for i, r in enumerate(live)])
@@ -100,7 +99,7 @@ def rollouts(target: nn.Module, draft: nn.Module, head: WeightHead, prompts: lis
         live = [r for r in live if pending[r][0] not in eos]
         if not live:
             break
-    return [Rollout(torch.tensor(o["tokens"]), torch.stack(o["log_p"]), torch.stack(o["log_q"]),
+    return [Rollout(torch.tensor(o["tokens"], device=T.device), torch.stack(o["log_p"]), torch.stack(o["log_q"]),
                     torch.stack(o["h_target"]).float(), torch.stack(o["h_draft"]).float()) for o in out]
 
 
@@ -222,16 +221,14 @@ def train_step(job: HeadJob, state: Progress) -> dict:
     and the baseline moved; returns its log row."""
     cfg, pair, head, t0 = job.cfg, job.pair, state.head, time.perf_counter()
     epoch, b = divmod(state.step, job.steps_per_epoch)
-    order = torch.randperm(len(job.examples), generator=torch.Generator().manual_seed(cfg.seed * 7919 + epoch))
-    batch = order[b * cfg.batch_size:(b + 1) * cfg.batch_size].tolist()
+    seeded = torch.Generator().manual_seed(cfg.seed * 7919 + epoch)  # the order: host-side, on every device alike
+    batch = torch.randperm(len(job.examples), generator=seeded).tolist()[b * cfg.batch_size:(b + 1) * cfg.batch_size]
     device = head.proj.weight.device
     generators = [torch.Generator(device=device).manual_seed(cfg.seed * 1_000_003 + state.step * 1_009 + j)
                   for j in range(len(batch))]
     head.eval()
-    rolled = rollouts(pair.target, pair.draft, head, [job.encoded[i] for i in batch],
-                      max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, mixing=cfg.mixing,
-                      greedy=cfg.rollout == "greedy", generators=generators, eos=job.eos,
-                      vocab_size=pair.vocab_size, execution=job.execution)
+    rolled = rollouts(Networks.of(pair, head), [job.encoded[i] for i in batch], cfg, generators=generators,
+                      eos=job.eos, execution=job.execution)
     completions = [pair.tokenizer.decode(r.tokens.tolist(), skip_special_tokens=True) for r in rolled]
     state.samples = [[job.examples[i].prompt[:500], c[:500]] for i, c in zip(batch, completions, strict=True)]
     rewards = torch.tensor([job.reward(c, job.examples[i], r) for c, i, r in zip(completions, batch, rolled,
