@@ -71,6 +71,7 @@ class Estimate:
     n: int
     se: float = math.nan
     log: bool = False
+    discordant: tuple[int, int] | None = None  # paired 0/1 answers: prompts (A right B wrong, A wrong B right)
 
     @property
     def half(self) -> float:
@@ -86,20 +87,27 @@ class Estimate:
             return (math.log(self.value) - math.log(threshold)) / self.se if threshold > 0 else math.inf
         return (self.value - threshold) / self.se
 
+    @property
+    def testable(self) -> bool:
+        """Two prompts or more and a known value, and a spread to test with: paired 0/1 answers are tested on their
+        discordant prompts (Tango's score test), which needs none; any other zero spread is no evidence (identical
+        differences on every prompt say nothing of the prompts not seen)."""
+        return self.n >= 2 and self.known and (self.discordant is not None or self.se > 0)
+
     def p_above(self, threshold: float) -> float:
-        """One-sided p-value of H0: value <= threshold against H1: value > threshold (nan without an interval)."""
-        if not (self.n >= 2 and self.se >= 0 and self.known):
+        """One-sided p-value of H0: value <= threshold against H1: value > threshold (nan when not testable)."""
+        if not self.testable:
             return math.nan
-        if self.se == 0:
-            return 0.0 if self.value > threshold else 1.0
+        if self.discordant is not None:
+            return float(stats.norm.sf(tango_z(*self.discordant, self.n, threshold)))
         return float(stats.t.sf(self._t(threshold), self.n - 1))
 
     def p_below(self, threshold: float) -> float:
         """One-sided p-value of H0: value >= threshold against H1: value < threshold."""
-        if not (self.n >= 2 and self.se >= 0 and self.known):
+        if not self.testable:
             return math.nan
-        if self.se == 0:
-            return 0.0 if self.value < threshold else 1.0
+        if self.discordant is not None:
+            return float(stats.norm.cdf(tango_z(*self.discordant, self.n, threshold)))
         return float(stats.t.cdf(self._t(threshold), self.n - 1))
 
     def text(self, scale: float = 1.0, digits: int = 3, sign: bool = False) -> str:
@@ -146,6 +154,41 @@ def ratio_estimate(y, x) -> Estimate:
     """The ratio of totals sum(y) / sum(x) over prompts and its 95% interval."""
     r, z = ratio_terms(y, x)
     return t_estimate(r, z)
+
+
+def tango_z(a: int, b: int, n: int, delta: float) -> float:
+    """Tango's (1998) score statistic for a difference of paired proportions: n pairs, a discordant A-right-B-wrong
+    and b A-wrong-B-right; H0: P(A right) - P(B right) = delta. Z = (a - b - n delta) / sqrt(n (2 u + delta (1 -
+    delta))), u the maximum-likelihood P(A wrong, B right) under H0: the root of 2n u^2 - B u - C = 0 with B = a (1
+    + delta) + b (1 - delta) - 2 n delta, C = b delta (1 - delta) (tests/test_statistics.py checks it against a
+    numerical maximisation). delta = 0 gives McNemar's; Z = 0 where H0 leaves no variance and no difference."""
+    B = a * (1 + delta) + b * (1 - delta) - 2 * n * delta
+    C = b * delta * (1 - delta)
+    u = (B + math.sqrt(max(B * B + 8 * n * C, 0.0))) / (4 * n)
+    var = n * (2 * u + delta * (1 - delta))
+    diff = a - b - n * delta
+    if var <= 0:
+        return 0.0 if abs(diff) < 1e-12 else math.copysign(math.inf, diff)
+    return diff / math.sqrt(var)
+
+
+def tango_estimate(a: int, b: int, n: int, se: float) -> Estimate:
+    """The paired difference of 0/1 answers (a - b) / n with Tango's score interval (the deltas its two one-sided
+    tests at ALPHA / 2 do not reject) and the discordant counts its tests use; se: the t-interval's, for planning
+    (needed_prompts)."""
+    from scipy.optimize import brentq
+
+    z = stats.norm.isf(ALPHA / 2)
+    edge = 1 - 1e-9
+
+    def bound(target: float, outside: float) -> float:
+        f = lambda d: tango_z(a, b, n, d) - target  # noqa: E731  decreasing in d
+        value = (a - b) / n
+        if f(outside) * f(value) > 0:
+            return outside
+        return float(brentq(f, min(value, outside), max(value, outside), xtol=1e-10))
+
+    return Estimate((a - b) / n, bound(z, -edge), bound(-z, edge), n, se, discordant=(a, b))
 
 
 def pool_seeds(units: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -205,10 +248,11 @@ def estimate(units: pd.DataFrame, metric: str) -> Estimate:
     return _kind_estimate(metric, _per_prompt(values, codes, len(prompts)))
 
 
-def paired(a: pd.DataFrame, b: pd.DataFrame, metric: str, relative: bool = False) -> Estimate:
+def paired(a: pd.DataFrame, b: pd.DataFrame, metric: str, relative: bool = False, binary: bool = False) -> Estimate:
     """metric(A) - metric(B) over the (seed, prompt) units both decoded, seeds pooled within each prompt
     (relative: the ratio metric(A) / metric(B), e.g. a speedup from tokens/s). Each side holds at most one row
-    per (seed, prompt)."""
+    per (seed, prompt). binary: a 0/1 metric (tasks' Metric.binary); where every prompt's pooled value is 0 or 1
+    the difference is tested on the discordant prompts (tango_estimate)."""
     if a.empty or b.empty:
         return NONE
     codes, prompts = pd.factorize(pd.concat([a["prompt"], b["prompt"]], ignore_index=True))
@@ -226,7 +270,14 @@ def paired(a: pd.DataFrame, b: pd.DataFrame, metric: str, relative: bool = False
     cols = _columns(metric)
     pa = _per_prompt({c: a[c].to_numpy(dtype=float)[ia] for c in cols}, n, len(common))
     pb = _per_prompt({c: b[c].to_numpy(dtype=float)[ib] for c in cols}, n, len(common))
-    return _kind_estimate(metric, pa, pb, relative)
+    e = _kind_estimate(metric, pa, pb, relative)
+    if binary and METRICS[metric] is None and e.n >= 2:
+        x, y = pa[metric], pb[metric]
+        ok = np.isfinite(x) & np.isfinite(y)
+        x, y = x[ok], y[ok]
+        if np.isin(x, (0, 1)).all() and np.isin(y, (0, 1)).all():
+            return tango_estimate(int(((x == 1) & (y == 0)).sum()), int(((x == 0) & (y == 1)).sum()), len(x), e.se)
+    return e
 
 
 def needed_prompts(e: Estimate, margin: float) -> int | None:
@@ -268,7 +319,14 @@ def superior(e: Estimate, above: float = 0.0) -> Test:
     test = Test(e.p_above(above), e.p_below(above))
     if test.verdict() != INCONCLUSIVE:
         return test
-    return Test(test.p, test.p_against, f"the interval includes {above:g}" if e.n >= 2 else "under two prompts")
+    return Test(test.p, test.p_against, f"the interval includes {above:g}" if e.testable else untestable(e))
+
+
+def untestable(e: Estimate) -> str:
+    """Why an estimate gives no test."""
+    if e.n < 2 or not e.known:
+        return f"n = {e.n} prompts"
+    return f"no spread over its {e.n} prompts (the same difference on each): no test"
 
 
 def noninferior(e: Estimate, margin: float) -> Test:
@@ -288,18 +346,22 @@ def _powered(test: Test, e: Estimate, margin: float) -> Test:
     if test.verdict() != INCONCLUSIVE:
         return test
     need = needed_prompts(e, margin)
-    if not e.known or e.n < 2:
-        return Test(test.p, test.p_against, f"n = {e.n} prompts")
+    if not e.testable:
+        return Test(test.p, test.p_against, untestable(e))
     if need is not None and need > e.n:
         return Test(test.p, test.p_against, f"underpowered: n = {e.n}, needs ≈ {need}", need)
     return test
 
 
 def both(*tests: Test) -> Test:
-    """An intersection-union test: every part must hold (p = the largest p); it fails when any part fails."""
+    """An intersection-union test: every part must hold (p = the largest p, nan when any part has none: an
+    untested part is no evidence); it fails when any part fails."""
     open_ = [t for t in tests if t.why and t.verdict() == INCONCLUSIVE]
     need = max((t.need for t in open_ if t.need), default=None)
-    return Test(max(t.p for t in tests), min(t.p_against for t in tests), "; ".join(t.why for t in open_), need)
+    p = [t.p for t in tests]
+    against = [t.p_against for t in tests if not math.isnan(t.p_against)]
+    return Test(math.nan if any(math.isnan(x) for x in p) else max(p), min(against, default=math.nan),
+                "; ".join(t.why for t in open_), need)
 
 
 def holm(ps: list[float]) -> list[float]:

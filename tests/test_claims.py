@@ -76,13 +76,21 @@ def test_not_significantly_worse_is_not_within_tolerance():
     assert faster.verdict == INCONCLUSIVE and "underpowered" in faster.summary
 
 
-def test_beyond_front_and_faster_than_sd_hold_at_equal_quality():
-    rows = units({"autoregressive": (0, 0.5, 1), "strict": (0.2, 0.5, 1), "dynamic": (0.8, 0.5, 2),
-                  "fixed": (0.5, 0.5, 1.5)}, difficulty=False)
-    rows["quality"] = rows["prompt"] % 2  # the same answers under every method: a zero-width quality interval
-    assert beyond_front(rows, 1.0).verdict == HOLDS
-    claim = faster_than_sd(rows, 1.0)
-    assert claim.verdict == HOLDS and "tokens/s DIVERSED / SD 1.99 ± 0.08" in claim.evidence
+def test_identical_answers_hold_only_on_enough_prompts():
+    """Regression (#31, defect 1): the same answers under every method gave a zero standard error and p = 0, so
+    'beyond the front' and 'faster than SD' held at any n >= 2. Paired 0/1 answers are tested on their discordant
+    prompts (Tango's score test): none of 12 discordant does not show that fewer than 2% of answers would change;
+    none of 400 does."""
+    levels = {"autoregressive": (0, 0.5, 1), "strict": (0.2, 0.5, 1), "dynamic": (0.8, 0.5, 2),
+              "fixed": (0.5, 0.5, 1.5)}
+    for prompts, verdict in ((12, INCONCLUSIVE), (400, HOLDS)):
+        rows = units(levels, prompts=prompts, difficulty=False)
+        rows["quality"] = rows["prompt"] % 2  # the same answers under every method
+        assert beyond_front(rows, 1.0).verdict == verdict
+        claim = faster_than_sd(rows, 1.0)
+        assert claim.verdict == verdict
+    assert "tokens/s DIVERSED / SD 2.00 ± 0.0" in claim.evidence and "quality DIVERSED - target only +0.000" in \
+        claim.evidence
     worse = rows.copy()
     worse.loc[worse["method"] == "dynamic", "quality"] = 0.0  # far below the target
     assert faster_than_sd(worse, 1.0).verdict == FAILS
@@ -177,6 +185,9 @@ def null_claims():
         ("transfer", lambda rng: transfer_worse(pd.concat([
             units({"dynamic": (0.4, 0.5, 1)}, 30, rng=rng, head_task=h) for h in ("", "open")]))),
         ("w varies", lambda rng: weight_varies(weights({"a": 0.5, "b": 0.5}, 0.01, rng), 1.0)),
+        # #31, defect 6: within a prompt w clearly varies, so the claim rests on the task means' omnibus test alone
+        # (its p-value was halved: 5% instead of 2.5%)
+        ("w varies between equal tasks", lambda rng: weight_varies(weights({"a": 0.5, "b": 0.5}, 0.05, rng), 1.0)),
     ]
 
 

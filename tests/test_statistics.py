@@ -184,3 +184,58 @@ def test_one_prompt_has_no_interval():
     df = units(rng, 20, 1, acceptance=rng.beta(2, 2, 20))
     single = st.estimate(df[df["prompt"] == 0], "draft_acceptance_rate")
     assert single.n == 1 and math.isnan(single.low) and st.superior(single).verdict() == st.INCONCLUSIVE
+
+
+def test_tango_statistic_is_the_score_test_at_the_constrained_maximum_likelihood():
+    """tango_z against a reference computation: the restricted MLE of P(A wrong, B right) found numerically, the
+    score statistic built from it; at delta = 0 it is McNemar's (a - b) / sqrt(a + b)."""
+    from scipy.optimize import minimize_scalar
+
+    for a, b, n, delta in ((3, 7, 40, -0.02), (0, 0, 12, -0.02), (10, 2, 30, 0.1), (5, 5, 20, -0.2), (0, 4, 51, 0.0)):
+        lo, hi = max(0.0, -delta), min(1.0, (1 - delta) / 2)  # p01 and p10 = p01 + delta in [0, 1], sum <= 1
+
+        def nll(u, a=a, b=b, n=n, delta=delta):
+            terms = [(a, u + delta), (b, u), (n - a - b, 1 - 2 * u - delta)]  # (A right B wrong), (wrong, right), same
+            return -sum(k * math.log(max(p, 1e-300)) for k, p in terms if k)
+
+        u = minimize_scalar(nll, bounds=(lo, hi), method="bounded", options={"xatol": 1e-12}).x
+        var = n * (u + delta + u - delta ** 2)  # n Var(a - b) under H0: n (p10 + p01 - delta^2)
+        expected = (a - b - n * delta) / math.sqrt(var) if var > 0 else 0.0
+        assert st.tango_z(a, b, n, delta) == pytest.approx(expected, rel=1e-5, abs=1e-6), (a, b, n, delta)
+    assert st.tango_z(6, 2, 30, 0.0) == pytest.approx(4 / math.sqrt(8))
+
+
+@pytest.mark.parametrize("discordance", [(0.0, 0.02), (0.10, 0.12), (0.30, 0.32)])
+def test_paired_binary_noninferiority_holds_at_most_at_its_level_on_the_margin(discordance):
+    """#31, defect 1: 0/1 answers where A loses 2% of B's (the true difference is the margin). The t-test on the
+    differences held 78% of the time at n = 12 with few discordant prompts (identical answers: zero spread, p = 0);
+    Tango's test on the discordant prompts stays at or below 3.5% (nominal 2.5%), few discordant or many."""
+    rng = np.random.default_rng(31)
+    p10, p01 = discordance
+    for n in (4, 12, 26, 51, 200):
+        draws = rng.multinomial(n, [p10, p01, 1 - p10 - p01], size=2000)
+        holds = np.mean([st.tango_estimate(int(a), int(b), n, 0.1).p_above(-0.02) < st.ALPHA / 2
+                         for a, b, _ in draws])
+        assert holds <= 0.035, (discordance, n, holds)
+
+
+def test_identical_answers_are_no_evidence_on_few_prompts():
+    """Paired 0/1 answers all equal: no discordant prompt. Among 12 that does not show a difference above -0.02;
+    among 400 it does. A continuous metric with the same difference on every prompt has no spread: no test, said."""
+    same = pd.DataFrame({"seed": 0, "prompt": range(400), "quality": [1.0, 0.0] * 200})
+    few = st.paired(same[:12], same[:12], "quality", binary=True)
+    assert few.discordant == (0, 0) and st.noninferior(few, 0.02).verdict() == st.INCONCLUSIVE
+    assert st.noninferior(st.paired(same, same, "quality", binary=True), 0.02).verdict() == st.HOLDS
+    flat = st.paired(same.assign(quality=0.7), same.assign(quality=0.5), "quality")  # +0.2 on every prompt
+    assert flat.se == 0 and not flat.testable and math.isnan(flat.p_above(0.0))
+    for test in (st.superior(flat), st.noninferior(flat, 0.02)):
+        assert test.verdict() == st.INCONCLUSIVE and test.why.startswith("no spread over its 400 prompts")
+
+
+def test_an_untested_part_makes_an_intersection_untested_in_any_order():
+    """#31, defect 2: Python's max over [nan, p] is nan, over [p, nan] is p: a part without a test (a corpus
+    metric's NaN quality) was ignored or not by the order of the parts."""
+    sure, untested = st.Test(0.001, 0.9), st.Test(math.nan, math.nan, "no per-prompt quality")
+    for parts in ((sure, untested), (untested, sure)):
+        t = st.both(*parts)
+        assert math.isnan(t.p) and t.verdict() == st.INCONCLUSIVE and t.p_against == 0.9

@@ -40,11 +40,11 @@ def pick(points, tolerance):
     return choose([r for r, _ in points], {r["run_id"]: u for r, u in points}, tolerance)
 
 
-STRICT = [1, 0] * 10  # strict's answers on 20 dev prompts
+STRICT = [1, 0] * 150  # strict's answers on 300 dev prompts: enough to show identical answers within 0.02
 
 
 def test_choose_picks_the_largest_acceptance_shown_noninferior():
-    same, worse = STRICT, [1, 0, 0, 0] * 5
+    same, worse = STRICT, [1, 0, 0, 0] * 75
     points = [point("strict", 1.0, 0.1, STRICT), point("fixed", 0.7, 0.3, same),
               point("fixed", 0.5, 0.6, same, "logit"), point("fixed", 0.2, 0.8, worse)]
     c = pick(points, 0.02)
@@ -53,6 +53,10 @@ def test_choose_picks_the_largest_acceptance_shown_noninferior():
     assert verdicts == {(0.7, "linear"): "holds", (0.5, "logit"): "holds", (0.2, "linear"): "fails"}
     # nothing relaxed keeps quality: fall back to strict
     assert pick([points[0], points[3]], 0.01)["weight"] == 1.0
+    # regression (#31, defect 1): identical answers on 20 prompts held (zero spread, p = 0); on their discordant
+    # prompts (none of 20) they show nothing about a 2% margin
+    few = pick([point("strict", 1.0, 0.1, STRICT[:20]), point("fixed", 0.5, 0.6, STRICT[:20])], 0.02)
+    assert few["weight"] == 1.0 and few["points"][0]["verdict"] == "inconclusive"
 
 
 def test_a_point_estimate_within_tolerance_is_not_enough():
@@ -61,15 +65,15 @@ def test_a_point_estimate_within_tolerance_is_not_enough():
     flipped = [1 - c for c in STRICT]
     c = pick([point("strict", 1.0, 0.1, STRICT), point("fixed", 0.3, 0.9, flipped)], 0.02)
     assert c["weight"] == 1.0 and c["points"][0]["verdict"] == "inconclusive"
-    assert c["points"][0]["why"].startswith("underpowered: n = 20")
+    assert c["points"][0]["why"].startswith("underpowered: n = 300")
 
 
 def test_choose_skips_points_of_unknown_quality():
     """Regression: a None quality (an unscored point) raised TypeError."""
-    points = [point("strict", 1.0, 0.1, STRICT), point("fixed", 0.2, 0.9, [None] * 20),
+    points = [point("strict", 1.0, 0.1, STRICT), point("fixed", 0.2, 0.9, [None] * 300),
               point("fixed", 0.5, 0.4, STRICT)]
     assert pick(points, 0.02)["weight"] == 0.5
-    unknown_strict = [point("strict", 1.0, 0.1, [None] * 20), point("fixed", 0.5, 0.4, STRICT)]
+    unknown_strict = [point("strict", 1.0, 0.1, [None] * 300), point("fixed", 0.5, 0.4, STRICT)]
     assert pick(unknown_strict, 0.02)["weight"] == 1.0  # nothing can be shown to keep quality
     with pytest.raises(ValueError, match="strict point"):
         pick(points[1:], 0.02)
@@ -131,7 +135,7 @@ def test_grid_is_strict_then_each_mixing_then_each_family():
 def test_each_family_chooses_its_own_setting_on_the_same_test():
     """Lenient's best non-inferior point, and a cascade with no point shown to keep quality falls back to strict;
     the fixed w's choice is unchanged by the other families."""
-    same, worse = STRICT, [1, 0, 0, 0] * 5
+    same, worse = STRICT, [1, 0, 0, 0] * 75
 
     def family(verifier, knob, alpha, correct, deferral=None):
         row, units = point(verifier, None, alpha, correct)
@@ -280,7 +284,7 @@ def test_choose_lambda_falls_back_to_the_smallest_lambda_that_did_not_collapse()
     best, reason, rows = pick_lambda([strict, head_point(0.05, 0.3, flipped, collapsed="mean w above 0.95"),
                                       head_point(0.1, 0.6, flipped), head_point(0.2, 0.9, flipped)])
     assert best["lambda"] == 0.1 and reason.startswith("none shown non-inferior")
-    assert rows[2]["why"].startswith("underpowered: n = 20")
+    assert rows[2]["why"].startswith("underpowered: n = 300")
     best, reason, _ = pick_lambda([strict, head_point(0.1, 0.6, STRICT, "w pinned"), head_point(0.05, 0.3, STRICT,
                                                                                                 "w pinned")])
     assert best["lambda"] == 0.05 and reason.startswith("every head collapsed")

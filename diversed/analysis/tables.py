@@ -309,13 +309,12 @@ def families_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.
     d = units[units["head_task"] == ""]
     for (pair, task, T, K), g in d[d["K"].notna()].groupby(["pair", "task", "temperature", "K"], sort=True):
         target = select(d, pair=pair, task=task, temperature=T, method="autoregressive")
-        column = metric_spec(g["metric"].iloc[0]).statistic
-        scale, digits = quality_scale(g["metric"].iloc[0])
+        spec, (scale, digits) = metric_spec(g["metric"].iloc[0]), quality_scale(g["metric"].iloc[0])
         for method in (*FRONT_METHODS, "dynamic"):
             m = g[g["method"] == method]
             if m.empty:
                 continue
-            vs = statistics.paired(m, target, column) if len(target) else NONE
+            vs = spec.gain(m, target) if len(target) else NONE
             rows.append({"pair": pair, "task": task, "temperature": T, "K": int(K),
                          "method": METHOD_NAMES[method], "setting (chosen on dev)": "learned w (head)"
                          if method == "dynamic" else setting_text(m),

@@ -49,14 +49,14 @@ def choose(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: float) -
     strict = next((r for r in rows if r["verifier"] == "strict"), None)
     if strict is None:
         raise ValueError("a sweep needs its strict point (w = 1) to choose a setting; none among the rows given")
-    column = metric_spec(strict["metric"]).statistic
+    spec = metric_spec(strict["metric"])
     out = {}
     for family in ("fixed", *FAMILIES):
         tested, ok = [], []
         for r in rows:
             if r["verifier"] != family:
                 continue
-            diff, test = versus_strict(units[r["run_id"]], units[strict["run_id"]], column, tolerance)
+            diff, test = versus_strict(units[r["run_id"]], units[strict["run_id"]], spec, tolerance)
             tested.append({**setting(r), "acceptance": r["draft_acceptance_rate"],
                            "quality_vs_strict": diff.text(digits=4, sign=True), "prompts": diff.n,
                            "verdict": test.verdict(), "why": test.why})
@@ -79,9 +79,10 @@ def choose(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: float) -
     return {**fixed, **shared, "families": out}
 
 
-def versus_strict(point: pd.DataFrame, strict: pd.DataFrame, column: str, tolerance: float):
-    """A point's quality minus strict's, paired over the same prompts, and its non-inferiority test at tolerance."""
-    diff = statistics.paired(point, strict, column)
+def versus_strict(point: pd.DataFrame, strict: pd.DataFrame, spec, tolerance: float):
+    """A point's quality over strict's (spec: the task's Metric), paired over the same prompts, and its
+    non-inferiority test at tolerance."""
+    diff = spec.gain(point, strict)
     return diff, statistics.noninferior(diff, tolerance)
 
 
@@ -167,9 +168,9 @@ def choose_lambda(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: f
     heads = sorted((r for r in rows if r["verifier"] == "dynamic"), key=lambda r: r["lambda"])
     if strict is None or not heads:
         raise ValueError("choosing lambda needs the strict point and at least one head's run")
-    column = metric_spec(strict["metric"]).statistic
+    spec = metric_spec(strict["metric"])
     for r in heads:
-        diff, test = versus_strict(units[r["run_id"]], units[strict["run_id"]], column, tolerance)
+        diff, test = versus_strict(units[r["run_id"]], units[strict["run_id"]], spec, tolerance)
         r.update(quality_vs_strict=diff.value, quality_vs_strict_ci95=diff.half, verdict=test.verdict(), why=test.why)
     healthy = [r for r in heads if not r["collapsed"]]
     safe = [r for r in healthy if r["verdict"] == statistics.HOLDS]

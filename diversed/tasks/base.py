@@ -9,6 +9,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from diversed import statistics
 from diversed.utils import read_jsonl
 
 UNITS = ("fraction", "percent", "logprob")
@@ -27,10 +28,14 @@ class Metric:
     tolerance: float  # quality the static sweep may give up vs strict when it picks the fixed w, in `unit`
     corpus: bool = False  # scored over the whole set (`Task.corpus_score`), else the mean of per-example scores
     also: tuple[str, ...] = ()  # per-example scores reported beside it (ROUGE-1/L, sentence BLEU)
+    binary: bool = False  # each example scores 0 or 1 (accuracy, pass@1): paired tests on the discordant prompts
+    higher_is_better: bool = True  # the direction every comparison of quality reads
 
     def __post_init__(self):
         if self.unit not in UNITS:
             raise ValueError(f"metric {self.name}: unknown unit {self.unit!r}; allowed: {', '.join(UNITS)}")
+        if self.binary and (self.unit != "fraction" or self.corpus):
+            raise ValueError(f"metric {self.name}: a binary metric is a per-example fraction (0 or 1)")
 
     @property
     def per_example(self) -> tuple[str, ...]:
@@ -41,6 +46,12 @@ class Metric:
     def fidelity(self) -> bool:
         """Reference-free: the run's own target log-likelihood per token, recorded while decoding."""
         return self.unit == "logprob"
+
+    def gain(self, a, b):
+        """A's quality over B's, paired over the prompts both decoded (statistics.paired; binary: on the discordant
+        prompts), signed so that a positive value is better whatever the metric's direction."""
+        a, b = (a, b) if self.higher_is_better else (b, a)
+        return statistics.paired(a, b, self.statistic, binary=self.binary)
 
     @property
     def statistic(self) -> str:

@@ -14,7 +14,7 @@ from diversed.tasks.execution import ExecResult, run_untrusted
 TIMEOUT_S = 10.0
 # per sample: pass@1 (1 passed), timed_out (1 ran out of time); neither: its tests failed. A sandbox that cannot
 # run the program is no sample's status: it stops the scoring (SandboxFailed).
-PASS_AT_1 = Metric("pass@1", "fraction", tolerance=0.02, also=("timed_out",))
+PASS_AT_1 = Metric("pass@1", "fraction", tolerance=0.02, also=("timed_out",), binary=True)
 
 
 class SandboxFailed(RuntimeError):

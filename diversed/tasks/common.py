@@ -6,7 +6,7 @@ import re
 
 from diversed.tasks.base import Metric
 
-ACCURACY = Metric("accuracy", "fraction", tolerance=0.02)  # final answer, exact match
+ACCURACY = Metric("accuracy", "fraction", tolerance=0.02, binary=True)  # final answer, exact match
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
