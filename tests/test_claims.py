@@ -96,6 +96,20 @@ def test_identical_answers_hold_only_on_enough_prompts():
     assert faster_than_sd(worse, 1.0).verdict == FAILS
 
 
+def test_beyond_a_front_the_sweep_kept_strict_names_sd():
+    """Regression (#31, defect 3): where the dev sweep kept strict for a family, its eval runs are SD's, and the
+    evidence read 'DIVERSED - fixed w' while it was DIVERSED - SD."""
+    rows = units({"strict": (0.2, 0.5, 1), "dynamic": (0.8, 0.5, 2), "fixed": (0.2, 0.5, 1)})
+    rows["knob"] = math.nan
+    relaxed = beyond_front(rows, 1.0).settings[0].name
+    assert relaxed.endswith("DIVERSED - fixed w")
+    rows.loc[rows["method"] == "fixed", "weight"] = 1.0
+    assert beyond_front(rows, 1.0).settings[0].name.endswith("DIVERSED - SD (the dev sweep kept strict for fixed w)")
+    lenient = units({"strict": (0.2, 0.5, 1), "dynamic": (0.8, 0.5, 2), "lenient": (0.2, 0.5, 1)}).assign(knob=math.nan)
+    assert beyond_front(lenient, 1.0, "lenient").settings[0].name.endswith("kept strict for lenient)")
+    assert beyond_front(lenient.assign(knob=0.5), 1.0, "lenient").settings[0].name.endswith("DIVERSED - lenient")
+
+
 def test_claims_are_tested_per_temperature_and_report_m_of_M_settings():
     levels = {"strict": (0.2, 0.5, 1), "dynamic": (0.6, 0.5, 1)}
     rows = pd.concat([units(levels, tasks=("arith", "open"), T=1.0),

@@ -163,7 +163,7 @@ def relaxed_raises_acceptance(units: pd.DataFrame, T: float) -> Claim:
         strict = groups.get((pair, task, K, "strict"), EMPTY)
         for method in ("dynamic", "fixed"):
             g = groups.get((pair, task, K, method), EMPTY)
-            if g.empty or strict.empty or (method == "fixed" and (g["weight"].isna() | (g["weight"] == 1.0)).all()):
+            if g.empty or strict.empty or (method == "fixed" and kept_strict(g, "fixed")):
                 continue  # the sweep kept w = 1: the fixed runs are strict's, no evidence about relaxing
             e = statistics.paired(g, strict, "draft_acceptance_rate")
             settings.append(Setting(f"{pair}/{task} K={K} {method} - strict", f"acceptance {e.text(sign=True)} "
@@ -223,7 +223,9 @@ def beyond_front(units: pd.DataFrame, T: float, family: str = "fixed") -> Claim:
         a = statistics.paired(dyn, other, "draft_acceptance_rate")
         q = quality_gain(dyn, other)
         tol = tolerance_of(dyn)
-        settings.append(Setting(f"{pair}/{task} K={K} DIVERSED - {name}",
+        kept = kept_strict(other, family)
+        settings.append(Setting(f"{pair}/{task} K={K} DIVERSED - " + (f"SD (the dev sweep kept strict for {name})"
+                                                                       if kept else name),
                                 f"acceptance {a.text(sign=True)}, quality {q.text(sign=True)} (tolerance {tol:g}; "
                                 f"{n_text(a)})", both(superior(a), noninferior(q, tol))))
     if family == "fixed":
@@ -231,6 +233,14 @@ def beyond_front(units: pd.DataFrame, T: float, family: str = "fixed") -> Claim:
                      "non-inferior quality)", T, False, settings)
     return Claim(f"DIVERSED lies beyond the {METHOD_NAMES[family]} front on some task (more acceptance than "
                  f"{family} at its dev-chosen setting, at non-inferior quality)", T, False, settings)
+
+
+def kept_strict(runs: pd.DataFrame, family: str) -> bool:
+    """Whether a family's runs are strict's: its dev sweep showed no relaxed setting non-inferior (w = 1 or none
+    for the fixed verifier, no knob for the others)."""
+    if family == "fixed":
+        return bool((runs["weight"].isna() | (runs["weight"] == 1.0)).all())
+    return "knob" in runs and bool(runs["knob"].isna().all())
 
 
 def faster_than_sd(units: pd.DataFrame, T: float) -> Claim:
