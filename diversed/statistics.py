@@ -33,6 +33,7 @@ Holm's step-down adjustment (`holm`) keeps the chance of any false "holds" at th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -72,6 +73,7 @@ class Estimate:
     se: float = math.nan
     log: bool = False
     discordant: tuple[int, int] | None = None  # paired 0/1 answers: prompts (A right B wrong, A wrong B right)
+    missing: int = 0  # prompts left out for want of a value (a NaN quality, an unrecorded per-token list)
 
     @property
     def half(self) -> float:
@@ -223,19 +225,26 @@ def _kind_estimate(metric: str, a: dict[str, np.ndarray], b: dict[str, np.ndarra
                    relative: bool = False) -> Estimate:
     """metric over per-prompt columns a (or A - B, A / B when relative, with b)."""
     kind = METRICS[metric]
+    sides = [a] if b is None else [a, b]
+    ok = np.logical_and.reduce([np.isfinite(side[c]) for side in sides for c in (kind or [metric])])  # [prompts]
+    missing = int((~ok).sum())
+    if not ok.any():
+        return dataclasses.replace(NONE, missing=missing)
+    a, b = ({c: v[ok] for c, v in side.items()} for side in (a, b or a))
     if kind is None:
         if relative:
             raise ValueError(f"{metric} is a mean over prompts; a relative comparison needs a ratio metric")
-        return mean_estimate(a[metric] if b is None else a[metric] - b[metric])
-    y, x = kind
-    ra, za = ratio_terms(a[y], a[x])
-    if b is None:
-        return t_estimate(ra, za)
-    rb, zb = ratio_terms(b[y], b[x])
-    if relative:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return t_estimate(ra / rb, za / ra - zb / rb, log=True)
-    return t_estimate(ra - rb, za - zb)
+        e = mean_estimate(a[metric] if len(sides) == 1 else a[metric] - b[metric])
+    else:
+        y, x = kind
+        ra, za = ratio_terms(a[y], a[x])
+        if len(sides) == 1:
+            e = t_estimate(ra, za)
+        else:
+            rb, zb = ratio_terms(b[y], b[x])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                e = t_estimate(ra / rb, za / ra - zb / rb, log=True) if relative else t_estimate(ra - rb, za - zb)
+    return dataclasses.replace(e, missing=missing) if missing else e
 
 
 def estimate(units: pd.DataFrame, metric: str) -> Estimate:
@@ -276,7 +285,8 @@ def paired(a: pd.DataFrame, b: pd.DataFrame, metric: str, relative: bool = False
         ok = np.isfinite(x) & np.isfinite(y)
         x, y = x[ok], y[ok]
         if np.isin(x, (0, 1)).all() and np.isin(y, (0, 1)).all():
-            return tango_estimate(int(((x == 1) & (y == 0)).sum()), int(((x == 0) & (y == 1)).sum()), len(x), e.se)
+            t = tango_estimate(int(((x == 1) & (y == 0)).sum()), int(((x == 0) & (y == 1)).sum()), len(x), e.se)
+            return dataclasses.replace(t, missing=e.missing)
     return e
 
 

@@ -239,3 +239,23 @@ def test_an_untested_part_makes_an_intersection_untested_in_any_order():
     for parts in ((sure, untested), (untested, sure)):
         t = st.both(*parts)
         assert math.isnan(t.p) and t.verdict() == st.INCONCLUSIVE and t.p_against == 0.9
+
+
+def test_prompts_without_a_value_are_left_out_and_counted():
+    """#31, defect 10: a NaN quality or an unrecorded per-token sum was dropped (or summed as 0) silently; each
+    estimate now counts the prompts it left out."""
+    df = pd.DataFrame({"seed": 0, "prompt": range(6), "quality": [1.0, 0.0, np.nan, 1.0, np.nan, 0.5],
+                       "target_logprob_sum": [-2.0, -4.0, np.nan, -3.0, -1.0, -2.0], "new_tokens": 2.0})
+    q = st.estimate(df, "quality")
+    assert (q.n, q.missing, q.value) == (4, 2, pytest.approx(0.625))
+    f = st.estimate(df, "target_logprob")
+    assert (f.n, f.missing, f.value) == (5, 1, pytest.approx(-12 / 10))
+    d = st.paired(df, df.assign(quality=df["quality"].fillna(0.0)), "quality")
+    assert (d.n, d.missing) == (4, 2)
+
+
+def test_an_unrecorded_per_token_list_is_no_value_not_zero():
+    from diversed.runs.run import token_sum
+
+    assert token_sum([-1.0, -2.5], 2) == -3.5 and token_sum([], 0) == 0.0
+    assert math.isnan(token_sum(None, 3)) and math.isnan(token_sum([-1.0], 3))  # absent, or not one a token

@@ -109,7 +109,8 @@ def tolerance_of(units: pd.DataFrame) -> float:
 
 
 def n_text(e: Estimate) -> str:
-    return f"n = {e.n} prompts"
+    """The prompts behind an estimate, and those left out for want of a value."""
+    return f"n = {e.n} prompts" + (f"; {e.missing} without a value left out" if e.missing else "")
 
 
 def own(units: pd.DataFrame) -> pd.DataFrame:
@@ -226,8 +227,8 @@ def beyond_front(units: pd.DataFrame, T: float, family: str = "fixed") -> Claim:
         kept = kept_strict(other, family)
         settings.append(Setting(f"{pair}/{task} K={K} DIVERSED - " + (f"SD (the dev sweep kept strict for {name})"
                                                                        if kept else name),
-                                f"acceptance {a.text(sign=True)}, quality {q.text(sign=True)} (tolerance {tol:g}; "
-                                f"{n_text(a)})", both(superior(a), noninferior(q, tol))))
+                                f"acceptance {a.text(sign=True)} ({n_text(a)}), quality {q.text(sign=True)} "
+                                f"(tolerance {tol:g}; {n_text(q)})", both(superior(a), noninferior(q, tol))))
     if family == "fixed":
         return Claim("DIVERSED lies beyond the static front on some task (more acceptance than the fixed w at "
                      "non-inferior quality)", T, False, settings)
@@ -299,7 +300,8 @@ def transfer_worse(units: pd.DataFrame) -> Claim:
         q = quality_gain(mine, g)
         a = statistics.paired(mine, g, "draft_acceptance_rate")
         settings.append(Setting(f"{pair}/{task} own - {head} head (T = {T:g}, K={int(K)})",
-                                f"quality {q.text(sign=True)}, acceptance {a.text(sign=True)} ({n_text(q)})",
+                                f"quality {q.text(sign=True)} ({n_text(q)}), acceptance {a.text(sign=True)} "
+                                f"({n_text(a)})",
                                 superior(q)))
     return Claim("A head transferred from another task does worse than the task's own (quality)", None, True,
                  settings, note="no transfer runs")

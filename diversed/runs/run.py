@@ -462,22 +462,28 @@ class Run:
         metric = self.scores["metric"]
         quality = {e["prompt_hash"]: e.get(metric) for e in self.scores.get("per_example", [])}
         seconds = self.manifest.get("prompt_seconds") or [math.nan] * len(self.generations)
-        rows = []
+        rows, exact = [], self.config["verifier"] == "autoregressive"  # the target alone: no bias by definition
         for g, sec in zip(self.generations, seconds, strict=True):
-            weights = [w for step in g.get("weights") or [] for w in step]
+            weights, n = [w for step in g.get("weights") or [] for w in step], len(g["tokens"])
             rows.append({
                 "run_id": self.manifest["run_id"], "seed": self.config["seed"], "prompt": g["prompt_hash"],
                 "accepted": sum(g.get("accepted", [])), "drafted": sum(g.get("drafted", [])),
                 "new_tokens": len(g["tokens"]), "steps": g.get("steps", len(g.get("drafted", [])) or len(g["tokens"])),
                 "seconds": sec, "weight_sum": sum(weights),
-                "bias_tv_sum": sum(g.get("bias_tv_per_token") or []),
-                "target_logprob_sum": sum(g.get("target_logprobs") or []),
-                "target_argmax_sum": sum(map(float, g.get("target_argmax") or [])),
+                "bias_tv_sum": 0.0 if exact else token_sum(g.get("bias_tv_per_token"), n),
+                "target_logprob_sum": token_sum(g.get("target_logprobs"), n),
+                "target_argmax_sum": token_sum(g.get("target_argmax"), n),
                 "quality": _number(quality.get(g["prompt_hash"])),
                 "weight_sd": statistics.pstdev(weights) if weights else math.nan,
                 "identity_gap": identity_gap(g, self.config["mixing"]),
             })
         return rows
+
+
+def token_sum(values: list | None, n: int) -> float:
+    """The sum of a per-token record of n tokens; nan when it is absent or not one value a token (an unrecorded
+    fidelity is no value, not a perfect 0 nats)."""
+    return math.fsum(map(float, values)) if values is not None and len(values) == n else math.nan
 
 
 def identity_gap(row: dict, mixing: str) -> float:
