@@ -315,11 +315,14 @@ class Test:
     why: str = ""  # e.g. "underpowered: n = 60, needs ≈ 900"
     need: int | None = None  # the prompts an underpowered margin needs
 
-    def verdict(self, p_adjusted: float | None = None) -> str:
+    def verdict(self, p_adjusted: float | None = None, against_adjusted: float | None = None) -> str:
+        """holds when p (or its family-adjusted value) is below ALPHA / 2, fails when p_against (or its adjusted
+        value) is, else inconclusive."""
         p = self.p if p_adjusted is None else p_adjusted
+        against = self.p_against if against_adjusted is None else against_adjusted
         if p < ALPHA / 2:
             return HOLDS
-        if self.p_against < ALPHA / 2:
+        if against < ALPHA / 2:
             return FAILS
         return INCONCLUSIVE
 

@@ -223,3 +223,26 @@ def test_a_summary_reads_an_underpowered_setting_whose_test_also_gives_another_r
     claim = Claim("a claim", 1.0, every=False, settings=[Setting("a", "x", joined), Setting("b", "y", alone)])
     assert claim.summary == ("inconclusive (holds on 0 of 2 settings; underpowered on 2: n = 12–51, needs ≈ "
                              "900–4000; the interval includes 1)")
+
+
+@pytest.mark.parametrize("M", [2, 4, 12, 24])
+def test_an_every_setting_claim_fails_falsely_at_most_at_its_level(M):
+    """#31, defect 4: a claim about every setting failed on any one unadjusted "fails" (false "fails" 5%, 9.5%,
+    26%, 45% at 2, 4, 12, 24 settings at their boundary) while Holm tightened its "holds", which as an
+    intersection-union test needs none. Now its "fails" side is Holm-adjusted and its "holds" side is not."""
+    from diversed.analysis.claims import Claim, Setting
+    from diversed.statistics import Test
+
+    rng = np.random.default_rng(4)
+
+    def claim(p, against):
+        return Claim("c", 1.0, True, [Setting(str(i), "", Test(a, b))
+                                      for i, (a, b) in enumerate(zip(p, against, strict=True))])
+
+    fails = np.mean([claim(np.ones(M), rng.uniform(size=M)).verdict == FAILS for _ in range(SIMULATIONS)])
+    assert fails <= NOMINAL + SLACK, fails
+    holds = claim(np.full(M, 0.02), np.ones(M))  # every setting holds at 2.5% on its own: the claim holds
+    assert holds.verdict == HOLDS and holds.summary == f"holds (holds on {M} of {M} settings)"
+    some = Claim("c", 1.0, False, [Setting("a", "", Test(0.02, 1.0)), Setting("b", "", Test(0.5, 1.0))])
+    assert some.verdict == INCONCLUSIVE  # one of two at 0.02 is not enough for "some" (Holm: 0.04)
+    assert "holds alone, Holm-adjusted over 2 settings p = 0.04" in some.summary

@@ -5,12 +5,15 @@ Every comparison is paired over the prompts both methods decoded, seeds pooled w
 (diversed.statistics). A setting's test is one-sided at 2.5%: superiority (the 95% interval on the claimed
 side), non-inferiority for "quality within the tolerance" (the lower bound above -tolerance: never "not
 significantly worse"), equivalence for the acceptance identity; a part that is inconclusive says why (e.g.
-"underpowered: n = 60, needs ≈ 900"). The settings of one claim are one family: Holm's adjustment keeps the
-chance of any false "holds" at 2.5%. A claim about every setting holds when all hold and fails when one fails;
-a claim about some setting holds when one holds and fails when all fail; otherwise it is inconclusive."""
+"underpowered: n = 60, needs ≈ 900"). The settings of one claim are one family. A claim about every setting
+holds when all hold and fails when one fails; a claim about some setting holds when one holds and fails when all
+fail; otherwise it is inconclusive. The side that asks for one setting among several (every: "fails"; some:
+"holds") is Holm-adjusted, so that a false verdict stays at 2.5%; the side that asks for all of them is an
+intersection-union test and needs no adjustment."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -53,9 +56,18 @@ class Claim:
     note: str = ""  # why there is nothing to test
 
     def __post_init__(self):
-        p = statistics.holm([s.test.p for s in self.settings])
-        for s, adjusted in zip(self.settings, p, strict=True):
-            s.verdict = s.test.verdict(None if math.isnan(adjusted) else adjusted)
+        """Each setting's verdict within the family. A claim about every setting holds when all hold (an
+        intersection-union test: each at the nominal level, no adjustment) and fails when any fails (Holm over
+        the settings' p_against); a claim about some setting the other way round. A setting whose verdict the
+        adjustment changed says so, with its adjusted p-value."""
+        side = "p_against" if self.every else "p"
+        adjusted = statistics.holm([getattr(s.test, side) for s in self.settings])
+        for s, adj in zip(self.settings, adjusted, strict=True):
+            adj = None if math.isnan(adj) else adj
+            s.verdict = s.test.verdict(**{"against_adjusted" if self.every else "p_adjusted": adj})
+            if adj is not None and s.verdict != s.test.verdict():
+                note = f"{s.test.verdict()} alone, Holm-adjusted over {len(self.settings)} settings p = {adj:.3g}"
+                s.test = dataclasses.replace(s.test, why="; ".join(filter(None, [s.test.why, note])))
 
     @property
     def holding(self) -> int:
