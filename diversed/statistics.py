@@ -290,14 +290,16 @@ def paired(a: pd.DataFrame, b: pd.DataFrame, metric: str, relative: bool = False
     return e
 
 
-def needed_prompts(e: Estimate, margin: float) -> int | None:
-    """Prompts a non-inferiority test with this margin needs for 80% power when the true difference is 0, at the
-    spread of the per-prompt values behind e (sd = se x sqrt(n)); None when unknown. Guenther's closed form for the
-    one-sample t-test, n = ((z_a + z_b) sd / margin)^2 + z_a^2 / 2, which rounds up to statsmodels' TTestPower
-    solution wherever the margin is under 0.6 sd (tests/test_statistics.py), without its root finding."""
+def needed_prompts(e: Estimate, margin: float, sides: int = 1) -> int | None:
+    """Prompts a non-inferiority test (sides 1) or an equivalence test (sides 2: both one-sided tests must reject,
+    each with power 1 - (1 - POWER) / 2) with this margin needs for 80% power when the true difference is 0, at
+    the spread of the per-prompt values behind e (sd = se x sqrt(n)); None when unknown. Guenther's closed form
+    for the one-sample t-test, n = ((z_a + z_b) sd / margin)^2 + z_a^2 / 2, which rounds up to statsmodels'
+    TTestPower solution wherever the margin is under 0.6 sd (tests/test_statistics.py), without its root
+    finding."""
     if not (e.n >= 2 and e.se > 0 and margin > 0):
         return None
-    z_a, z_b = stats.norm.isf(ALPHA / 2), stats.norm.isf(1 - POWER)
+    z_a, z_b = stats.norm.isf(ALPHA / 2), stats.norm.isf((1 - POWER) / sides)
     sd = e.se * math.sqrt(e.n)
     return math.ceil(((z_a + z_b) * sd / margin) ** 2 + z_a ** 2 / 2)
 
@@ -352,13 +354,13 @@ def noninferior(e: Estimate, margin: float) -> Test:
 def equivalent(e: Estimate, margin: float) -> Test:
     """|A - B| < margin (two one-sided tests); fails when the interval lies wholly outside +-margin."""
     test = Test(max(e.p_above(-margin), e.p_below(margin)), min(e.p_below(-margin), e.p_above(margin)))
-    return _powered(test, e, margin)
+    return _powered(test, e, margin, sides=2)
 
 
-def _powered(test: Test, e: Estimate, margin: float) -> Test:
+def _powered(test: Test, e: Estimate, margin: float, sides: int = 1) -> Test:
     if test.verdict() != INCONCLUSIVE:
         return test
-    need = needed_prompts(e, margin)
+    need = needed_prompts(e, margin, sides)
     if not e.testable:
         return Test(test.p, test.p_against, untestable(e))
     if need is not None and need > e.n:

@@ -259,3 +259,16 @@ def test_an_unrecorded_per_token_list_is_no_value_not_zero():
 
     assert token_sum([-1.0, -2.5], 2) == -3.5 and token_sum([], 0) == 0.0
     assert math.isnan(token_sum(None, 3)) and math.isnan(token_sum([-1.0], 3))  # absent, or not one a token
+
+
+def test_the_prompts_an_equivalence_test_needs_give_it_80_percent_power():
+    """#31, defect 7: the equivalence test's n came from the non-inferiority formula, where both one-sided tests
+    must reject (power 60% at that n). At the n it states now, TOST with a true difference of 0 holds about 80%."""
+    rng = np.random.default_rng(7)
+    margin, sd = 0.1, 0.3
+    pilot = st.mean_estimate(rng.normal(0, sd, 4000))
+    n = st.needed_prompts(pilot, margin, sides=2)
+    assert n > st.needed_prompts(pilot, margin)
+    power = np.mean([st.equivalent(st.mean_estimate(rng.normal(0, sd, n)), margin).verdict() == st.HOLDS
+                     for _ in range(2000)])
+    assert 0.77 <= power <= 0.86, (n, power)
