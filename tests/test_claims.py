@@ -129,9 +129,16 @@ def test_static_front_needs_acceptance_falling_with_w():
                           as_index=False)[["accepted", "drafted"]].sum()
               .assign(draft_acceptance_rate=lambda d: d["accepted"] / d["drafted"]))
     assert static_front(pts, sweeps, 1.0).verdict == HOLDS
-    rising = pts.assign(accepted=np.round(pts["drafted"] * (0.2 + 0.5 * pts["weight"])))
+    noise = np.random.default_rng(1).integers(-1, 2, len(pts))  # a prompt's acceptance varies by method
+    rising = pts.assign(accepted=np.round(pts["drafted"] * (0.2 + 0.5 * pts["weight"])) + noise)
     sweeps_rising = sweeps.assign(draft_acceptance_rate=0.2 + 0.5 * sweeps["weight"])
-    assert static_front(rising, sweeps_rising, 1.0).verdict == FAILS
+    assert static_front(rising, sweeps_rising, 1.0).verdict == FAILS  # w = 0 accepts less than strict: shown
+    # regression (#31, defect 8): a flat sweep whose 4 point estimates happen to rise "failed" on their rank
+    # correlation alone; without a difference shown it is inconclusive
+    flat = pts.assign(accepted=np.round(pts["drafted"] * 0.5) + noise)
+    sweeps_flat = sweeps.assign(draft_acceptance_rate=0.5 + 0.001 * sweeps["weight"])
+    claim = static_front(flat, sweeps_flat, 1.0)
+    assert claim.verdict == INCONCLUSIVE and "rank correlation 1.00 > -0.8 (descriptive)" in claim.summary
 
 
 def test_acceptance_identity_on_real_runs(tiny_dir, tmp_path):
