@@ -339,6 +339,8 @@ def superior(e: Estimate, above: float = 0.0) -> Test:
 
 def untestable(e: Estimate) -> str:
     """Why an estimate gives no test."""
+    if e.n == 0 and e.missing:
+        return f"no per-prompt value on its {e.missing} prompts (a corpus metric, or unscored): not testable per prompt"
     if e.n < 2 or not e.known:
         return f"n = {e.n} prompts"
     return f"no spread over its {e.n} prompts (the same difference on each): no test"

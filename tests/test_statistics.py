@@ -252,6 +252,10 @@ def test_prompts_without_a_value_are_left_out_and_counted():
     assert (f.n, f.missing, f.value) == (5, 1, pytest.approx(-12 / 10))
     d = st.paired(df, df.assign(quality=df["quality"].fillna(0.0)), "quality")
     assert (d.n, d.missing) == (4, 2)
+    corpus = st.paired(df.assign(quality=np.nan), df.assign(quality=np.nan), "quality")  # BLEU: none per prompt
+    assert (corpus.n, corpus.missing) == (0, 6)
+    test = st.both(st.superior(st.paired(df, df, "target_logprob")), st.noninferior(corpus, 1.0))
+    assert test.verdict() == st.INCONCLUSIVE and "not testable per prompt" in test.why
 
 
 def test_an_unrecorded_per_token_list_is_no_value_not_zero():
