@@ -57,6 +57,7 @@ METRICS: dict[str, tuple[str, str] | None] = {
     "quality": None,  # a task metric per example; a fidelity task's quality is its target_logprob (tables)
     "identity_gap": None,  # observed - predicted acceptance per prompt (claims.acceptance_identity)
     "weight_sd": None,  # standard deviation of w within a prompt
+    "length": None,  # new tokens of a prompt's completion (its output length)
 }
 SUMS = sorted({c for pair in METRICS.values() if pair for c in pair})  # the columns pooled by summing
 
@@ -231,12 +232,11 @@ def _kind_estimate(metric: str, a: dict[str, np.ndarray], b: dict[str, np.ndarra
     if not ok.any():
         return dataclasses.replace(NONE, missing=missing)
     a, b = ({c: v[ok] for c, v in side.items()} for side in (a, b or a))
-    if kind is None:
-        if relative:
-            raise ValueError(f"{metric} is a mean over prompts; a relative comparison needs a ratio metric")
+    if kind is None and not relative:
         e = mean_estimate(a[metric] if len(sides) == 1 else a[metric] - b[metric])
-    else:
-        y, x = kind
+    else:  # a ratio of totals; a mean's relative comparison is the ratio of totals over one unit per prompt
+        y, x = kind or (metric, "one")
+        a, b = ({"one": np.ones(int(ok.sum()))} | side for side in (a, b))
         ra, za = ratio_terms(a[y], a[x])
         if len(sides) == 1:
             e = t_estimate(ra, za)
@@ -302,6 +302,14 @@ def needed_prompts(e: Estimate, margin: float, sides: int = 1) -> int | None:
     z_a, z_b = stats.norm.isf(ALPHA / 2), stats.norm.isf((1 - POWER) / sides)
     sd = e.se * math.sqrt(e.n)
     return math.ceil(((z_a + z_b) * sd / margin) ** 2 + z_a ** 2 / 2)
+
+
+def resolvable_margin(e: Estimate) -> float:
+    """The smallest margin a one-sided non-inferiority test over e's n prompts detects with 80% power when the true
+    difference is 0 (needed_prompts solved for the margin, normal approximation); nan when unknown."""
+    if not (e.n >= 2 and e.se > 0):
+        return math.nan
+    return float((stats.norm.isf(ALPHA / 2) + stats.norm.isf(1 - POWER)) * e.se)
 
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"

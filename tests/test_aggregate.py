@@ -332,3 +332,34 @@ def test_sweep_points_take_their_speed_from_their_timing_runs(tmp_path):
     assert sweep_speed(other, dirs)["speedup"].isna().all()
     both = sweep_speed(pd.concat([other, sweeps]), dirs)  # sweep tables read one after another: their index repeats
     assert both["speedup"].isna().tolist() == [True] * 3 + [False, False, True]
+
+
+def test_retention_states_q99_the_length_ratio_and_the_noise_floor():
+    """#31 item 3: per method against the target alone, quality retention (ratio, lower bound), Q-99 (>= 99% and
+    the difference shown within the tolerance), the output-length ratio and the margin the prompts resolve; strict
+    is the noise floor."""
+    from helpers import claim_units
+
+    from diversed.analysis.tables import retention_table
+
+    rows = claim_units({"autoregressive": (0, 0.5, 1), "strict": (0.2, 0.5, 1), "dynamic": (0.8, 0.5, 2)},
+                       prompts=400, seeds=1, difficulty=False)
+    target = rows["method"] == "autoregressive"
+    answers = rows.loc[target, "quality"].to_numpy()
+    for method in ("strict", "dynamic"):
+        rows.loc[rows["method"] == method, "quality"] = answers  # the target's answers on every prompt
+    rows["length"] = rows["new_tokens"]
+    lossy = rows.copy()
+    lost = (lossy["method"] == "dynamic") & (lossy["prompt"] % 10 == 0)
+    lossy.loc[lost, "quality"] = 0.0  # a tenth of the answers lost
+    lossy.loc[lossy["method"] == "dynamic", "length"] = 50
+    table = retention_table(rows).set_index("method")
+    assert list(table.index) == ["SD (lossless: noise floor)", "DIVERSED"]
+    same = table.loc["DIVERSED"]
+    assert same["retention %"].startswith("100.0") and same["Q-99"] == "yes" and same["length in 0.9-1.1"] == "yes"
+    assert same["prompts"] == 400 and same["resolvable margin"] == "–"  # no spread: nothing to plan from
+    worse = retention_table(lossy).set_index("method").loc["DIVERSED"]
+    share = answers[::10].sum() / answers.sum()  # the target's right answers that were lost
+    assert worse["retention %"].startswith(f"{100 * (1 - share):.1f}") and worse["Q-99"] == "no"
+    assert worse["length ratio"].startswith("1.25") and worse["length in 0.9-1.1"] == "no"
+    assert 0 < float(worse["resolvable margin"]) < 10  # accuracy points

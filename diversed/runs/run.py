@@ -468,7 +468,7 @@ class Run:
             rows.append({
                 "run_id": self.manifest["run_id"], "seed": self.config["seed"], "prompt": g["prompt_hash"],
                 "accepted": sum(g.get("accepted", [])), "drafted": sum(g.get("drafted", [])),
-                "new_tokens": len(g["tokens"]), "steps": g.get("steps", len(g.get("drafted", [])) or len(g["tokens"])),
+                "new_tokens": n, "length": n, "steps": g.get("steps", len(g.get("drafted", [])) or len(g["tokens"])),
                 "seconds": sec, "weight_sum": sum(weights),
                 "bias_tv_sum": 0.0 if exact else token_sum(g.get("bias_tv_per_token"), n),
                 "target_logprob_sum": token_sum(g.get("target_logprobs"), n),
