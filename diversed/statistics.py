@@ -313,6 +313,7 @@ def resolvable_margin(e: Estimate) -> float:
 
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
+IF_NULL = "if the true difference is 0"  # the assumption of every power statement
 
 
 @dataclass(frozen=True)
@@ -374,7 +375,7 @@ def _powered(test: Test, e: Estimate, margin: float, sides: int = 1) -> Test:
     if not e.testable:
         return Test(test.p, test.p_against, untestable(e))
     if need is not None and need > e.n:
-        return Test(test.p, test.p_against, f"underpowered: n = {e.n}, needs ≈ {need}", need)
+        return Test(test.p, test.p_against, f"underpowered: n = {e.n}, needs ≈ {need} {IF_NULL}", need)
     return test
 
 

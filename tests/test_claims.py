@@ -229,7 +229,7 @@ def test_a_summary_reads_an_underpowered_setting_whose_test_also_gives_another_r
     alone = Test(0.2, 0.2, "underpowered: n = 12, needs ≈ 4000", 4000)
     claim = Claim("a claim", 1.0, every=False, settings=[Setting("a", "x", joined), Setting("b", "y", alone)])
     assert claim.summary == ("inconclusive (holds on 0 of 2 settings; underpowered on 2: n = 12–51, needs ≈ "
-                             "900–4000; the interval includes 1)")
+                             "900–4000 if the true difference is 0; the interval includes 1)")
 
 
 @pytest.mark.parametrize("M", [2, 4, 12, 24])

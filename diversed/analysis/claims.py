@@ -94,7 +94,8 @@ class Claim:
         if short := [s for s in open_ if s.test.need]:
             ns = [re.search(r"underpowered: n = (\d+)", s.test.why).group(1) for s in short]
             where = "" if len(short) == len(open_) == 1 else f" on {len(short)}"
-            parts.append(f"underpowered{where}: n = {_span(ns)}, needs ≈ {_span([s.test.need for s in short])}")
+            parts.append(f"underpowered{where}: n = {_span(ns)}, needs ≈ {_span([s.test.need for s in short])} "
+                         f"{statistics.IF_NULL}")
         # the other reasons, also those an underpowered setting gives beside it (statistics.both joins them)
         parts += sorted({why for s in open_ for why in s.test.why.split("; ")
                          if why and not why.startswith("underpowered")})
