@@ -10,7 +10,9 @@ accepted prefix: accepted tokens are never re-encoded). A row that ends (EOS, it
 and the next prompt takes its slot.
 
 A row's output does not depend on its batch: each prompt draws from its own generator in the order a batch of
-one would, and each row computes with its own positions and mask. Statistics live in diversed.decoding.stats.
+one would, and each row computes with its own positions and mask (bitwise on CPU, tests/test_batch.py; on CUDA the
+kernels of a bf16 matmul change with the batch size, so tokens may differ at near-ties). Statistics live in
+diversed.decoding.stats.
 """
 
 from __future__ import annotations
