@@ -159,6 +159,13 @@ def ratio_estimate(y, x) -> Estimate:
     return t_estimate(r, z)
 
 
+def quality_gain(a: pd.DataFrame, b: pd.DataFrame, spec) -> Estimate:
+    """A's quality over B's by their task metric spec (tasks.Metric), paired over the prompts both decoded (binary:
+    on the discordant prompts), signed so that a positive value is better whatever the metric's direction."""
+    a, b = (a, b) if spec.higher_is_better else (b, a)
+    return paired(a, b, spec.statistic, binary=spec.binary)
+
+
 def tango_z(a: int, b: int, n: int, delta: float) -> float:
     """Tango's (1998) score statistic for a difference of paired proportions: n pairs, a discordant A-right-B-wrong
     and b A-wrong-B-right; H0: P(A right) - P(B right) = delta. Z = (a - b - n delta) / sqrt(n (2 u + delta (1 -
@@ -243,7 +250,9 @@ def _kind_estimate(metric: str, a: dict[str, np.ndarray], b: dict[str, np.ndarra
         else:
             rb, zb = ratio_terms(b[y], b[x])
             with np.errstate(divide="ignore", invalid="ignore"):
-                e = t_estimate(ra / rb, za / ra - zb / rb, log=True) if relative else t_estimate(ra - rb, za - zb)
+                ra, rb = np.float64(ra), np.float64(rb)  # a zero total gives inf or nan (no interval), not an error
+                e = (t_estimate(float(ra / rb), za / ra - zb / rb, log=True) if relative
+                     else t_estimate(float(ra - rb), za - zb))
     return dataclasses.replace(e, missing=missing) if missing else e
 
 

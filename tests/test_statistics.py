@@ -277,3 +277,14 @@ def test_the_prompts_an_equivalence_test_needs_give_it_80_percent_power():
     power = np.mean([st.equivalent(st.mean_estimate(rng.normal(0, sd, n)), margin).verdict() == st.HOLDS
                      for _ in range(2000)])
     assert 0.77 <= power <= 0.86, (n, power)
+
+
+def test_a_ratio_over_a_zero_total_has_no_value_and_raises_nothing():
+    """Regression: the retention table divided a method's quality by the target's, 0 on the tiny models' prompts:
+    ZeroDivisionError in aggregate (the smoke and rehearsal workflows failed)."""
+    zero = pd.DataFrame({"seed": 0, "prompt": range(3), "quality": 0.0})
+    e = st.paired(zero, zero, "quality", relative=True)
+    assert not math.isfinite(e.value) and math.isnan(e.low) and e.n == 3
+    ratio = st.paired(zero.assign(quality=[1.0, 0.5, 1.5]), zero.assign(quality=[0.5, 0.5, 1.0]), "quality",
+                      relative=True)
+    assert ratio.value == pytest.approx(1.5) and ratio.low < 1.5 < ratio.high

@@ -113,8 +113,8 @@ def _span(values) -> str:
 
 
 def quality_gain(a: pd.DataFrame, b: pd.DataFrame) -> Estimate:
-    """A's quality over B's on the prompts both decoded, by their metric (Metric.gain: positive is better)."""
-    return metric_spec(a["metric"].iloc[0]).gain(a, b) if len(a) else statistics.NONE
+    """A's quality over B's on the prompts both decoded, by their metric (positive is better)."""
+    return statistics.quality_gain(a, b, metric_spec(a["metric"].iloc[0])) if len(a) else statistics.NONE
 
 
 def tolerance_of(units: pd.DataFrame) -> float:

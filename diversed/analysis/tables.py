@@ -314,7 +314,7 @@ def families_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.
             m = g[g["method"] == method]
             if m.empty:
                 continue
-            vs = spec.gain(m, target) if len(target) else NONE
+            vs = statistics.quality_gain(m, target, spec) if len(target) else NONE
             rows.append({"pair": pair, "task": task, "temperature": T, "K": int(K),
                          "method": METHOD_NAMES[method], "setting (chosen on dev)": "learned w (head)"
                          if method == "dynamic" else setting_text(m),
@@ -350,13 +350,14 @@ def retention_table(units: pd.DataFrame) -> pd.DataFrame:
             m = g[g["method"] == method]
             if m.empty:
                 continue
-            kept, gain = statistics.paired(m, target, spec.statistic, relative=True), spec.gain(m, target)
+            kept = statistics.paired(m, target, spec.statistic, relative=True)
+            gain = statistics.quality_gain(m, target, spec)
             length = statistics.paired(m, target, "length", relative=True)
             q99 = kept.known and kept.value >= Q99 and statistics.noninferior(gain, spec.tolerance).verdict() == \
                 statistics.HOLDS
             rows.append({"pair": pair, "task": task, "temperature": T, "K": int(K),
                          "method": METHOD_NAMES[method] + (" (lossless: noise floor)" if method == "strict" else ""),
-                         "retention %": kept.text(100, 1), "retention lower bound %": f"{100 * kept.low:.1f}",
+                         "retention %": kept.text(100, 1), "retention lower bound %": _number(100 * kept.low, 1),
                          "Q-99": "yes" if q99 else "no", "quality - target": gain.text(scale, digits, sign=True),
                          "tolerance": f"{spec.tolerance * scale:g}",
                          "resolvable margin": _number(statistics.resolvable_margin(gain) * scale, digits),

@@ -82,7 +82,7 @@ def choose(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: float) -
 def versus_strict(point: pd.DataFrame, strict: pd.DataFrame, spec, tolerance: float):
     """A point's quality over strict's (spec: the task's Metric), paired over the same prompts, and its
     non-inferiority test at tolerance."""
-    diff = spec.gain(point, strict)
+    diff = statistics.quality_gain(point, strict, spec)
     return diff, statistics.noninferior(diff, tolerance)
 
 

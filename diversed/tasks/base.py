@@ -9,7 +9,6 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from diversed import statistics
 from diversed.utils import read_jsonl
 
 UNITS = ("fraction", "percent", "logprob")
@@ -46,12 +45,6 @@ class Metric:
     def fidelity(self) -> bool:
         """Reference-free: the run's own target log-likelihood per token, recorded while decoding."""
         return self.unit == "logprob"
-
-    def gain(self, a, b):
-        """A's quality over B's, paired over the prompts both decoded (statistics.paired; binary: on the discordant
-        prompts), signed so that a positive value is better whatever the metric's direction."""
-        a, b = (a, b) if self.higher_is_better else (b, a)
-        return statistics.paired(a, b, self.statistic, binary=self.binary)
 
     @property
     def statistic(self) -> str:
