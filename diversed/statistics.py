@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import optimize, stats
 
 ALPHA = 0.05  # two-sided: 95% intervals, one-sided tests at ALPHA / 2
 POWER = 0.8  # the power `needed_prompts` plans for
@@ -186,8 +186,6 @@ def tango_estimate(a: int, b: int, n: int, se: float) -> Estimate:
     """The paired difference of 0/1 answers (a - b) / n with Tango's score interval (the deltas its two one-sided
     tests at ALPHA / 2 do not reject) and the discordant counts its tests use; se: the t-interval's, for planning
     (needed_prompts)."""
-    from scipy.optimize import brentq
-
     z = stats.norm.isf(ALPHA / 2)
     edge = 1 - 1e-9
 
@@ -196,7 +194,7 @@ def tango_estimate(a: int, b: int, n: int, se: float) -> Estimate:
         value = (a - b) / n
         if f(outside) * f(value) > 0:
             return outside
-        return float(brentq(f, min(value, outside), max(value, outside), xtol=1e-10))
+        return float(optimize.brentq(f, min(value, outside), max(value, outside), xtol=1e-10))
 
     return Estimate((a - b) / n, bound(z, -edge), bound(-z, edge), n, se, discordant=(a, b))
 
@@ -230,8 +228,9 @@ def _per_prompt(values: dict[str, np.ndarray], codes: np.ndarray, prompts: int) 
 
 
 def _kind_estimate(metric: str, a: dict[str, np.ndarray], b: dict[str, np.ndarray] | None = None,
-                   relative: bool = False) -> Estimate:
-    """metric over per-prompt columns a (or A - B, A / B when relative, with b)."""
+                   relative: bool = False, binary: bool = False) -> Estimate:
+    """metric over per-prompt columns a (or A - B, A / B when relative, with b; binary: A - B of 0/1 answers on
+    their discordant prompts, where every value is 0 or 1)."""
     kind = METRICS[metric]
     sides = [a] if b is None else [a, b]
     ok = np.logical_and.reduce([np.isfinite(side[c]) for side in sides for c in (kind or [metric])])  # [prompts]
@@ -241,6 +240,9 @@ def _kind_estimate(metric: str, a: dict[str, np.ndarray], b: dict[str, np.ndarra
     a, b = ({c: v[ok] for c, v in side.items()} for side in (a, b or a))
     if kind is None and not relative:
         e = mean_estimate(a[metric] if len(sides) == 1 else a[metric] - b[metric])
+        x, y = a[metric], b[metric]
+        if binary and len(sides) == 2 and e.n >= 2 and np.isin(x, (0, 1)).all() and np.isin(y, (0, 1)).all():
+            e = tango_estimate(int(((x == 1) & (y == 0)).sum()), int(((x == 0) & (y == 1)).sum()), e.n, e.se)
     else:  # a ratio of totals; a mean's relative comparison is the ratio of totals over one unit per prompt
         y, x = kind or (metric, "one")
         a, b = ({"one": np.ones(int(ok.sum()))} | side for side in (a, b))
@@ -288,15 +290,7 @@ def paired(a: pd.DataFrame, b: pd.DataFrame, metric: str, relative: bool = False
     cols = _columns(metric)
     pa = _per_prompt({c: a[c].to_numpy(dtype=float)[ia] for c in cols}, n, len(common))
     pb = _per_prompt({c: b[c].to_numpy(dtype=float)[ib] for c in cols}, n, len(common))
-    e = _kind_estimate(metric, pa, pb, relative)
-    if binary and METRICS[metric] is None and e.n >= 2:
-        x, y = pa[metric], pb[metric]
-        ok = np.isfinite(x) & np.isfinite(y)
-        x, y = x[ok], y[ok]
-        if np.isin(x, (0, 1)).all() and np.isin(y, (0, 1)).all():
-            t = tango_estimate(int(((x == 1) & (y == 0)).sum()), int(((x == 0) & (y == 1)).sum()), len(x), e.se)
-            return dataclasses.replace(t, missing=e.missing)
-    return e
+    return _kind_estimate(metric, pa, pb, relative, binary)
 
 
 def needed_prompts(e: Estimate, margin: float, sides: int = 1) -> int | None:

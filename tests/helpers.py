@@ -267,20 +267,7 @@ class Verdict:
 
 
 
-def verify(
-    draft_tokens: torch.Tensor,
-    q: torch.Tensor,
-    p: torch.Tensor,
-    w: float | torch.Tensor,
-    *,
-    mixing: str = "linear",
-    greedy: bool = False,
-    generator: torch.Generator | None = None,
-    log_p: torch.Tensor | None = None,
-    log_q: torch.Tensor | None = None,
-    test: str = "ensemble",
-    knob: float | None = None,
-) -> Verdict:
+def verify(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, w: float | torch.Tensor, **kw) -> Verdict:
     """Verify K draft tokens against nu = ensemble(p, q, w) (test "ensemble"; the other tests: verify_rows).
 
     draft_tokens [K] long, q [K, V] draft probs, p [K + 1, V] target probs, w float or [K].
@@ -289,10 +276,10 @@ def verify(
     Greedy: accept while x_i == argmax nu_i; correction argmax nu_n; bonus argmax p_{K+1}.
     w = 1 is exactly standard speculative sampling (Leviathan et al. 2023, Algorithm 1).
     log_p [K + 1, V] / log_q [K, V]: optional log-probabilities, used by logit mixing (no underflow).
+    kw: verify_on_device's (mixing, greedy, generator, log_p, log_q, test, knob).
     """
     _as_weight(w, q.shape[:1], q.device)  # the range check; verify_on_device trusts its caller
-    n, next_token, bias = verify_on_device(draft_tokens, q, p, w, mixing=mixing, greedy=greedy, generator=generator,
-                                           log_p=log_p, log_q=log_q, test=test, knob=knob)
+    n, next_token, bias = verify_on_device(draft_tokens, q, p, w, **kw)
     n, next_token = torch.stack([n, next_token]).tolist()  # the one host sync
     return Verdict(n_accepted=n, next_token=next_token, bias_tv=bias[: n + 1])
 

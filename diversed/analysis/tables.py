@@ -301,26 +301,32 @@ def setting_text(units: pd.DataFrame) -> str:
     return f"{r['knob']:g}" + (f" ({r['deferral']})" if isinstance(r["deferral"], str) else "")
 
 
+def versus_target(units: pd.DataFrame, methods: tuple[str, ...]):
+    """Each method's own-head eval units at each (pair, task, T, K), in that order, with the target alone's on the
+    same (pair, task, T): yields ((pair, task, T, K), method, its units, the target's units)."""
+    d = units[units["head_task"] == ""]
+    for (pair, task, T, K), g in d[d["K"].notna()].groupby(["pair", "task", "temperature", "K"], sort=True):
+        target = select(d, pair=pair, task=task, temperature=T, method="autoregressive")
+        for method in methods:
+            m = g[g["method"] == method]
+            if not m.empty:
+                yield (pair, task, T, int(K)), method, m, target
+
+
 def families_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Each relaxed family at its best setting on dev (the largest acceptance non-inferior to strict there, chosen
     by its sweep), evaluated on the eval prompts beside DIVERSED and the target alone, per pair/task/T/K:
     acceptance %, quality, and quality minus the target's (paired over prompts), each ± its 95% half-width."""
     rows = []
-    d = units[units["head_task"] == ""]
-    for (pair, task, T, K), g in d[d["K"].notna()].groupby(["pair", "task", "temperature", "K"], sort=True):
-        target = select(d, pair=pair, task=task, temperature=T, method="autoregressive")
-        spec, (scale, digits) = metric_spec(g["metric"].iloc[0]), quality_scale(g["metric"].iloc[0])
-        for method in (*FRONT_METHODS, "dynamic"):
-            m = g[g["method"] == method]
-            if m.empty:
-                continue
-            vs = statistics.quality_gain(m, target, spec) if len(target) else NONE
-            rows.append({"pair": pair, "task": task, "temperature": T, "K": int(K),
-                         "method": METHOD_NAMES[method], "setting (chosen on dev)": "learned w (head)"
-                         if method == "dynamic" else setting_text(m),
-                         "acceptance %": statistics.estimate(m, "draft_acceptance_rate").text(100, 1),
-                         "quality": quality(m, runs).text(scale, digits),
-                         "quality - target": vs.text(scale, digits, sign=True), "prompts": m["prompt"].nunique()})
+    for (pair, task, T, K), method, m, target in versus_target(units, (*FRONT_METHODS, "dynamic")):
+        spec, (scale, digits) = metric_spec(m["metric"].iloc[0]), quality_scale(m["metric"].iloc[0])
+        vs = statistics.quality_gain(m, target, spec) if len(target) else NONE
+        rows.append({"pair": pair, "task": task, "temperature": T, "K": K,
+                     "method": METHOD_NAMES[method], "setting (chosen on dev)": "learned w (head)"
+                     if method == "dynamic" else setting_text(m),
+                     "acceptance %": statistics.estimate(m, "draft_acceptance_rate").text(100, 1),
+                     "quality": quality(m, runs).text(scale, digits),
+                     "quality - target": vs.text(scale, digits, sign=True), "prompts": m["prompt"].nunique()})
     return pd.DataFrame(rows)
 
 
@@ -339,31 +345,25 @@ def retention_table(units: pd.DataFrame) -> pd.DataFrame:
     power). Strict speculative decoding is lossless: its row is the noise floor of these prompts. A fidelity or
     corpus metric has no per-prompt ratio to state ("–")."""
     rows = []
-    d = units[units["head_task"] == ""]
-    for (pair, task, T, K), g in d[d["K"].notna()].groupby(["pair", "task", "temperature", "K"], sort=True):
-        target = select(d, pair=pair, task=task, temperature=T, method="autoregressive")
-        spec = metric_spec(g["metric"].iloc[0])
+    for (pair, task, T, K), method, m, target in versus_target(units, ("strict", *FRONT_METHODS, "dynamic")):
+        spec = metric_spec(m["metric"].iloc[0])
         if target.empty or spec.fidelity or spec.corpus:
             continue
         scale, digits = quality_scale(spec.name)
-        for method in ("strict", *FRONT_METHODS, "dynamic"):
-            m = g[g["method"] == method]
-            if m.empty:
-                continue
-            kept = statistics.paired(m, target, spec.statistic, relative=True)
-            gain = statistics.quality_gain(m, target, spec)
-            length = statistics.paired(m, target, "length", relative=True)
-            q99 = kept.known and kept.value >= Q99 and statistics.noninferior(gain, spec.tolerance).verdict() == \
-                statistics.HOLDS
-            rows.append({"pair": pair, "task": task, "temperature": T, "K": int(K),
-                         "method": METHOD_NAMES[method] + (" (lossless: noise floor)" if method == "strict" else ""),
-                         "retention %": kept.text(100, 1), "retention lower bound %": _number(100 * kept.low, 1),
-                         "Q-99": "yes" if q99 else "no", "quality - target": gain.text(scale, digits, sign=True),
-                         "tolerance": f"{spec.tolerance * scale:g}",
-                         "resolvable margin": _number(statistics.resolvable_margin(gain) * scale, digits),
-                         "length ratio": length.text(1, 2),
-                         "length in 0.9-1.1": "yes" if LENGTH_BAND[0] <= length.value <= LENGTH_BAND[1] else "no",
-                         "prompts": gain.n})
+        kept = statistics.paired(m, target, spec.statistic, relative=True)
+        gain = statistics.quality_gain(m, target, spec)
+        length = statistics.paired(m, target, "length", relative=True)
+        q99 = kept.known and kept.value >= Q99 and statistics.noninferior(gain, spec.tolerance).verdict() == \
+            statistics.HOLDS
+        rows.append({"pair": pair, "task": task, "temperature": T, "K": K,
+                     "method": METHOD_NAMES[method] + (" (lossless: noise floor)" if method == "strict" else ""),
+                     "retention %": kept.text(100, 1), "retention lower bound %": _number(100 * kept.low, 1),
+                     "Q-99": "yes" if q99 else "no", "quality - target": gain.text(scale, digits, sign=True),
+                     "tolerance": f"{spec.tolerance * scale:g}",
+                     "resolvable margin": _number(statistics.resolvable_margin(gain) * scale, digits),
+                     "length ratio": length.text(1, 2),
+                     "length in 0.9-1.1": "yes" if LENGTH_BAND[0] <= length.value <= LENGTH_BAND[1] else "no",
+                     "prompts": gain.n})
     return pd.DataFrame(rows)
 
 
