@@ -280,6 +280,19 @@ def cmd_report(a: argparse.Namespace) -> None:
     print(write_report(a.tables, a.figures, a.out))
 
 
+def cmd_calibrate(a: argparse.Namespace) -> None:
+    from diversed import calibration
+    from diversed.statistics import MIN_PROMPTS
+    from diversed.utils import write_text
+
+    table = calibration.calibrate(runs=a.runs or calibration.RUNS, seed=a.seed, floor=False)
+    text = (f"{calibration.markdown(table)}\n\nCalibrated from (prompts): {calibration.minimum(table)}; "
+            f"statistics.MIN_PROMPTS: {MIN_PROMPTS}\n")
+    if a.out:
+        write_text(a.out, text)
+    print(text, end="")
+
+
 def print_scores(run_dirs) -> None:
     """Score each run through lm-eval (replay) and print its headline and fidelity."""
     from diversed.runs.evaluate import score_run
@@ -479,6 +492,13 @@ def _results_parsers(sub) -> None:
     p.add_argument("--figures", default="figures")
     p.add_argument("--out", default="results/REPORT.md")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("calibrate", help="the report's tests on simulated prompts: false holds and coverage per n "
+                       "(diversed.calibration)")
+    p.add_argument("--runs", type=int, help="simulated reproductions per test and n (default: calibration.RUNS)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="also write the Markdown table here")
+    p.set_defaults(func=cmd_calibrate)
 
 
 def _scoring_parsers(sub) -> None:

@@ -12,12 +12,11 @@ of two kinds (`METRICS`, the one place each is defined):
 A paired comparison of methods A and B on the same prompts is a difference (A - B) or, for speed, a ratio
 (tokens/s of A over that of B, e.g. the speedup over target-only decoding), each over the prompts both decoded.
 
-Every interval is a t-interval over the n prompts of a per-prompt value z_i whose mean is the statistic (to first
-order): the value itself for a mean; for a ratio its linearisation z_i = (y_i - R x_i) / mean(x) (the delta
-method of survey sampling: numerator and denominator of a prompt move together); for a ratio of two ratios the
-same on the log scale, z_i = z_A,i / R_A - z_B,i / R_B, the interval exponentiated. On simulated prompts of
-unequal difficulty and speed (tests/test_statistics.py) these cover 94-95% at 40 prompts, where a percentile
-bootstrap over prompts covered 92-94%.
+Every interval is a t-interval over the n prompts (n - 1 degrees of freedom): for a mean, of its per-prompt values;
+for a ratio of totals, a difference of two or a ratio of two (on the log scale, exponentiated), with the jackknife's
+standard error over prompts (each prompt left out in turn: numerator and denominator of a prompt leave together).
+Below the fewest prompts on which the simulations of diversed.calibration find a kind's tests and intervals
+calibrated (MIN_PROMPTS), an estimate is descriptive: a value, no interval, no test, and the reason said.
 
 Tests are one-sided at ALPHA / 2 = 0.025, the sides of the two-sided 95% interval:
 
@@ -35,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +60,12 @@ METRICS: dict[str, tuple[str, str] | None] = {
     "length": None,  # new tokens of a prompt's completion (its output length)
 }
 SUMS = sorted({c for pair in METRICS.values() if pair for c in pair})  # the columns pooled by summing
+# The fewest prompts on which an estimate of each kind gets an interval and a test: below them it is descriptive.
+# Found by diversed.calibration's simulations (tests/test_calibration.py recomputes them): the smallest n of its
+# grid (4, 12, 26, 51, 200) from which every test of the kind holds falsely at most 3.5% of the time at its null's
+# boundary and every interval covers at least 93%. binary: paired 0/1 answers (Tango's test); mean: a mean over
+# prompts; ratio: a ratio of totals, a difference or ratio of two.
+MIN_PROMPTS = {"binary": 4, "mean": 4, "ratio": 12}
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,7 @@ class Estimate:
     log: bool = False
     discordant: tuple[int, int] | None = None  # paired 0/1 answers: prompts (A right B wrong, A wrong B right)
     missing: int = 0  # prompts left out for want of a value (a NaN quality, an unrecorded per-token list)
+    minimum: int = 2  # the fewest prompts its kind is tested on (MIN_PROMPTS): below them, descriptive
 
     @property
     def half(self) -> float:
@@ -92,10 +99,11 @@ class Estimate:
 
     @property
     def testable(self) -> bool:
-        """Two prompts or more and a known value, and a spread to test with: paired 0/1 answers are tested on their
-        discordant prompts (Tango's score test), which needs none; any other zero spread is no evidence (identical
-        differences on every prompt say nothing of the prompts not seen)."""
-        return self.n >= 2 and self.known and (self.discordant is not None or self.se > 0)
+        """Prompts enough for its kind (MIN_PROMPTS), a known value and a spread to test with: paired 0/1 answers
+        are tested on their discordant prompts (Tango's score test), which needs none; any other zero spread is no
+        evidence (identical differences on every prompt say nothing of the prompts not seen)."""
+        return (self.n >= max(2, self.minimum) and self.known
+                and (self.discordant is not None or self.se > 0))
 
     def p_above(self, threshold: float) -> float:
         """One-sided p-value of H0: value <= threshold against H1: value > threshold (nan when not testable)."""
@@ -124,39 +132,42 @@ class Estimate:
 NONE = Estimate(math.nan, math.nan, math.nan, 0)
 
 
-def t_estimate(value: float, z, log: bool = False) -> Estimate:
-    """value with the 95% t-interval of the mean of the per-prompt values z (their spread, not their mean, is
-    used: z is value's linearisation); no interval below two prompts."""
-    z = np.asarray(z, dtype=float)
-    n = len(z)
-    if n < 2 or not math.isfinite(value) or (log and value <= 0):
+def mean_estimate(x) -> Estimate:
+    """The mean of per-prompt values and its 95% t-interval."""
+    x = np.asarray(x, dtype=float)
+    x = x[np.isfinite(x)]
+    return jackknife_estimate(float(x.mean()), (x.sum() - x) / max(len(x) - 1, 1)) if len(x) else NONE
+
+
+def ratio_leave_one_out(y, x) -> tuple[float, np.ndarray]:
+    """R = sum(y) / sum(x) and its leave-one-prompt-out values R_(i) = (sum(y) - y_i) / (sum(x) - x_i)."""
+    y, x = np.asarray(y, dtype=float), np.asarray(x, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.float64(y.sum()) / x.sum()), (y.sum() - y) / (x.sum() - x)
+
+
+def jackknife_estimate(value: float, loo, log: bool = False) -> Estimate:
+    """value with the 95% interval of its jackknife over prompts: se^2 = (n - 1) / n sum_i (v_(i) - mean v_(.))^2
+    over the leave-one-prompt-out values v_(i), t with n - 1 df (log: value and v_(i) on the log scale, the
+    interval exponentiated). For a mean this is the t-interval; for a ratio of totals it widens the delta
+    method's where one prompt's weight dominates, which is what keeps it calibrated on few prompts
+    (diversed.calibration)."""
+    loo = np.asarray(loo, dtype=float)
+    n = len(loo)
+    if n < 2 or not math.isfinite(value) or (log and value <= 0) or not np.isfinite(loo).all() or (
+            log and (loo <= 0).any()):
         return Estimate(value if n else math.nan, math.nan, math.nan, n)
-    se = float(z.std(ddof=1) / math.sqrt(n))
+    v = np.log(loo) if log else loo
+    se = float(math.sqrt((n - 1) / n * ((v - v.mean()) ** 2).sum()))
     half = float(stats.t.ppf(1 - ALPHA / 2, n - 1)) * se
     if log:
         return Estimate(value, value * math.exp(-half), value * math.exp(half), n, se, log=True)
     return Estimate(value, value - half, value + half, n, se)
 
 
-def mean_estimate(x) -> Estimate:
-    """The mean of per-prompt values and its 95% t-interval."""
-    x = np.asarray(x, dtype=float)
-    x = x[np.isfinite(x)]
-    return t_estimate(float(x.mean()), x) if len(x) else NONE
-
-
-def ratio_terms(y, x) -> tuple[float, np.ndarray]:
-    """R = sum(y) / sum(x) and its linearisation z_i = (y_i - R x_i) / mean(x) (mean(z) = 0)."""
-    y, x = np.asarray(y, dtype=float), np.asarray(x, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = float(y.sum() / x.sum())
-        return r, (y - r * x) / x.mean()
-
-
 def ratio_estimate(y, x) -> Estimate:
     """The ratio of totals sum(y) / sum(x) over prompts and its 95% interval."""
-    r, z = ratio_terms(y, x)
-    return t_estimate(r, z)
+    return jackknife_estimate(*ratio_leave_one_out(y, x))
 
 
 def quality_gain(a: pd.DataFrame, b: pd.DataFrame, spec) -> Estimate:
@@ -212,7 +223,7 @@ def _columns(metric: str) -> list[str]:
     return list(kind) if kind else [metric]
 
 
-def _per_prompt(values: dict[str, np.ndarray], codes: np.ndarray, prompts: int) -> dict[str, np.ndarray]:
+def pool_prompts(values: dict[str, np.ndarray], codes: np.ndarray, prompts: int) -> dict[str, np.ndarray]:
     """Each column's value per prompt code, its rows (seeds) pooled: SUMS summed, the others averaged (nan rows
     left out)."""
     out = {}
@@ -227,10 +238,11 @@ def _per_prompt(values: dict[str, np.ndarray], codes: np.ndarray, prompts: int) 
     return out
 
 
-def _kind_estimate(metric: str, a: dict[str, np.ndarray], b: dict[str, np.ndarray] | None = None,
-                   relative: bool = False, binary: bool = False) -> Estimate:
+def prompt_estimate(metric: str, a: dict[str, np.ndarray], b: dict[str, np.ndarray] | None = None,
+                    relative: bool = False, binary: bool = False, floor: bool = True) -> Estimate:
     """metric over per-prompt columns a (or A - B, A / B when relative, with b; binary: A - B of 0/1 answers on
-    their discordant prompts, where every value is 0 or 1)."""
+    their discordant prompts, where every value is 0 or 1). Below its kind's MIN_PROMPTS the estimate has no
+    interval and no test (floor False: it keeps them, for the calibration that finds the minima)."""
     kind = METRICS[metric]
     sides = [a] if b is None else [a, b]
     ok = np.logical_and.reduce([np.isfinite(side[c]) for side in sides for c in (kind or [metric])])  # [prompts]
@@ -246,16 +258,20 @@ def _kind_estimate(metric: str, a: dict[str, np.ndarray], b: dict[str, np.ndarra
     else:  # a ratio of totals; a mean's relative comparison is the ratio of totals over one unit per prompt
         y, x = kind or (metric, "one")
         a, b = ({"one": np.ones(int(ok.sum()))} | side for side in (a, b))
-        ra, za = ratio_terms(a[y], a[x])
+        ra, la = ratio_leave_one_out(a[y], a[x])
         if len(sides) == 1:
-            e = t_estimate(ra, za)
+            e = jackknife_estimate(ra, la)
         else:
-            rb, zb = ratio_terms(b[y], b[x])
+            rb, lb = ratio_leave_one_out(b[y], b[x])
             with np.errstate(divide="ignore", invalid="ignore"):
                 ra, rb = np.float64(ra), np.float64(rb)  # a zero total gives inf or nan (no interval), not an error
-                e = (t_estimate(float(ra / rb), za / ra - zb / rb, log=True) if relative
-                     else t_estimate(float(ra - rb), za - zb))
-    return dataclasses.replace(e, missing=missing) if missing else e
+                e = (jackknife_estimate(float(ra / rb), la / lb, log=True) if relative
+                     else jackknife_estimate(float(ra - rb), la - lb))
+    kind = "binary" if e.discordant is not None else "ratio" if kind or relative else "mean"
+    e = dataclasses.replace(e, missing=missing, minimum=MIN_PROMPTS[kind])
+    if floor and e.n < e.minimum:
+        e = dataclasses.replace(e, low=math.nan, high=math.nan)
+    return e
 
 
 def estimate(units: pd.DataFrame, metric: str) -> Estimate:
@@ -265,7 +281,7 @@ def estimate(units: pd.DataFrame, metric: str) -> Estimate:
         return NONE
     codes, prompts = pd.factorize(units["prompt"])
     values = {c: units[c].to_numpy(dtype=float) for c in _columns(metric)}
-    return _kind_estimate(metric, _per_prompt(values, codes, len(prompts)))
+    return prompt_estimate(metric, pool_prompts(values, codes, len(prompts)))
 
 
 def paired(a: pd.DataFrame, b: pd.DataFrame, metric: str, relative: bool = False, binary: bool = False) -> Estimate:
@@ -288,22 +304,26 @@ def paired(a: pd.DataFrame, b: pd.DataFrame, metric: str, relative: bool = False
         return NONE
     common, n = np.unique(codes[:len(a)][ia], return_inverse=True)  # the prompts both decoded, renumbered
     cols = _columns(metric)
-    pa = _per_prompt({c: a[c].to_numpy(dtype=float)[ia] for c in cols}, n, len(common))
-    pb = _per_prompt({c: b[c].to_numpy(dtype=float)[ib] for c in cols}, n, len(common))
-    return _kind_estimate(metric, pa, pb, relative, binary)
+    pa = pool_prompts({c: a[c].to_numpy(dtype=float)[ia] for c in cols}, n, len(common))
+    pb = pool_prompts({c: b[c].to_numpy(dtype=float)[ib] for c in cols}, n, len(common))
+    return prompt_estimate(metric, pa, pb, relative, binary)
 
 
-def needed_prompts(e: Estimate, margin: float, sides: int = 1) -> int | None:
+def needed_prompts(e: Estimate, margin: float, sides: int = 1, family: int = 1) -> int | None:
     """Prompts a non-inferiority test (sides 1) or an equivalence test (sides 2: both one-sided tests must reject,
     each with power 1 - (1 - POWER) / 2) with this margin needs for 80% power when the true difference is 0, at
-    the spread of the per-prompt values behind e (sd = se x sqrt(n)); None when unknown. Guenther's closed form
-    for the one-sample t-test, n = ((z_a + z_b) sd / margin)^2 + z_a^2 / 2, which rounds up to statsmodels'
-    TTestPower solution wherever the margin is under 0.6 sd (tests/test_statistics.py), without its root
-    finding."""
+    the spread of the per-prompt values behind e (sd = se x sqrt(n)); None when unknown. family: the settings of a
+    claim whose "holds" Holm adjusts, planned at Holm's strictest step (level ALPHA / 2 / family)."""
     if not (e.n >= 2 and e.se > 0 and margin > 0):
         return None
-    z_a, z_b = stats.norm.isf(ALPHA / 2), stats.norm.isf((1 - POWER) / sides)
-    sd = e.se * math.sqrt(e.n)
+    return planned_prompts(e.se * math.sqrt(e.n), margin, sides, family)
+
+
+def planned_prompts(sd: float, margin: float, sides: int = 1, family: int = 1) -> int:
+    """needed_prompts from the per-prompt standard deviation: Guenther's closed form for the one-sample t-test, n =
+    ((z_a + z_b) sd / margin)^2 + z_a^2 / 2, which rounds up to statsmodels' TTestPower solution wherever the
+    margin is under 0.6 sd (tests/test_statistics.py), without its root finding."""
+    z_a, z_b = stats.norm.isf(ALPHA / 2 / family), stats.norm.isf((1 - POWER) / sides)
     return math.ceil(((z_a + z_b) * sd / margin) ** 2 + z_a ** 2 / 2)
 
 
@@ -328,6 +348,7 @@ class Test:
     p_against: float = math.nan
     why: str = ""  # e.g. "underpowered: n = 60, needs ≈ 900"
     need: int | None = None  # the prompts an underpowered margin needs
+    plans: tuple[tuple[float, float, int], ...] = ()  # (sd, margin, sides) behind each "underpowered" in why
 
     def verdict(self, p_adjusted: float | None = None, against_adjusted: float | None = None) -> str:
         """holds when p (or its family-adjusted value) is below ALPHA / 2, fails when p_against (or its adjusted
@@ -339,6 +360,14 @@ class Test:
         if against < ALPHA / 2:
             return FAILS
         return INCONCLUSIVE
+
+    def in_family(self, family: int) -> Test:
+        """The power statements planned for a Holm-adjusted "holds" over `family` settings (needed_prompts)."""
+        if family < 2 or not self.plans:
+            return self
+        needs = iter([planned_prompts(*plan, family=family) for plan in self.plans])
+        why = re.sub(r"needs ≈ \d+", lambda _: f"needs ≈ {next(needs)}", self.why)
+        return dataclasses.replace(self, why=why, need=max(planned_prompts(*p, family=family) for p in self.plans))
 
 
 def superior(e: Estimate, above: float = 0.0) -> Test:
@@ -355,6 +384,9 @@ def untestable(e: Estimate) -> str:
         return f"no per-prompt value on its {e.missing} prompts (a corpus metric, or unscored): not testable per prompt"
     if e.n < 2 or not e.known:
         return f"n = {e.n} prompts"
+    if e.n < e.minimum:
+        return (f"descriptive: n = {e.n} prompts, under the {e.minimum} on which its test and interval are "
+                "calibrated")
     return f"no spread over its {e.n} prompts (the same difference on each): no test"
 
 
@@ -378,8 +410,20 @@ def _powered(test: Test, e: Estimate, margin: float, sides: int = 1) -> Test:
     if not e.testable:
         return Test(test.p, test.p_against, untestable(e))
     if need is not None and need > e.n:
-        return Test(test.p, test.p_against, f"underpowered: n = {e.n}, needs ≈ {need} {IF_NULL}", need)
+        return Test(test.p, test.p_against, f"underpowered: n = {e.n}, needs ≈ {need} {IF_NULL}", need,
+                    ((e.se * math.sqrt(e.n), margin, sides),))
     return test
+
+
+def differ(samples: list[np.ndarray], what: str = "group") -> Test:
+    """The means of several groups (e.g. the learned w's per-prompt means per task) are not all equal: Welch's t-test
+    for two groups, Alexander-Govern's for more. "Differ" has no side: the omnibus p-value as it is, against ALPHA /
+    2 like every test here."""
+    if len(samples) < 2 or any(len(x) < 2 for x in samples):
+        return Test(math.nan, math.nan, f"fewer than two {what}s of two values: no comparison between {what}s")
+    p = (stats.ttest_ind(*samples, equal_var=False) if len(samples) == 2 else stats.alexandergovern(*samples)).pvalue
+    p = float(p) if math.isfinite(p) else 1.0
+    return Test(p, math.nan, "" if p < ALPHA / 2 else f"{what} means not distinguishable")
 
 
 def both(*tests: Test) -> Test:
@@ -390,7 +434,7 @@ def both(*tests: Test) -> Test:
     p = [t.p for t in tests]
     against = [t.p_against for t in tests if not math.isnan(t.p_against)]
     return Test(math.nan if any(math.isnan(x) for x in p) else max(p), min(against, default=math.nan),
-                "; ".join(t.why for t in open_), need)
+                "; ".join(t.why for t in open_), need, tuple(plan for t in open_ for plan in t.plans))
 
 
 def holm(ps: list[float]) -> list[float]:

@@ -10,10 +10,13 @@ import pandas as pd
 import pytest
 from helpers import claim_units
 
+from diversed import statistics as st
 from diversed.analysis.claims import (
     FAILS,
     HOLDS,
     INCONCLUSIVE,
+    Claim,
+    Setting,
     acceptance_identity,
     beyond_front,
     faster_than_sd,
@@ -253,3 +256,19 @@ def test_an_every_setting_claim_fails_falsely_at_most_at_its_level(M):
     some = Claim("c", 1.0, False, [Setting("a", "", Test(0.02, 1.0)), Setting("b", "", Test(0.5, 1.0))])
     assert some.verdict == INCONCLUSIVE  # one of two at 0.02 is not enough for "some" (Holm: 0.04)
     assert "holds alone, Holm-adjusted over 2 settings p = 0.04" in some.summary
+
+
+def test_a_some_setting_claim_plans_its_prompts_at_holms_level():
+    """#31 defect 7: "holds" on some of 3 settings is Holm-adjusted, so each underpowered setting needs the prompts of
+    a test at 2.5% / 3 (before: those of one test at 2.5%, 80% power stated where the family gets less)."""
+    e = st.Estimate(0.0, -0.1, 0.1, 30, se=0.05)
+    test = st.noninferior(e, 0.02)
+    assert test.need == st.needed_prompts(e, 0.02)
+    some = Claim("some", 0.1, False, [Setting(str(i), "", test) for i in range(3)])
+    every = Claim("every", 0.1, True, [Setting(str(i), "", test) for i in range(3)])
+    need3 = st.needed_prompts(e, 0.02, family=3)
+    assert need3 > test.need
+    assert all(s.test.need == need3 and f"needs ≈ {need3} if the true difference is 0" in s.test.why
+               for s in some.settings)
+    assert all(s.test.need == test.need for s in every.settings)
+    assert f"needs ≈ {need3}" in some.summary

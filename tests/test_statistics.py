@@ -285,6 +285,7 @@ def test_a_ratio_over_a_zero_total_has_no_value_and_raises_nothing():
     zero = pd.DataFrame({"seed": 0, "prompt": range(3), "quality": 0.0})
     e = st.paired(zero, zero, "quality", relative=True)
     assert not math.isfinite(e.value) and math.isnan(e.low) and e.n == 3
-    ratio = st.paired(zero.assign(quality=[1.0, 0.5, 1.5]), zero.assign(quality=[0.5, 0.5, 1.0]), "quality",
-                      relative=True)
+    twelve = pd.DataFrame({"seed": 0, "prompt": range(12), "quality": 0.0})  # MIN_PROMPTS["ratio"]
+    ratio = st.paired(twelve.assign(quality=[1.0, 0.5, 1.5] * 4), twelve.assign(quality=[0.5, 0.5, 1.0] * 4),
+                      "quality", relative=True)
     assert ratio.value == pytest.approx(1.5) and ratio.low < 1.5 < ratio.high

@@ -43,6 +43,10 @@ DEV_PROMPTS = [  # the sweep's (selection) prompts
     "Write a thank-you note to a neighbour who watered your plants.",
     "How do bees help flowers?",
     "Explain what recycling is to a five-year-old.",
+    "Why do leaves change colour in autumn?",
+    "Write a short story about a lost umbrella.",
+    "List three tips for keeping a houseplant alive.",
+    "What is a good way to start the morning?",
 ]
 
 
