@@ -34,12 +34,13 @@ def runs() -> pd.DataFrame:
 
 
 def units() -> pd.DataFrame:
-    """The runs' prompt rows: two prompts each, the run's seconds per sample and its quality on both."""
+    """The runs' prompt rows: four prompts each (statistics.MIN_PROMPTS of a mean), the run's seconds per sample and
+    its quality on them, +-0.1 around the run's."""
     return pd.DataFrame([{"run_id": r.run_id, "pair": r.pair, "task": r.task, "method": r.method, "head_task": "",
                           "lambda": float("nan"), "temperature": r.temperature, "K": r.K, "seed": r.seed,
                           "metric": r.metric, "prompt": f"p{i}", "seconds": r.seconds_per_sample,
-                          "quality": r.quality + (0.1 if i else -0.1)}
-                         for r in runs().itertuples() for i in (0, 1)])
+                          "quality": r.quality + (0.1 if i % 2 else -0.1)}
+                         for r in runs().itertuples() for i in range(4)])
 
 
 def sweeps() -> pd.DataFrame:
