@@ -1,4 +1,4 @@
-"""Checks that need a CUDA device (skipped without one; benchmarks/gpu.sh runs them first on a GPU machine):
+"""Checks that need a CUDA device (skipped without one; benchmarks/gpu_first.sh runs them first on a GPU machine):
 the CUDA-graph and compiled steps emit the eager engine's tokens, decoding is deterministic from a seed, and
 the fast path in bfloat16 matches transformers' own forward."""
 
