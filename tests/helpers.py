@@ -247,6 +247,23 @@ def host_syncs(monkeypatch) -> list[str]:
     return syncs
 
 
+def host_copies(monkeypatch) -> list[str]:
+    """Every tensor made from host data from now on (torch.tensor, torch.as_tensor), appended as the module that
+    made it: diversed.decoding.transfer for the decode loop's copies (non-blocking from pinned memory on CUDA)."""
+    import sys
+
+    copies: list[str] = []
+    for name in ("tensor", "as_tensor"):
+        original = getattr(torch, name)
+
+        def counted(*a, _original=original, **k):
+            copies.append(sys._getframe(1).f_globals.get("__name__", "?"))
+            return _original(*a, **k)
+
+        monkeypatch.setattr(torch, name, counted)
+    return copies
+
+
 # ------------------------------------------------------------------------------------------- one-row verification
 # The engine verifies every row of a batch at once (verifiers.verify_rows); the tests also check the math on one
 # block, with its weight range checked and its outcome on the host.

@@ -88,3 +88,22 @@ def test_one_head_training_step_and_one_draft_fine_tuning_step_run_on_cuda(tmp_p
         assert len(load_log(head.parent / "train_log.csv")) == 1
     ft = distill_draft(DistillConfig(finetune="sft", **pair), tmp_path / "sft", progress=False)
     assert len(load_log(ft / "train_log.csv")) == 2
+
+
+def test_one_synchronisation_per_speculative_step_on_cuda():
+    """CUDA's sync debug mode warns at every host synchronisation: one a step (the records' read), none for the
+    host-to-device copies (transfer.to_device, pinned and non-blocking)."""
+    import warnings
+
+    target, draft = tiny_cuda(), tiny_cuda(seed=1)
+    d = Decoding("fixed", weight=0.5, K=4, max_new_tokens=40, sampling=Sampling(1.0))
+    speculative_generate(target, draft, [1, 5, 7], d, generator=torch.Generator("cuda").manual_seed(0))  # warm-up
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            out = speculative_generate(target, draft, [1, 5, 7], d, generator=torch.Generator("cuda").manual_seed(0))
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message).lower()]
+    assert len(syncs) <= out.steps + 2, [str(w.message)[:120] for w in syncs[:5]]  # + the prefill's and the end's

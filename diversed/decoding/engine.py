@@ -7,7 +7,9 @@ proposes k tokens per row), score_block (one target forward over [newest, d_1..d
 at each drafted position: settings.RULES, verifiers.WEIGHTS), verify_step (verifiers.verify_rows, then the step's
 one host transfer for the whole batch), Generation.record per row, roll_back (each row's caches cropped to its own
 accepted prefix: accepted tokens are never re-encoded). A row that ends (EOS, its token budget) leaves the batch
-and the next prompt takes its slot.
+and the next prompt takes its slot. What the host sends a step (tokens, positions, lengths) goes through
+transfer.to_device: on CUDA pinned and non-blocking, so the step's one read is its only synchronisation (counted on
+CPU by tests/test_fastpath.py; under CUDA's sync debug mode by tests/test_gpu.py, unrun here).
 
 A row's output does not depend on its batch: each prompt draws from its own generator in the order a batch of
 one would, and each row computes with its own positions and mask (bitwise on CPU, tests/test_batch.py; on CUDA the
@@ -30,6 +32,7 @@ from diversed.decoding.models import vocab_size as vocab_width
 from diversed.decoding.settings import RULES, Decoding, Execution, Sampling
 from diversed.decoding.stats import Generation, Step
 from diversed.decoding.stepper import Stepper
+from diversed.decoding.transfer import to_device
 from diversed.decoding.verifiers import (
     WEIGHTS,
     Criterion,
@@ -225,7 +228,7 @@ class Batch:
         if prefill:
             device = self.steppers[0].device
             width = max(len(ids) for _, ids in prefill)
-            x = torch.tensor([ids + [0] * (width - len(ids)) for _, ids in prefill], device=device)  # [R, L]
+            x = to_device([ids + [0] * (width - len(ids)) for _, ids in prefill], device)  # [R, L]
             for s in self.steppers:
                 s(x, [slot for slot, _ in prefill], [len(ids) for _, ids in prefill], last_only=True)
         for slot, i in joining:
@@ -276,7 +279,7 @@ class Scored:
 def _padded(seqs: list[list[int]], device: torch.device) -> tuple[torch.Tensor, list[int]]:
     """Token lists -> ids [R, max length] (0-padded) and their lengths."""
     width = max(len(s) for s in seqs)
-    return torch.tensor([s + [0] * (width - len(s)) for s in seqs], device=device), [len(s) for s in seqs]
+    return to_device([s + [0] * (width - len(s)) for s in seqs], device), [len(s) for s in seqs]
 
 
 def draft_block(D: Stepper, slots: list[int], rows: list[Row], ks: list[int], sampling: Sampling) -> Block:
@@ -303,7 +306,7 @@ def draft_block(D: Stepper, slots: list[int], rows: list[Row], ks: list[int], sa
 def score_block(T: Stepper, slots: list[int], rows: list[Row], block: Block, ks: list[int],
                 sampling: Sampling) -> Scored:
     """One target forward over [last, d_1..d_k] per row: position i predicts draft token i + 1 (k, the bonus)."""
-    last = torch.tensor([[r.last] for r in rows], device=T.device)  # [R, 1]
+    last = to_device([[r.last] for r in rows], T.device)  # [R, 1]
     logits, h = T(torch.cat([last, block.tokens], 1), slots, [k + 1 for k in ks])  # [R, kmax + 1, V], [.., h_t]
     logits, ok = _finite(logits)
     return Scored(logits, logprobs(sampling, logits), h, ok)
@@ -328,7 +331,7 @@ def verify_step(block: Block, scored: Scored, w: torch.Tensor, ks: list[int], ro
                                              generators=generators)
     at = torch.arange(kmax + 1, device=p.device)
     candidates = torch.where(at == n[:, None], next_token[:, None], torch.cat([block.tokens, next_token[:, None]], 1))
-    live = at[:kmax] < torch.tensor(ks, device=p.device)[:, None]  # [R, kmax]
+    live = at[:kmax] < to_device(ks, p.device)[:, None]  # [R, kmax]
     ok = (block.ok.to(p.device) | ~live).all(1)  # [R]: the draft logits each row used
     n, ok, ok_t, tokens, ws, bias, logprob, is_max = _to_host(
         n, ok, scored.ok, candidates, w, bias, *_fidelity(scored.logits, candidates))
@@ -458,7 +461,7 @@ def _alone(nets: Networks, prompts: list[list[int]], decoding: Decoding, generat
     if alone:
         for ids, out in zip(prompts, batch.done, strict=True):
             logits, _ = Stepper(target, nets.vocab_size)(ids + out.tokens[:-1])  # [len(ids) + n - 1, V]
-            tokens = torch.tensor(out.tokens, device=logits.device)  # [n]
+            tokens = to_device(out.tokens, logits.device)  # [n]
             logprob, is_max = _to_host(*_fidelity(logits[len(ids) - 1:], tokens))
             out.target_logprob, out.target_argmax = logprob, [bool(a) for a in is_max]
     return batch.done

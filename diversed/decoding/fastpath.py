@@ -33,6 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from diversed.decoding.settings import CAPTURES
+from diversed.decoding.transfer import to_device
 
 SUPPORTED = ("llama", "qwen3")
 
@@ -212,10 +213,10 @@ class FastDecoder:
         if max(a + b for a, b in zip(n, lengths, strict=True)) > self.max_len:
             raise ValueError(f"static KV cache of {self.max_len} positions is full ({max(n)} + {T})")
         device = self.embed.device
-        pos = (torch.tensor(n, device=device)[:, None] + torch.arange(T, device=device)).clamp_max(self.capacity - 1)
+        pos = (to_device(n, device)[:, None] + torch.arange(T, device=device)).clamp_max(self.capacity - 1)
         P = next((b for b in self.buckets if b >= T), None)
         if P is None or rows != list(range(self.rows)):  # eager: attend over the filled positions only
-            index = None if self.rows == R and rows == list(range(R)) else torch.tensor(rows, device=device)
+            index = None if self.rows == R and rows == list(range(R)) else to_device(rows, device)
             window = min(max(n) + T, self.capacity)  # a padded row's tail is clamped to the last position
             h = forward(self, ids, pos, index, window, masked=T > 1 or R > 1)  # [R, T, h]
             logits = None
@@ -224,7 +225,7 @@ class FastDecoder:
             logits, h = step(ids, pos)  # [B, P, V], [B, P, h]: static buffers, reused by the next call
             logits, h = logits[:, :T], h[:, :T]
         if last_only:
-            at = torch.tensor([k - 1 for k in lengths], device=device)[:, None, None]  # [R, 1, 1]
+            at = to_device([k - 1 for k in lengths], device)[:, None, None]  # [R, 1, 1]
             h = h.gather(1, at.expand(R, 1, h.shape[-1]))  # [R, 1, h]
             logits = None if logits is None else logits.gather(1, at.expand(R, 1, logits.shape[-1]))
         if logits is None:

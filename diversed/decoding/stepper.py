@@ -14,6 +14,7 @@ from torch import nn
 from diversed.decoding import fastpath
 from diversed.decoding.models import draft_vocabulary
 from diversed.decoding.settings import Execution
+from diversed.decoding.transfer import to_device
 
 _ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # lm_head -> (key, index [R], W rows [R, h])
 
@@ -25,7 +26,7 @@ def _vocabulary_rows(lm_head: nn.Module, rows: list[int]) -> tuple[torch.Tensor,
     key = (W._version, W.data_ptr(), W.dtype, W.device, rows)
     cached = _ROWS.get(lm_head)
     if cached is None or cached[0] != key:
-        index = torch.tensor(rows, device=W.device)  # [R]
+        index = to_device(rows, W.device)  # [R]
         cached = _ROWS[lm_head] = (key, index, W.detach().index_select(0, index))
     return cached[1], cached[2]
 
@@ -178,7 +179,10 @@ class Stepper:
 
         A one-row cache also takes ids [T] (a list or a tensor) and returns logits [T or 1, V], hidden [T or 1, h]."""
         single = not isinstance(ids, torch.Tensor) or ids.dim() == 1
-        x = torch.as_tensor(ids, device=self.device).view(1, -1) if single else ids  # [R, T]
+        if single:
+            x = (ids.to(self.device) if isinstance(ids, torch.Tensor) else to_device(ids, self.device)).view(1, -1)
+        else:
+            x = ids  # [R, T]
         if self.fast is not None:
             logits, h = self.fast(x, rows, lengths, last_only)
         else:
@@ -192,14 +196,14 @@ class Stepper:
         rows = list(range(self.rows)) if rows is None else rows
         lengths = [T] * R if lengths is None else lengths
         n = [self.held[r] for r in rows]
-        pos = torch.tensor(n, device=self.device)[:, None] + torch.arange(T, device=self.device)  # [R, T]
+        pos = to_device(n, self.device)[:, None] + torch.arange(T, device=self.device)  # [R, T]
         window = max(n) + T
-        index = None if rows == list(range(self.rows)) else torch.tensor(rows, device=self.device)
+        index = None if rows == list(range(self.rows)) else to_device(rows, self.device)
         self.cache.at(index, pos, window)
         h = self.decoder(input_ids=x, attention_mask=self._masks(pos, window), position_ids=pos,
                          cache=self.cache.cache, use_cache=True).last_hidden_state  # [R, T, h]
         if last_only:
-            at = torch.tensor([k - 1 for k in lengths], device=self.device)[:, None, None]  # [R, 1, 1]
+            at = to_device([k - 1 for k in lengths], self.device)[:, None, None]  # [R, 1, 1]
             h = h.gather(1, at.expand(R, 1, h.shape[-1]))  # [R, 1, h]
         for r, k in zip(rows, lengths, strict=True):
             self.held[r] += k

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from diversed.decoding.settings import DEFERRALS, MIXINGS
+from diversed.decoding.transfer import to_device
 
 
 def logits_to_probs(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0,
@@ -47,7 +48,8 @@ def logits_to_logprobs(logits: torch.Tensor, temperature: float = 1.0, top_p: fl
 def _as_weight(w: float | torch.Tensor, shape: torch.Size, device: torch.device, *, check: bool = True) -> torch.Tensor:
     """w as a float tensor of `shape` + [1] (shape: p's without its last dimension, e.g. [K] or [R, K]); check:
     that it lies in [0, 1] (a host sync for a device tensor)."""
-    w = torch.as_tensor(w, dtype=torch.float32, device=device)
+    w = (w.to(device, torch.float32) if isinstance(w, torch.Tensor)
+         else torch.full((), float(w), dtype=torch.float32, device=device))  # a fill, no copy from the host
     if w.dim() == 0:
         w = w.expand(shape)
     if w.shape != shape:
@@ -261,7 +263,7 @@ def verify_rows(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, w:
     test, mixing, greedy, knob = criterion.test, criterion.mixing, criterion.greedy, criterion.knob
     _check_rows(q, k, generators, test, draft_tokens=draft_tokens, p=p, w=w, log_p=log_p, log_q=log_q)
     dev = q.device
-    k_t = torch.tensor(k, device=dev)  # [R]
+    k_t = to_device(k, dev)  # [R]
     live = torch.arange(K, device=dev) < k_t[:, None]  # [R, K]: the positions each row drafted
     r = None if greedy else torch.stack([torch.cat([torch.rand(k[i], generator=g, device=dev), q.new_ones(K - k[i])])
                                          for i, g in enumerate(generators)])  # [R, K]: row i draws k[i] uniforms
