@@ -158,6 +158,29 @@ def test_batched_rollouts_and_target_text_do_not_depend_on_their_batch(llama_pai
         assert text[0] == text[1]
 
 
+def test_a_batch_of_long_prompts_is_prefilled_a_few_rows_at_a_time(llama_pair, monkeypatch):
+    """#32 item 5: the first admission of a batch prefills rows in groups of at most PREFILL_TOKENS padded tokens
+    (a batch of 32 long articles in one forward outgrew the GPU), with the tokens of a single prefill."""
+    from diversed.decoding import engine
+
+    target, draft = llama_pair
+    whole = decode(target, draft, "fixed", {"weight": 0.5}, 1.0, 6)
+    calls = []
+    original = engine._prefill_groups
+
+    def recorded(prefill):
+        for group in original(prefill):
+            calls.append((len(group), max(len(ids) for _, ids in group)))  # [R, longest prompt] of a prefill
+            yield group
+
+    monkeypatch.setattr(engine, "_prefill_groups", recorded)
+    monkeypatch.setattr(engine, "PREFILL_TOKENS", 12)
+    same(whole, decode(target, draft, "fixed", {"weight": 0.5}, 1.0, 6))
+    assert len(calls) > 2 and all(R * L <= 12 or R == 1 for R, L in calls), calls
+    groups = list(engine._prefill_groups([(s, [0] * n) for s, n in enumerate([1, 2, 3, 3, 5, 20])]))
+    assert [[s for s, _ in g] for g in groups] == [[0, 1, 2, 3], [4], [5]]  # 4 x 3 = 12; 5 x 5 > 12; 20 alone
+
+
 def test_batch_size_is_checked(llama_pair):
     target, draft = llama_pair
     with pytest.raises(ValueError, match="batch size must be >= 1, got 0"):

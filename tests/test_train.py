@@ -381,3 +381,18 @@ def test_sft_draft_learns_the_reference_answers(tiny_dir, tmp_path):
     assert json_.loads((out / "distill_manifest.json").read_text())["config"]["finetune"] == "sft"
     with pytest.raises(ValueError, match="unknown finetune 'rl'; allowed: distill, sft"):
         DistillConfig(finetune="rl").validate()
+
+
+def test_training_prompts_keep_their_last_max_prompt_tokens():
+    """#32 item 5: the paper config clips each training prompt to its last 512 tokens (the authors'), so that a
+    long article fits a batch of rollouts; the embedded default keeps whole prompts."""
+    from diversed.plan import load
+    from diversed.training.settings import DistillConfig, HeadTrainConfig
+
+    assert HeadTrainConfig(max_prompt_tokens=3).clip([1, 2, 3, 4, 5]) == [3, 4, 5]
+    assert DistillConfig().clip([1, 2, 3]) == [1, 2, 3]
+    with pytest.raises(ValueError, match="max_prompt_tokens must be >= 1"):
+        HeadTrainConfig(task="arith", max_prompt_tokens=0).validate()
+    jobs = [j for j in load("config/paper.yaml").jobs if j.rule in ("train_head", "train_head_lambda",
+                                                                    "distill_draft")]
+    assert jobs and all("--max-prompt-tokens 512" in str(j) for j in jobs)

@@ -200,6 +200,23 @@ class Row:
     marks: list[tuple] = field(default_factory=list)
 
 
+PREFILL_TOKENS = 16384  # the most padded prompt tokens one prefill forward takes: its activations stay small
+
+
+def _prefill_groups(prefill: list[tuple[int, list[int]]]) -> Iterator[list[tuple[int, list[int]]]]:
+    """(slot, ids) by increasing length -> groups of rows whose padded size rows x longest stays within
+    PREFILL_TOKENS (a longer prompt alone), so that admitting a batch of long articles never prefills them all in
+    one forward."""
+    group: list[tuple[int, list[int]]] = []
+    for item in prefill:
+        if group and (len(group) + 1) * len(item[1]) > PREFILL_TOKENS:
+            yield group
+            group = []
+        group.append(item)
+    if group:
+        yield group
+
+
 class Batch:
     """B cache rows over a queue of prompts: the live rows (slot -> Row), refilled as rows end."""
 
@@ -224,13 +241,13 @@ class Batch:
         for s in self.steppers:
             for slot, _ in joining:
                 s.reset(slot)
-        prefill = [(slot, self.prompts[i][:-1]) for slot, i in joining if len(self.prompts[i]) > 1]
-        if prefill:
-            device = self.steppers[0].device
-            width = max(len(ids) for _, ids in prefill)
-            x = to_device([ids + [0] * (width - len(ids)) for _, ids in prefill], device)  # [R, L]
+        prefill = sorted(((slot, self.prompts[i][:-1]) for slot, i in joining if len(self.prompts[i]) > 1),
+                         key=lambda x: len(x[1]))
+        for group in _prefill_groups(prefill):
+            width = max(len(ids) for _, ids in group)
+            x = to_device([ids + [0] * (width - len(ids)) for _, ids in group], self.steppers[0].device)  # [R, L]
             for s in self.steppers:
-                s(x, [slot for slot, _ in prefill], [len(ids) for _, ids in prefill], last_only=True)
+                s(x, [slot for slot, _ in group], [len(ids) for _, ids in group], last_only=True)
         for slot, i in joining:
             ids = self.prompts[i]
             self.live[slot] = Row(i, Generation(tokens=[], K=self.decoding.K if self.decoding.verifier in

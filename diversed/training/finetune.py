@@ -170,7 +170,7 @@ def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True,
     pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers)
     task = get_task(cfg.task, cfg.data_files)
     examples = task.examples("train", cfg.n_train, seed=cfg.seed, prompt_format=cfg.prompt_format)
-    prompts = [encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.prompt_format == "chat") for ex in examples]
+    prompts = [cfg.clip(encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.prompt_format == "chat")) for ex in examples]
     if cfg.finetune == "sft":
         seqs = [(ids, answer_ids(pair.tokenizer, text, cfg.max_new_tokens))
                 for ids, text in zip(prompts, task.answers("train", cfg.n_train, seed=cfg.seed), strict=True)]

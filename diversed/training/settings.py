@@ -38,8 +38,14 @@ class TrainConfig:
     device: str = option("cpu", "cpu | cuda | cuda:N")
     prompt_format: str = option("chat", "chat (the task's instructions in the chat template) | raw (the task's "
                                         "plain template: the authors')")
+    max_prompt_tokens: int | None = option(None, "keep each training prompt's last N tokens (the authors' 512: a "
+                                                 "long article then fits a batch of rollouts); none: whole prompts")
 
     COUNTS = ("n_train", "epochs", "max_new_tokens")  # integers that must be >= 1
+
+    def clip(self, ids: list[int]) -> list[int]:
+        """A training prompt's token ids, its last max_prompt_tokens (the question and the reply's header)."""
+        return ids if self.max_prompt_tokens is None else ids[-self.max_prompt_tokens:]
 
     def validate(self) -> None:
         if self.prompt_format not in PROMPT_FORMATS:
@@ -49,6 +55,8 @@ class TrainConfig:
         for name in self.COUNTS:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
+            raise ValueError(f"max_prompt_tokens must be >= 1 or none, got {self.max_prompt_tokens}")
 
 
 @dataclass

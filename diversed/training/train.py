@@ -262,7 +262,7 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
         examples = task.examples("train", cfg.n_train, seed=cfg.seed, prompt_format=cfg.prompt_format)
     if pair is None:
         pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers)
-    encoded = [encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.prompt_format == "chat") for ex in examples]
+    encoded = [cfg.clip(encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.prompt_format == "chat")) for ex in examples]
     job = HeadJob(cfg, pair, examples, encoded, task_reward(task, cfg.reward), eos_set(pair.target),
                   execution or Execution.here())
     head = WeightHead(hidden_size(pair.target), hidden_size(pair.draft)).bind(pair.target, pair.draft)
