@@ -314,9 +314,11 @@ class Plan:
         return flags(RunConfig, max_new_tokens=self.tasks[task]["max_new_tokens"], temperature=temperature(T),
                      sampling=c["sampling"], prompt_format=c["prompt_format"], K=K, seed=seed)
 
-    def _execution(self) -> str:
+    def _execution(self, timed: bool = False) -> str:
+        """The engine's flags; timed: a timing job's (batch 1), whose capture is execution.timed_capture if set."""
         e = self.config["execution"]
-        return flags(capture=e["capture"], no_fastpath=not e["fastpath"])
+        capture = e["timed_capture"] if timed and e["timed_capture"] else e["capture"]
+        return flags(capture=capture, no_fastpath=not e["fastpath"])
 
     def _labels(self, **labels) -> str:
         return " ".join(f"--label {k}={v}" for k, v in {**labels, "experiment": self.config["experiment"]}.items())
@@ -449,7 +451,7 @@ class Plan:
                    {"pair": self._pair_flags(pair),
                     "prompts": self._prompt_flags(task, "dev", t["n_dev"], runs[0].prompts),
                     "decoding": self._decoding_flags(task, T, 0),
-                    "labels": self._labels(pair=pair, task=task, timing=1), "execution": self._execution(),
+                    "labels": self._labels(pair=pair, task=task, timing=1), "execution": self._execution(timed=True),
                     "runs": " ".join(r.spec() for r in runs)},
                    threads=None, gpu=self._gpu(pair), runs=tuple(runs))
 
@@ -490,7 +492,7 @@ class Plan:
                      "prompts": self._prompt_flags(task, "eval", t["n_eval"], runs[0].prompts if timing else None),
                      "decoding": self._decoding_flags(task, w["T"], seed),
                      "labels": self._labels(pair=pair, task=task, **({"timing": 1} if timing else {})),
-                     "execution": self._execution(), "runs": " ".join(r.spec() for r in runs)}
+                     "execution": self._execution(timed=timing), "runs": " ".join(r.spec() for r in runs)}
         if not timing:
             job_flags["batch"] = str(self.config["batch_size"])
         return Job(rule, w, inputs, self._make_outputs(rule, w), job_flags,

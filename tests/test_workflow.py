@@ -165,6 +165,18 @@ def test_quality_decodes_are_batched_and_timing_decodes_interleaved_at_batch_1()
     assert {r.prompts for job in plan.of("time") for r in job.runs} == {2}
 
 
+def test_timed_jobs_take_their_own_capture():
+    """#32 item 3: the paper config times its batch-1 jobs with CUDA graphs and decodes its batched ones eagerly;
+    without timed_capture every job takes execution.capture."""
+    captures = {}
+    for job in load(ROOT / "config" / "paper.yaml").jobs:
+        if job.rule in ("decode", "decode_transfer", "sweep", "time", "time_sweep", "train_head_lambda"):
+            captures.setdefault(job.rule, set()).add(job.flags["execution"])
+    assert captures["time"] == captures["time_sweep"] == {"--capture graph"}
+    assert captures["decode"] == captures["sweep"] == captures["train_head_lambda"] == {"--capture none"}
+    assert {j.flags["execution"] for j in smoke().jobs if j.rule in ("time", "decode")} == {"--capture none"}
+
+
 def test_lambda_is_chosen_on_dev_for_the_tasks_of_the_lambda_sweep():
     """A task of lambda_sweep gets its head from sweep_lambda (a head per value, decoded on dev beside strict),
     never from train_head at the config's lambda; the other tasks train at it."""

@@ -60,7 +60,7 @@ def paper_pair(runs: pd.DataFrame | None, units: pd.DataFrame) -> tuple[str, str
 
 # what a run's prompt rows carry of its record: the keys every table and claim selects on
 UNIT_KEYS = ["pair", "task", "method", "head_task", "temperature", "K", "weight", "mixing", "knob",
-             "deferral", "hardware",
+             "deferral", "hardware", "capture",
              "metric", "timing", "batch_size"]
 
 
@@ -260,20 +260,21 @@ SPEED_COLUMNS = (("tokens_per_s", 1, 1), ("speedup", 1, 2), ("draft_acceptance_r
 
 
 def speed_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per pair/task/T/method/K and hardware, from the timed units (timed_units): tokens/s and the speedup over
-    target-only decoding (ratios of totals over the same prompts and seeds, timed in the same job on the same
-    hardware), acceptance, tau, bias, quality and its reference-free fidelity (target log p per token, target
-    argmax agreement), each with its 95% interval over prompts. Runs with another task's head (decoded in jobs
-    without a target-only run) stay out."""
+    """Per pair/task/T/method/K, hardware and capture mode (eager, CUDA graphs, compiled), from the timed units
+    (timed_units): tokens/s and the speedup over target-only decoding (ratios of totals over the same prompts and
+    seeds, timed in the same job on the same hardware), acceptance, tau, bias, quality and its reference-free
+    fidelity (target log p per token, target argmax agreement), each with its 95% interval over prompts. Runs
+    with another task's head (decoded in jobs without a target-only run) stay out."""
     rows = []
-    keys = ["pair", "task", "temperature", "method", "K", "hardware"]
+    keys = ["pair", "task", "temperature", "method", "K", "hardware", "capture"]
     timed = timed_units(units)
+    timed = timed if "capture" in timed else timed.assign(capture="none")  # a prompt table of before it was kept
     own = timed[timed["head_task"] == ""]
     for key, g in own.groupby(keys, sort=True, dropna=False):
         row = dict(zip(keys, key, strict=True))
         row["K_text"] = "–" if pd.isna(row["K"]) else str(int(row["K"]))  # the baselines have no K
         base = select(own, pair=row["pair"], task=row["task"], temperature=row["temperature"],
-                      method="autoregressive", hardware=row["hardware"])
+                      method="autoregressive", hardware=row["hardware"], capture=row["capture"])
         scale_q, digits_q = quality_scale(g["metric"].iloc[0])
         for col, scale, digits in SPEED_COLUMNS:
             if col == "speedup":

@@ -449,6 +449,7 @@ class Run:
             "bias_tv": s["bias_tv"], "tokens_per_s": s["tokens_per_s"], "batch_size": self.batch_size,
             "seconds_per_sample": math.nan if s["time_total"] is None else s["time_total"] / max(s["prompts"], 1),
             "hardware": hardware_label(self.manifest.get("hardware"), c.get("device", "cpu")),
+            "capture": self.manifest.get("execution", {}).get("capture", "none"),  # how its steps ran (timing)
             "metric": scores["metric"], "quality": scores["quality"],
             "target_logprob": scores["fidelity"]["target_logprob"],
             "target_argmax_agreement": scores["fidelity"]["target_argmax_agreement"],
