@@ -123,8 +123,8 @@ def test_one_host_sync_per_speculative_step(monkeypatch, capture):
 
 @pytest.fixture
 def eager_capture(monkeypatch):
-    """The captured step's math (padded to its bucket, whole-cache attention under a mask by position) without
-    compiling it: what a CUDA graph replays, runnable on a CPU."""
+    """The captured step's math (padded to its bucket, attention over its window of the cache under a mask by
+    position) without compiling it: what a CUDA graph replays, runnable on a CPU."""
     monkeypatch.setattr(fastpath, "_compiled", lambda fn: fn)
     fastpath.clear()
     yield
@@ -146,7 +146,22 @@ def test_padded_whole_cache_steps_match_the_full_forward(model_type, eager_captu
     s.crop(18)
     got.append(s(seq[18:24])[0])
     got.append(s(seq[24:40])[0])
-    assert sorted(s.fast.steps) == [1, 2, 6]
+    assert sorted(P for P, _ in s.fast.steps) == [1, 2, 6]
+    assert {W for _, W in s.fast.steps} == {fastpath.WINDOW_MIN} and s.fast.capacity > fastpath.WINDOW_MIN
+    assert torch.allclose(torch.cat(got), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_a_captured_step_attends_over_its_live_length_bucketed(eager_capture):
+    """#32 item 3: past 256 positions the window doubles (one capture per bucket and window), never the whole
+    cache of a long run, and the logits stay the full forward's."""
+    model = tiny("llama")
+    seq = torch.randint(3, 96, (300,), generator=torch.Generator().manual_seed(1)).tolist()
+    with torch.no_grad():
+        ref = model(torch.tensor([seq])).logits[0]  # [300, V]
+    s = Stepper(model, max_len=1000, execution=COMPILE, buckets=(1,))
+    got = [s(seq[:250])[0]] + [s([t])[0] for t in seq[250:300]]  # 6 steps at window 256, then 512
+    assert sorted(s.fast.steps) == [(1, 256), (1, 512)] and s.fast.capacity == 1025
+    assert fastpath.window_bucket(2000, 1025) == 1025
     assert torch.allclose(torch.cat(got), ref, atol=1e-4, rtol=1e-4)
 
 

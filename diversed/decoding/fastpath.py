@@ -9,8 +9,10 @@ back to the transformers modules for other architectures, or when its Execution 
 
 Capture (`capture=`): the fixed-shape steps (the draft's 1-token step, the target's K + 1-token
 verification) can run as one CUDA graph each ("graph"), or compiled by torch.compile and, on a GPU,
-graphed ("compile"). A captured step is padded to its bucket length and attends over the whole cache
-under a mask by position, so its shapes never change; prefill and other lengths run eagerly.
+graphed ("compile"). A captured step is padded to its bucket length and attends over a window of the cache
+under a mask by position: the live length rounded up to a power of two (WINDOW_MIN at least), one capture per
+(bucket, window), so its shapes never change and a short sequence does not read the whole cache; prefill and
+other lengths run eagerly.
 
 State kept across calls, and its owner:
 - per model (`ModelState`: the projections of its weights and its pooled captured decoders), held under a
@@ -220,8 +222,9 @@ class FastDecoder:
             window = min(max(n) + T, self.capacity)  # a padded row's tail is clamped to the last position
             h = forward(self, ids, pos, index, window, masked=T > 1 or R > 1)  # [R, T, h]
             logits = None
-        else:  # every row, in the bucket's fixed shape
-            step = self.steps.get(P) or self.steps.setdefault(P, CapturedStep(self, P))
+        else:  # every row, in the bucket's fixed shape, over the live length's window
+            W = window_bucket(max(n) + P, self.capacity)
+            step = self.steps.get((P, W)) or self.steps.setdefault((P, W), CapturedStep(self, P, W))
             logits, h = step(ids, pos)  # [B, P, V], [B, P, h]: static buffers, reused by the next call
             logits, h = logits[:, :T], h[:, :T]
         if last_only:
@@ -335,20 +338,32 @@ def _compiled(fn: Callable) -> Callable:
     return torch.compile(fn, fullgraph=True, dynamic=False)
 
 
-def _step(dec: FastDecoder, ids: torch.Tensor, pos: torch.Tensor, layer: Callable) -> tuple[torch.Tensor, torch.Tensor]:
-    """A fixed-shape step of every row: ids, pos [B, P] -> (logits [B, P, V], h [B, P, h]) over the whole cache."""
-    h = forward(dec, ids, pos, None, dec.capacity, masked=True, layer=layer)  # [B, P, h]
+WINDOW_MIN = 256  # the shortest window a captured step attends over
+
+
+def window_bucket(live: int, capacity: int) -> int:
+    """The cache window a captured step over `live` positions attends over: the next power of two, at least
+    WINDOW_MIN, at most the capacity."""
+    return min(capacity, max(WINDOW_MIN, 1 << (live - 1).bit_length()))
+
+
+def _step(dec: FastDecoder, ids: torch.Tensor, pos: torch.Tensor, window: int,
+          layer: Callable) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fixed-shape step of every row: ids, pos [B, P] -> (logits [B, P, V], h [B, P, h]) over cache positions
+    [0, window)."""
+    h = forward(dec, ids, pos, None, window, masked=True, layer=layer)  # [B, P, h]
     return (dec.post(h.reshape(-1, h.shape[-1])).view(*h.shape[:2], -1) if dec.post else h), h
 
 
 class CapturedStep:
-    """The step of one bucket length P on static input buffers: compiled and/or one CUDA graph.
+    """The step of one bucket length P over cache window W on static input buffers: compiled and/or one CUDA
+    graph.
 
     The graph is captured at the first call, on that call's own inputs: warm-up runs write the same keys
     and values the real step writes, so nothing in the cache is disturbed."""
 
-    def __init__(self, dec: FastDecoder, P: int):
-        self.dec = dec
+    def __init__(self, dec: FastDecoder, P: int, W: int):
+        self.dec, self.window = dec, W
         device = dec.embed.device
         self.ids = torch.zeros(dec.rows, P, dtype=torch.long, device=device)  # [B, P] (the tail past T: padding)
         self.pos = torch.zeros(dec.rows, P, dtype=torch.long, device=device)  # [B, P]
@@ -357,7 +372,7 @@ class CapturedStep:
         self.graph, self.out = None, None
 
     def run(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return _step(self.dec, self.ids, self.pos, self.layer)
+        return _step(self.dec, self.ids, self.pos, self.window, self.layer)
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """ids, pos [B, T <= P]: the padding's positions continue each row's (clamped to the cache)."""
