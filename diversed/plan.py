@@ -166,6 +166,11 @@ def check(config: dict) -> None:
     if unknown := sorted(set(config["tasks"]) - set(registry())):
         raise ValueError(f"unknown task(s) {', '.join(unknown)} in the config; allowed: "
                          f"{', '.join(sorted(registry()))}")
+    e = config["execution"]
+    on_cpu = sorted(name for name, p in config["pairs"].items() if not str(p.get("device", "cuda")).startswith("cuda"))
+    if on_cpu and "graph" in (e["capture"], e["timed_capture"]):
+        raise ValueError(f"execution: capture 'graph' (CUDA graphs) needs a CUDA device; pair(s) {', '.join(on_cpu)} "
+                         "run on the CPU: use 'none' or 'compile' (timed_capture: null takes capture)")
     lam = config["lambda_sweep"]
     if unknown := sorted(set(lam["tasks"]) - set(config["tasks"])):
         raise ValueError(f"lambda_sweep task(s) {', '.join(unknown)} are not among the config's tasks")

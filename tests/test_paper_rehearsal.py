@@ -57,6 +57,7 @@ def rehearsal_config(wd, build: bool = True) -> dict:
     for name, kind in PAIRS.items():
         paths = build_pair(wd / "models", name, kind) if build else {r: str(wd / name / r) for r in ("target", "draft")}
         config["pairs"][name] |= paths | {"device": "cpu"}
+    config["execution"] |= {"timed_capture": None}  # CUDA graphs need a GPU
     config["tasks"] = {}
     for task in TASKS:
         for split, ids in ROWS.items():

@@ -145,6 +145,7 @@ def test_sweeps_decode_the_dev_split():
     ({"lambda_sweep": {"tasks": ["arith"], "values": []}}, "lambda_sweep names tasks but no values"),
     ({"methods": ["strict", "typical"]}, "sweep.families"),
     ({"sweep": {"families": {"topk": [1.5]}}}, "integer"),
+    ({"execution": {"timed_capture": "graph"}}, "needs a CUDA device; pair.s. tiny run on the CPU"),
 ])
 def test_bad_config_is_refused(change, message):
     with pytest.raises(ValueError, match=message):
