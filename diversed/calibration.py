@@ -58,7 +58,7 @@ def binary(discordant: tuple[float, float]) -> Callable:
     """0/1 answers of A and B on the same prompts (B right on 70%), discordant with probabilities (A right B wrong,
     A wrong B right): their difference is the boundary of non-inferiority at the accuracy margin."""
     d10, d01 = discordant
-    cells = np.array([0.7 - d01 - (0.0), d10, d01, 0.0])
+    cells = np.array([0.7 - d01, d10, d01, 0.0])
     cells[3] = 1 - cells[:3].sum()  # (A, B) = (1, 1), (1, 0), (0, 1), (0, 0)
 
     def draw(rng, n):

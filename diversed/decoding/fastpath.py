@@ -34,6 +34,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from diversed.decoding import transfer
 from diversed.decoding.settings import CAPTURES
 from diversed.decoding.transfer import to_device
 
@@ -218,7 +219,7 @@ class FastDecoder:
         pos = (to_device(n, device)[:, None] + torch.arange(T, device=device)).clamp_max(self.capacity - 1)
         P = next((b for b in self.buckets if b >= T), None)
         if P is None or rows != list(range(self.rows)):  # eager: attend over the filled positions only
-            index = None if self.rows == R and rows == list(range(R)) else to_device(rows, device)
+            index = None if self.rows == R and rows == list(range(R)) else transfer.index(tuple(rows), device)
             window = min(max(n) + T, self.capacity)  # a padded row's tail is clamped to the last position
             h = forward(self, ids, pos, index, window, masked=T > 1 or R > 1)  # [R, T, h]
             logits = None
@@ -228,7 +229,7 @@ class FastDecoder:
             logits, h = step(ids, pos)  # [B, P, V], [B, P, h]: static buffers, reused by the next call
             logits, h = logits[:, :T], h[:, :T]
         if last_only:
-            at = to_device([k - 1 for k in lengths], device)[:, None, None]  # [R, 1, 1]
+            at = transfer.index(tuple(k - 1 for k in lengths), device)[:, None, None]  # [R, 1, 1]
             h = h.gather(1, at.expand(R, 1, h.shape[-1]))  # [R, 1, h]
             logits = None if logits is None else logits.gather(1, at.expand(R, 1, logits.shape[-1]))
         if logits is None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from diversed.decoding import fastpath
+from diversed.decoding import fastpath, transfer
 from diversed.decoding.models import draft_vocabulary
 from diversed.decoding.settings import Execution
 from diversed.decoding.transfer import to_device
@@ -198,12 +198,12 @@ class Stepper:
         n = [self.held[r] for r in rows]
         pos = to_device(n, self.device)[:, None] + torch.arange(T, device=self.device)  # [R, T]
         window = max(n) + T
-        index = None if rows == list(range(self.rows)) else to_device(rows, self.device)
+        index = None if rows == list(range(self.rows)) else transfer.index(tuple(rows), self.device)
         self.cache.at(index, pos, window)
         h = self.decoder(input_ids=x, attention_mask=self._masks(pos, window), position_ids=pos,
                          cache=self.cache.cache, use_cache=True).last_hidden_state  # [R, T, h]
         if last_only:
-            at = to_device([k - 1 for k in lengths], self.device)[:, None, None]  # [R, 1, 1]
+            at = transfer.index(tuple(k - 1 for k in lengths), self.device)[:, None, None]  # [R, 1, 1]
             h = h.gather(1, at.expand(R, 1, h.shape[-1]))  # [R, 1, h]
         for r, k in zip(rows, lengths, strict=True):
             self.held[r] += k

@@ -5,6 +5,8 @@ device-to-host read is engine._to_host; tests/test_fastpath.py counts both."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 
@@ -15,3 +17,10 @@ def to_device(data, device: torch.device, dtype: torch.dtype = torch.long) -> to
     if torch.device(device).type == "cuda":
         return host.pin_memory().to(device, non_blocking=True)
     return host
+
+
+@functools.lru_cache(maxsize=1024)
+def index(values: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """A constant index [len(values)] (long) on device, copied once per batch shape: the cache rows of a step, each
+    row's last position (read-only: its users never write it)."""
+    return to_device(list(values), device)
