@@ -365,9 +365,10 @@ class Test:
         """The power statements planned for a Holm-adjusted "holds" over `family` settings (needed_prompts)."""
         if family < 2 or not self.plans:
             return self
-        needs = iter([planned_prompts(*plan, family=family) for plan in self.plans])
-        why = re.sub(r"needs ≈ \d+", lambda _: f"needs ≈ {next(needs)}", self.why)
-        return dataclasses.replace(self, why=why, need=max(planned_prompts(*p, family=family) for p in self.plans))
+        needs = [planned_prompts(*plan, family=family) for plan in self.plans]
+        each = iter(needs)
+        why = re.sub(r"needs ≈ \d+", lambda _: f"needs ≈ {next(each)}", self.why)
+        return dataclasses.replace(self, why=why, need=max(needs))
 
 
 def superior(e: Estimate, above: float = 0.0) -> Test:
