@@ -33,7 +33,7 @@ def decode(target, draft, prompts: int, tokens: int, execution: Execution, seed:
     t0 = time.perf_counter()
     decoding = Decoding("fixed", weight=0.5, K=5, max_new_tokens=tokens, sampling=Sampling(1.0), eos_token_id=())
     gens = [speculative_generate(target, draft, [1, 10 + i % 100, 20], decoding,
-                                 generator=torch.Generator().manual_seed(seed + i), execution=execution)
+                                 seed=seed + i, execution=execution)
             for i in range(prompts)]
     return time.perf_counter() - t0, gens
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-import torch
-
 from diversed.bench import step_ms
 from diversed.decoding.engine import speculative_generate
 from diversed.decoding.models import draft_vocabulary, encode_prompt, load_model, load_tokenizer
@@ -52,7 +50,7 @@ def main() -> None:
             for setting, kw in SETTINGS.items():
                 decoding = Decoding(K=a.K, max_new_tokens=a.max_new_tokens, sampling=Sampling(a.temperature), **kw)
                 gens = [speculative_generate(target, draft, ids, decoding, execution=execution,
-                                             generator=torch.Generator().manual_seed(i))
+                                             seed=i)
                         for i, ids in enumerate(ids_list)]
                 row[f"{task} {setting}"] = summarize(gens)["conditional_acceptance"]
         rows.append(row)

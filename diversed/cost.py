@@ -12,6 +12,7 @@ run at the config's batch_size, timing decodes at batch 1. Print the tables of a
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 
@@ -67,15 +68,17 @@ def layer_workspace(a: Arch, tokens: int, width: int) -> float:
 
 @dataclass(frozen=True)
 class Workload:
-    """The sizes a job's memory depends on: tokens, the longest prompt + completion (a long CNN/DM article);
-    new_tokens a rollout's; batch_size rollouts a head-training step decodes together; K the draft length;
-    decode_batch the rows a decode job runs in lockstep."""
+    """The sizes a job's memory depends on: tokens, the longest prompt + completion a decode holds (a long CNN/DM
+    article); train_tokens a training job's (its prompts cut at max_prompt_tokens; default: tokens); new_tokens a
+    rollout's; batch_size rollouts a head-training step decodes together; K the draft length; decode_batch the rows
+    a decode job runs in lockstep."""
 
     tokens: int = 2048
     new_tokens: int = 128
     batch_size: int = 8
     K: int = 5
     decode_batch: int = 1
+    train_tokens: int | None = None
 
 
 def estimate(target: str, draft: str, job: str, *, dtype: str = "bfloat16",
@@ -87,8 +90,8 @@ def estimate(target: str, draft: str, job: str, *, dtype: str = "bfloat16",
     distill (the draft trained as distill_draft does: bfloat16 with AdamW16 when dtype is bfloat16, else float32
     with AdamW, activation checkpointing)."""
     load = load or Workload()
-    tokens, new_tokens, batch_size, K, decode_batch = (load.tokens, load.new_tokens, load.batch_size, load.K,
-                                                       load.decode_batch)
+    new_tokens, batch_size, K, decode_batch = load.new_tokens, load.batch_size, load.K, load.decode_batch
+    tokens = load.tokens if job == "decode" else load.train_tokens or load.tokens
     if job not in JOBS:
         raise ValueError(f"unknown job {job!r}; allowed: {', '.join(JOBS)}")
     if dtype not in BYTES:
@@ -128,6 +131,24 @@ FLOPS = 4e14  # bf16 multiply-adds x 2 per second, sustained (an H100's dense pe
 LAYER_MS = 0.25
 TAU = 1.25  # tokens per speculative step at a low acceptance (alpha ~0.2 with K = 5): the slow end
 PROMPT_TOKENS = {"gsm8k": 150, "mbpp": 150, "cnndm": 900, "xsum": 500}  # typical prompt lengths (others: 256)
+# each task's longest eval prompt in tokens, raw template included: assumed (the hub's data is not read here); every
+# run records each prompt's prompt_tokens in its records, which checks these at first use (others: 512)
+LONGEST_PROMPT = {"gsm8k": 400, "mbpp": 700, "cnndm": 3000, "xsum": 3000}
+
+
+def workloads(plan: Plan) -> dict[str, Workload]:
+    """Each task's Workload in a plan: its longest prompt (LONGEST_PROMPT) and max_new_tokens, the config's K and
+    quality-decode batch, head training's batch. Training prompts are cut at max_prompt_tokens (where set), decode
+    prompts are not."""
+    c = plan.config
+    train = c.get("train_head", {})
+    loads = {}
+    for task, t in plan.tasks.items():
+        longest, new = LONGEST_PROMPT.get(task, 512), t["max_new_tokens"]
+        cut = min(longest, train.get("max_prompt_tokens") or longest)
+        loads[task] = Workload(tokens=longest + new, new_tokens=new, batch_size=train.get("batch_size", 8),
+                               K=max(c.get("K", [5])), decode_batch=c["batch_size"], train_tokens=cut + new)
+    return loads
 
 
 def step_ms(a: Arch, rows: int = 1, tokens: int = 1, context: int = 0, dtype: str = "bfloat16") -> float:
@@ -257,18 +278,25 @@ def crossover_table(pairs: dict[str, dict], taus=(2.0, 3.0, 4.0), K: int = 5, co
     return "\n".join(rows)
 
 
-def table(pairs: dict[str, dict], load: Workload | None = None) -> str:
-    """Markdown: the computed GB (10^9 bytes) of each pair's decode, head-training and distillation job at load's
-    sizes; pairs as in a config ({name: {target, draft, dtype}})."""
+def table(pairs: dict[str, dict], load: Workload | dict[str, Workload] | None = None) -> str:
+    """Markdown: the computed GB (10^9 bytes) of each pair's decode, head-training and distillation job; pairs as in
+    a config ({name: {target, draft, dtype, batch_size}}: a pair's own batch_size sets its decode rows). load: one
+    Workload, or one per task (workloads()), each job then at its largest task's, named."""
+    loads = load if isinstance(load, dict) else {"": load}
     rows = ["| pair | target / draft | decode | train head | distill |", "|---|---|---|---|---|"]
     for name, p in pairs.items():
-        gb = [total(estimate(p["target"], p["draft"], job, dtype=p.get("dtype", "bfloat16"), load=load)) / GB
-              for job in JOBS]
-        rows.append(f"| {name} | {p['target']} / {p['draft']} | " + " | ".join(f"{x:.1f} GB" for x in gb) + " |")
+        cells = []
+        for job in JOBS:
+            gb, task = max(((total(estimate(p["target"], p["draft"], job, dtype=p.get("dtype", "bfloat16"), load=w if
+                                            w is None or "batch_size" not in p else
+                                            dataclasses.replace(w, decode_batch=p["batch_size"]))) / GB, task)
+                            for task, w in loads.items()), key=lambda x: x[0])
+            cells.append(f"{gb:.1f} GB" + (f" ({task})" if task else ""))
+        rows.append(f"| {name} | {p['target']} / {p['draft']} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
 if __name__ == "__main__":
     plan = load(*(sys.argv[1:] or ["config/paper.yaml"]))  # several files layer (paper-gemma.yaml)
-    print(table(plan.pairs, Workload(decode_batch=plan.config["batch_size"])), cost_table(plan),
+    print(table(plan.pairs, workloads(plan)), cost_table(plan),
           crossover_table(plan.pairs), sep="\n\n")

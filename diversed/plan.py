@@ -302,6 +302,11 @@ class Plan:
         """An untimed job's threads: config job_threads (None: every core)."""
         return self.config["job_threads"]
 
+    def _batch(self, pair: str) -> int:
+        """The rows a pair's quality decodes run in lockstep: its own batch_size, else the config's (also for a
+        "{pair}" pattern: the batch is in no path)."""
+        return self.pairs.get(pair, {}).get("batch_size") or self.config["batch_size"]
+
     def _gpu(self, pair: str) -> int:
         return 1 if self.pairs[pair]["device"].startswith("cuda") else 0
 
@@ -386,7 +391,7 @@ class Plan:
                    {"pair": self._pair_flags(pair), "prompts": self._prompt_flags(task, "dev", t["n_dev"]),
                     "decoding": self._decoding_flags(task, lam["temperature"], 0, K),
                     "heads": flags(heads=heads), "tolerance": self._tolerance(),
-                    "batch": str(self.config["batch_size"]),
+                    "batch": str(self._batch(pair)),
                     "execution": self._execution(), "labels": self._labels(pair=pair), "out": LAMBDA.format(**w),
                     "head_out": HEAD.format(**w)},
                    threads=self._threads(), gpu=self._gpu(pair), runs=tuple(runs))
@@ -442,7 +447,7 @@ class Plan:
                       {"pair": self._pair_flags(pair), "prompts": self._prompt_flags(task, "dev", t["n_dev"]),
                        "decoding": self._decoding_flags(task, T, 0, K), "grid": grid,
                        "references": flags(head=inputs.get("head"), target_only=self.sweep_target),
-                       "tolerance": self._tolerance(), "batch": str(self.config["batch_size"]),
+                       "tolerance": self._tolerance(), "batch": str(self._batch(pair)),
                        "execution": self._execution(), "labels": self._labels(pair=pair), "out": SWEEP.format(**w)},
                       threads=self._threads(), gpu=self._gpu(pair), runs=tuple(runs))
             if read and K in self.config["K"] and float(T) in map(float, self.config["temperatures"]):
@@ -499,7 +504,7 @@ class Plan:
                      "labels": self._labels(pair=pair, task=task, **({"timing": 1} if timing else {})),
                      "execution": self._execution(timed=timing), "runs": " ".join(r.spec() for r in runs)}
         if not timing:
-            job_flags["batch"] = str(self.config["batch_size"])
+            job_flags["batch"] = str(self._batch(pair))
         return Job(rule, w, inputs, self._make_outputs(rule, w), job_flags,
                    threads=None if timing else self._threads(), gpu=self._gpu(pair), runs=tuple(runs))
 
@@ -535,12 +540,12 @@ class Plan:
     def _run(self, rule: str, dir: str, at: dict, **run) -> PlannedRun:
         """A run of `rule` in `dir` at setting `at` (pair, task, T, K, seed; values or "{name}" patterns); run: its
         method, verifier, split, prompts and, where they apply, timing and changes. Its token budget is its task's,
-        its batch the config's (1 when timed)."""
+        its batch the pair's (1 when timed)."""
         K, task = at.get("K"), at["task"]
         return PlannedRun(dir=dir, rule=rule, pair=at["pair"], task=task, temperature=_value(at["T"], float),
                           K=None if K is None else _value(K, int), seed=_value(at.get("seed", 0), int),
                           max_new_tokens=self.tasks[task]["max_new_tokens"] if task in self.tasks else 0,
-                          batch_size=1 if run.get("timing") else self.config["batch_size"], **run)
+                          batch_size=1 if run.get("timing") else self._batch(at["pair"]), **run)
 
     def _run_list(self, rule: str, w: dict[str, str], head: str | None = None) -> list[PlannedRun]:
         """The runs of a decode, time, decode_transfer or time_sweep job at wildcards w (values, or "{name}"

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from diversed.decoding.rng import DRAFT, Draws, Stream, key, stream_seed
 from diversed.decoding.verifiers import Criterion, _as_weight, logits_to_probs, synthetic_rows, verify_rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,22 +68,24 @@ def tiny(model_type: str, seed: int = 0):
     return model
 
 
-def reference_speculative(target, draft, ids, *, K, n_new, w, temperature, generator, mixing="linear"):
-    """Cache-free reference: every step re-encodes the whole sequence through both models."""
+def reference_speculative(target, draft, ids, *, K, n_new, w, temperature, seed, mixing="linear"):
+    """Cache-free reference: every step re-encodes the whole sequence through both models; step s draws from
+    count s of the stream of `seed`, at the engine's lanes."""
+    stream = Stream(seed)
     tokens = list(ids)
     new: list[int] = []
     while len(new) < n_new:
         k = min(K, n_new - len(new) - 1)
-        drafts, q_rows = [], []
-        for _ in range(k):
+        drafts, q_rows, draws = [], [], stream.next()
+        for j in range(k):
             logits = draft(torch.tensor([tokens + drafts])).logits[0, -1].float()
             q_i = logits_to_probs(logits, temperature)
-            drafts.append(int(torch.multinomial(q_i, 1, generator=generator)))
+            drafts.append(int(draws.categorical(q_i[None], DRAFT + j)))
             q_rows.append(q_i)
         logits = target(torch.tensor([tokens + drafts])).logits[0, -(k + 1):].float()
         p = logits_to_probs(logits, temperature)
         q = torch.stack(q_rows) if q_rows else p.new_zeros(0, p.shape[-1])
-        v = verify(torch.tensor(drafts, dtype=torch.long), q, p, w, mixing=mixing, generator=generator)
+        v = verify(torch.tensor(drafts, dtype=torch.long), q, p, w, mixing=mixing, draws=draws)
         emitted = drafts[: v.n_accepted] + [v.next_token]
         tokens += emitted
         new += emitted
@@ -293,7 +296,7 @@ def verify(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, w: floa
     Greedy: accept while x_i == argmax nu_i; correction argmax nu_n; bonus argmax p_{K+1}.
     w = 1 is exactly standard speculative sampling (Leviathan et al. 2023, Algorithm 1).
     log_p [K + 1, V] / log_q [K, V]: optional log-probabilities, used by logit mixing (no underflow).
-    kw: verify_on_device's (mixing, greedy, generator, log_p, log_q, test, knob).
+    kw: verify_on_device's (mixing, greedy, draws or stream, log_p, log_q, test, knob).
     """
     _as_weight(w, q.shape[:1], q.device)  # the range check; verify_on_device trusts its caller
     n, next_token, bias = verify_on_device(draft_tokens, q, p, w, **kw)
@@ -309,7 +312,8 @@ def verify_on_device(
     *,
     mixing: str = "linear",
     greedy: bool = False,
-    generator: torch.Generator | None = None,
+    draws: Draws | None = None,
+    stream: Stream | None = None,
     log_p: torch.Tensor | None = None,
     log_q: torch.Tensor | None = None,
     test: str = "ensemble",
@@ -318,7 +322,8 @@ def verify_on_device(
     """verify() without a host sync: (n_accepted [] long, next_token [] long, bias_tv [K + 1]) on the device.
 
     bias_tv[i] = TV(nu_i, p_i) for i < K and 0 for the bonus position; the emitted tokens' biases are
-    bias_tv[:n + 1]. One row of verify_rows; w is trusted to lie in [0, 1] (verify checks it).
+    bias_tv[:n + 1]. One row of verify_rows; w is trusted to lie in [0, 1] (verify checks it). Its random numbers:
+    draws (one row), else the next step of stream, else the first step of seed 0's stream.
     """
     K, V = q.shape
     if draft_tokens.shape != (K,) or p.shape != (K + 1, V):
@@ -328,7 +333,8 @@ def verify_on_device(
         )
     w = torch.as_tensor(w, dtype=torch.float32, device=q.device).expand(K)
     logs = tuple(None if x is None else x[None] for x in (log_p, log_q))
-    n, next_token, bias = verify_rows(draft_tokens[None], q[None], p[None], w[None], [K], generators=[generator],
+    draws = draws if draws is not None else (stream or Stream(0)).next()
+    n, next_token, bias = verify_rows(draft_tokens[None], q[None], p[None], w[None], [K], draws=draws,
                                       criterion=Criterion(test, mixing, greedy, knob), logs=logs)
     return n[0], next_token[0], bias[0]
 
@@ -336,32 +342,37 @@ def verify_on_device(
 
 
 def synthetic_verify(K: int, p: torch.Tensor, acceptance: float, *, greedy: bool = False,
-                     generator: torch.Generator | None = None) -> Verdict:
+                     stream: Stream | None = None) -> Verdict:
     """Accept each of K drafts with probability `acceptance`, independently, up to the first rejection
     (as vLLM's synthetic rejection sampler), then emit a target token at the stopping position.
 
     For timing the engine at real model sizes with random weights, where real acceptance is
     meaningless: the forwards, the rollback and the token counts are those of a real run at alpha.
     """
-    n, next_token, bias = synthetic_on_device(K, p, acceptance, greedy=greedy, generator=generator)
+    n, next_token, bias = synthetic_on_device(K, p, acceptance, greedy=greedy, stream=stream)
     n, next_token = torch.stack([n, next_token]).tolist()
     return Verdict(n_accepted=n, next_token=next_token, bias_tv=bias[: n + 1])
 
 
 def synthetic_on_device(K: int, p: torch.Tensor, acceptance: float, *, greedy: bool = False,
-                        generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        stream: Stream | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """synthetic_verify without a host sync, shaped as verify_on_device's result (one row of synthetic_rows)."""
-    n, next_token, bias = synthetic_rows([K], p[None], acceptance, greedy=greedy, generators=[generator])
+    n, next_token, bias = synthetic_rows([K], p[None], acceptance, greedy=greedy, draws=(stream or Stream(0)).next())
     return n[0], next_token[0], bias[0]
 
 
-def verify_many(q: torch.Tensor, p: torch.Tensor, w, draws: int, generator: torch.Generator, **kw):
-    """`draws` independent verifications of one block in one verify_rows call: drafts x ~ q drawn per row, every
-    row drawing its uniforms and its correction from the one generator in turn (i.i.d. draws). q [K, V], p [K + 1,
-    V], w a float or [K] -> (drafts [draws, K], n_accepted [draws], next_token [draws])."""
+def row_draws(seed: int, rows: int) -> Draws:
+    """The first step's numbers of `rows` streams (seed, 0 .. rows - 1)."""
+    return Draws(torch.tensor([key(stream_seed(seed, i)) for i in range(rows)]), torch.zeros(rows, dtype=torch.long))
+
+
+def verify_many(q: torch.Tensor, p: torch.Tensor, w, draws: int, seed: int, **kw):
+    """`draws` independent verifications of one block in one verify_rows call: drafts x ~ q drawn per row, row i
+    drawing its uniforms and its correction from stream (seed, i) (i.i.d. draws). q [K, V], p [K + 1, V], w a float
+    or [K] -> (drafts [draws, K], n_accepted [draws], next_token [draws])."""
     K, V = q.shape
-    drafts = torch.multinomial(q, draws, replacement=True, generator=generator).T  # [draws, K]
+    drafts = torch.multinomial(q, draws, replacement=True, generator=torch.Generator().manual_seed(seed)).T
     w = torch.as_tensor(w, dtype=torch.float32).expand(K)
     n, next_token, _ = verify_rows(drafts, q.expand(draws, K, V), p.expand(draws, K + 1, V), w.expand(draws, K),
-                                   [K] * draws, generators=[generator] * draws, criterion=Criterion(**kw))
+                                   [K] * draws, draws=row_draws(seed, draws), criterion=Criterion(**kw))
     return drafts, n, next_token

@@ -47,8 +47,8 @@ EAGER = Execution()
 def decode(target, draft, verifier, kw, temperature, batch_size, execution=EAGER, max_new=23, prompts=PROMPTS):
     decoding = Decoding(verifier, K=4, max_new_tokens=max_new, sampling=Sampling(temperature), **kw)
     head = head_for(target, draft) if verifier == "dynamic" else None
-    generators = [torch.Generator().manual_seed(100 + i) for i in range(len(prompts))]
-    return generate(Networks(target, draft, head), prompts, decoding, generators=generators, batch_size=batch_size,
+    seeds = [100 + i for i in range(len(prompts))]
+    return generate(Networks(target, draft, head), prompts, decoding, seeds=seeds, batch_size=batch_size,
                     execution=execution)
 
 
@@ -130,8 +130,8 @@ def test_one_host_transfer_per_step_for_the_whole_batch(llama_pair, monkeypatch)
     monkeypatch.setattr(engine, "speculative_step", lambda *a: (steps.append(1), original_step(*a)))
     prompts = [p for p in PROMPTS if len(p) > 1]
     decoding = Decoding("fixed", weight=0.5, K=4, max_new_tokens=20, sampling=Sampling(1.0))
-    generators = [torch.Generator().manual_seed(i) for i in range(len(prompts))]
-    engine.generate(Networks(target, draft), prompts, decoding, generators=generators, batch_size=len(prompts))
+    engine.generate(Networks(target, draft), prompts, decoding, seeds=list(range(len(prompts))),
+                    batch_size=len(prompts))
     assert syncs == ["tolist"] * len(steps) and len(steps) < sum(20 for _ in prompts) / 2
 
 
@@ -146,8 +146,8 @@ def test_batched_rollouts_and_target_text_do_not_depend_on_their_batch(llama_pai
     for rollout in ("greedy", "sample"):
         cfg = HeadTrainConfig(max_new_tokens=12, temperature=1.0, mixing="linear", rollout=rollout)
         together = rollouts(nets, PROMPTS, cfg, eos={2},
-                            generators=[torch.Generator().manual_seed(i) for i in range(len(PROMPTS))])
-        alone = [rollouts(nets, [p], cfg, eos={2}, generators=[torch.Generator().manual_seed(i)])[0]
+                            seeds=[i for i in range(len(PROMPTS))])
+        alone = [rollouts(nets, [p], cfg, eos={2}, seeds=[i])[0]
                  for i, p in enumerate(PROMPTS)]
         for a, b in zip(alone, together, strict=True):
             assert a.tokens.tolist() == b.tokens.tolist()
@@ -185,5 +185,5 @@ def test_batch_size_is_checked(llama_pair):
     target, draft = llama_pair
     with pytest.raises(ValueError, match="batch size must be >= 1, got 0"):
         generate(Networks(target, draft), PROMPTS, Decoding("strict"), batch_size=0)
-    with pytest.raises(ValueError, match="2 generators for 6 prompts"):
-        generate(Networks(target, draft), PROMPTS, Decoding("strict"), generators=[None, None])
+    with pytest.raises(ValueError, match="2 seeds for 6 prompts"):
+        generate(Networks(target, draft), PROMPTS, Decoding("strict"), seeds=[0, 1])

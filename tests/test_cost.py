@@ -8,8 +8,8 @@ import torch
 import yaml
 from helpers import ROOT
 
-from diversed.cost import GB, JOBS, MODELS, estimate, table, total
-from diversed.plan import Plan
+from diversed.cost import GB, JOBS, LONGEST_PROMPT, MODELS, estimate, table, total, workloads
+from diversed.plan import Plan, load
 
 PAPER = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
 PAIRS = PAPER["pairs"] | yaml.safe_load((ROOT / "config" / "paper-gemma.yaml").read_text())["pairs"]  # Gemma opt-in
@@ -22,6 +22,34 @@ def test_every_paper_pair_has_an_estimate_for_every_job():
         assert all(10 < s < 80 for s in sizes), sizes
     text = table(PAIRS)
     assert len(text.splitlines()) == 2 + 3 and "| gemma | google/gemma-3-12b-it / google/gemma-3-4b-it |" in text
+
+
+def test_each_task_is_estimated_at_its_longest_prompt():
+    """A decode holds its task's longest prompt (raw CNN/DM articles are not cut); training prompts are cut at
+    max_prompt_tokens (512 in the paper config); the memory table names the task that sets each job's peak."""
+    plan = load(ROOT / "config" / "paper.yaml")
+    loads = workloads(plan)
+    assert set(loads) == set(plan.tasks)
+    cnndm, gsm8k = loads["cnndm"], loads["gsm8k"]
+    assert cnndm.tokens == LONGEST_PROMPT["cnndm"] + 128 and cnndm.decode_batch == 32 and cnndm.train_tokens == 640
+    qwen = PAPER["pairs"]["qwen"]
+    decode = [total(estimate(qwen["target"], qwen["draft"], "decode", load=w)) for w in (cnndm, gsm8k)]
+    assert decode[0] > decode[1] + 20 * GB  # 32 rows of 3,128 tokens in two static caches
+    assert estimate(qwen["target"], qwen["draft"], "train_head", load=cnndm) == estimate(
+        qwen["target"], qwen["draft"], "train_head", load=loads["xsum"])  # both cut at 512
+    assert "GB (cnndm) |" in table(PAPER["pairs"], loads).splitlines()[3]
+
+
+def test_a_pair_with_its_own_batch_size_decodes_and_is_priced_at_it():
+    """paper-gemma.yaml gives Gemma 16 rows (32 long articles would not fit 80 GB): its quality decodes run at 16,
+    the other pairs' at the config's 32, timed runs at 1; the memory table prices each pair at its own rows."""
+    plan = load(ROOT / "config" / "paper.yaml", ROOT / "config" / "paper-gemma.yaml")
+    batches = {(r.pair, r.batch_size) for job in plan.jobs for r in job.runs}
+    assert batches == {("llama", 32), ("qwen", 32), ("gemma", 16), ("llama", 1), ("qwen", 1), ("gemma", 1)}
+    assert {j.flags["batch"] for j in plan.of("decode") if j.pair == "gemma"} == {"16"}
+    rows = table(plan.pairs, workloads(plan)).splitlines()
+    gemma = float(rows[4].split("|")[3].split()[0])
+    assert 60 < gemma < 80  # at 32 rows: 96 GB
 
 
 def test_gemma_distillation_fits_one_80_gb_gpu():

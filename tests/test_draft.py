@@ -45,7 +45,7 @@ def test_a_restricted_draft_proposes_only_its_vocabulary_and_strict_stays_exact(
     ids = [1, 7, 9, 11]
     alone = speculative_generate(target, draft, ids,
                                  Decoding(verifier="draft", K=1, max_new_tokens=30, sampling=Sampling(1.0)),
-                                 generator=torch.Generator().manual_seed(0), execution=ex)
+                                 seed=0, execution=ex)
     assert set(alone.tokens) <= set(ROWS)
     ref = speculative_generate(target, None, ids, Decoding("autoregressive", max_new_tokens=30, sampling=Sampling(0)),
                                execution=ex)

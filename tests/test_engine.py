@@ -51,11 +51,10 @@ def test_every_draft_accepted_and_none_accepted(target):
 def test_kv_rollback_matches_cache_free_reference(target, other_draft, w):
     """200 sampled tokens with random rejections: identical to re-encoding everything every step."""
     ids = PROMPTS[1]
-    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     with torch.no_grad():
-        ref = reference_speculative(target, other_draft, ids, K=4, n_new=200, w=w, temperature=1.0, generator=g1)
+        ref = reference_speculative(target, other_draft, ids, K=4, n_new=200, w=w, temperature=1.0, seed=3)
     out = speculative_generate(target, other_draft, ids, Decoding(verifier="fixed", weight=w, K=4, max_new_tokens=200,
-                                                                  sampling=Sampling(1.0)), generator=g2)
+                                                                  sampling=Sampling(1.0)), seed=3)
     assert out.tokens == ref
     assert 0 < sum(out.accepted) < sum(out.drafted)  # there were rejections, so rollbacks happened
 
@@ -93,7 +92,7 @@ def test_fixed_sampling_acceptance_matches_transformers(target, draft, monkeypat
     theirs = sum(n for n, _ in matches) / sum(k for _, k in matches)
     gens = [speculative_generate(target, draft, ids,
                                  Decoding(verifier="fixed", weight=w, K=K, max_new_tokens=n_new,
-                                          sampling=Sampling(1.0)), generator=torch.Generator().manual_seed(i)) for i,
+                                          sampling=Sampling(1.0)), seed=i) for i,
                                           ids in enumerate(prompts)]
     ours = summarize(gens)["draft_acceptance_rate"]
     n = sum(k for _, k in matches)
@@ -106,7 +105,7 @@ def test_dynamic_head_runs_and_weights_are_recorded(target, draft):
     torch.nn.init.normal_(head.proj.weight, std=0.5)
     out = speculative_generate(target, draft, PROMPTS[0],
                                Decoding(verifier="dynamic", K=3, max_new_tokens=30,
-                                        sampling=Sampling(1.0)), head=head, generator=torch.Generator().manual_seed(0))
+                                        sampling=Sampling(1.0)), head=head, seed=0)
     ws = [w for step in out.weights for w in step]
     assert len(out.tokens) == 30 and len(ws) == sum(out.drafted)
     assert all(0 < w < 1 for w in ws) and len({round(w, 6) for w in ws}) > 1  # per-position, not constant
@@ -139,7 +138,7 @@ def test_a_verifier_is_one_weight_rule(target, other_draft, monkeypatch):
     monkeypatch.setattr(settings, "VERIFIERS", (*settings.VERIFIERS, "two_fifths"))
     outs = [speculative_generate(target, other_draft, PROMPTS[1], Decoding(K=3, max_new_tokens=40,
                                                                            sampling=Sampling(1.0), **kw),
-                                 generator=torch.Generator().manual_seed(5))
+                                 seed=5)
             for kw in ({"verifier": "two_fifths"}, {"verifier": "fixed", "weight": 0.4})]
     assert outs[0].tokens == outs[1].tokens and outs[0].weights == outs[1].weights
 
@@ -159,7 +158,7 @@ def test_eos_stops_and_is_kept(target, draft):
 def test_statistics_and_timings(target, draft):
     out = speculative_generate(target, draft, PROMPTS[0],
                                Decoding(verifier="fixed", weight=0.5, K=4, max_new_tokens=50,
-                                        sampling=Sampling(1.0)), generator=torch.Generator().manual_seed(0))
+                                        sampling=Sampling(1.0)), seed=0)
     s = out.stats()
     assert s["new_tokens"] == 50 and len(out.bias_tv) == 50
     assert math.isclose(s["mean_acceptance_length"], 50 / len(out.drafted))
@@ -174,19 +173,19 @@ def test_draft_only_baseline(draft):
     assert len(out.tokens) == 20 and out.steps == 20
 
 
-def test_sampling_is_deterministic_given_the_generator(target, draft):
+def test_sampling_is_deterministic_given_the_seed(target, draft):
     def run():
         return speculative_generate(target, draft, PROMPTS[0],
                                     Decoding(verifier="fixed", weight=0.4, K=3, max_new_tokens=40,
                                              sampling=Sampling(0.8,
-                                                               0.9)), generator=torch.Generator().manual_seed(7)).tokens
+                                                               0.9)), seed=7).tokens
     assert run() == run()
 
 
 def test_logit_mixing_runs(target, draft):
     out = speculative_generate(target, draft, PROMPTS[0],
                                Decoding(verifier="fixed", weight=0.5, mixing="logit", K=3, max_new_tokens=30,
-                                        sampling=Sampling(1.0)), generator=torch.Generator().manual_seed(0))
+                                        sampling=Sampling(1.0)), seed=0)
     assert len(out.tokens) == 30
 
 
@@ -303,7 +302,7 @@ def test_synthetic_acceptance_mode(target, other_draft):
     gens = [speculative_generate(target, other_draft, PROMPTS[i % 3],
                                  Decoding(verifier="strict", K=4, max_new_tokens=80, sampling=Sampling(1.0),
                                           synthetic_acceptance=0.7),
-                                          generator=torch.Generator().manual_seed(i)) for i in range(6)]
+                                          seed=i) for i in range(6)]
     s = summarize(gens)
     assert all(abs(r - 0.7) < 0.12 for r in s["acceptance_by_position"][:3]), s["acceptance_by_position"]
 
@@ -320,7 +319,7 @@ def test_logit_mixing_at_low_temperature(target, other_draft):
     for seed in range(3):
         out = speculative_generate(sharp_t, sharp_d, PROMPTS[seed],
                                    Decoding(verifier="fixed", weight=0.5, mixing="logit", K=3, max_new_tokens=40,
-                                            sampling=Sampling(0.1)), generator=torch.Generator().manual_seed(seed))
+                                            sampling=Sampling(0.1)), seed=seed)
         assert len(out.tokens) == 40
 
 

@@ -9,10 +9,11 @@ import math
 
 import pytest
 import torch
-from helpers import verify, verify_many
+from helpers import row_draws, verify, verify_many
 from test_verifiers import DRAWS, V, chi_square_ok, random_dists
 
 from diversed.decoding.engine import Networks, generate
+from diversed.decoding.rng import Stream
 from diversed.decoding.settings import Decoding, Sampling
 from diversed.decoding.verifiers import Criterion, defer, fly_window, total_variation, typical_threshold, verify_rows
 
@@ -27,7 +28,7 @@ def related(p: torch.Tensor, seed: int, noise: float = 1.0) -> torch.Tensor:
 
 def first_position(q, p, test, knob, seed=0, draws=DRAWS):
     """Over draws of one draft x ~ q: (histogram of the token emitted at position 0, acceptance count)."""
-    x, n, next_token = verify_many(q, p, 1.0, draws, torch.Generator().manual_seed(seed), test=test, knob=knob)
+    x, n, next_token = verify_many(q, p, 1.0, draws, seed, test=test, knob=knob)
     return torch.bincount(torch.where(n > 0, x[:, 0], next_token), minlength=V).float(), int(n.sum())
 
 
@@ -72,7 +73,7 @@ def test_acceptance_and_emitted_distribution_follow_the_rule(test, i):
     assert binomial_ok(accepted, DRAWS, float((q[0] * a).sum())), (accepted / DRAWS, float((q[0] * a).sum()))
     assert chi_square_ok(counts, emitted), (counts / DRAWS, emitted)
     assert not chi_square_ok(counts, p[0])  # the test has power: these rules are lossy at this knob
-    v = verify(torch.tensor([0]), q, p, 1.0, generator=torch.Generator().manual_seed(0), test=test, knob=knob)
+    v = verify(torch.tensor([0]), q, p, 1.0, stream=Stream(0), test=test, knob=knob)
     assert float(v.bias_tv[0]) == pytest.approx(float(total_variation(emitted, p[0])), abs=1e-5)
 
 
@@ -82,8 +83,8 @@ def test_lenient_at_l_1_is_strict_draw_for_draw():
     gd = torch.Generator().manual_seed(10)
     for seed in range(500):
         draft = torch.multinomial(q, 1, generator=gd)[:, 0]
-        strict = verify(draft, q, p, 1.0, generator=torch.Generator().manual_seed(seed))
-        lenient = verify(draft, q, p, 1.0, generator=torch.Generator().manual_seed(seed), test="lenient", knob=1.0)
+        strict = verify(draft, q, p, 1.0, stream=Stream(seed))
+        lenient = verify(draft, q, p, 1.0, stream=Stream(seed), test="lenient", knob=1.0)
         assert (lenient.n_accepted, lenient.next_token) == (strict.n_accepted, strict.next_token)
         assert lenient.bias_tv.abs().max() < 1e-6
 
@@ -92,7 +93,7 @@ def test_the_lenient_correction_is_algorithm_1s():
     """Lenient's correction after a rejection follows Algorithm 1's norm(max(0, p - q)), not norm(max(0, p - l q))."""
     p, lenience = random_dists(41, 2, sharp=1.5), 0.8
     q = related(p[:1], 40)  # rejected 8% of the time, the two corrections 0.44 apart in TV
-    _, n, next_token = verify_many(q, p, 1.0, DRAWS, torch.Generator().manual_seed(3), test="lenient", knob=lenience)
+    _, n, next_token = verify_many(q, p, 1.0, DRAWS, 3, test="lenient", knob=lenience)
     counts = torch.bincount(next_token[n == 0], minlength=V).float()  # the corrections after a rejection
     assert counts.sum() > 1000
     own, other = (p[0] - q[0]).clamp_min(0), (p[0] - lenience * q[0]).clamp_min(0)
@@ -139,7 +140,7 @@ def test_cascade_emits_pi_and_accepts_as_its_rule():
     for alpha, deferred in ((1.0, False), (-1.0, True)):  # chow: max q < 0 never, max q < 2 always
         delta = defer(p[:1], q, alpha, "chow")
         assert bool(delta[0]) == deferred
-        x, n, next_token = verify_many(q, p, delta, DRAWS // 2, torch.Generator().manual_seed(4))
+        x, n, next_token = verify_many(q, p, delta, DRAWS // 2, 4)
         counts = torch.bincount(torch.where(n > 0, x[:, 0], next_token), minlength=V).float()
         accepted = int(n.sum())
         pi = delta * p[0] + (1 - delta) * q[0]
@@ -164,11 +165,11 @@ def test_rows_of_a_family_draw_as_batches_of_one():
     k = [4, 2, 3]
     for test, knob in (("lenient", 0.5), ("typical", 0.09), ("topk", 2)):
         n, nxt, _ = verify_rows(draft, q, p, torch.ones(R, K), k, criterion=Criterion(test, knob=knob),
-                                generators=[torch.Generator().manual_seed(r) for r in range(R)])
+                                draws=row_draws(0, R))
         for r in range(R):
             one = verify_rows(draft[r:r + 1, :k[r]], q[r:r + 1, :k[r]], torch.cat([p[r:r + 1, :k[r]],
                               p[r:r + 1, k[r]:k[r] + 1]], 1), torch.ones(1, k[r]), [k[r]],
-                              criterion=Criterion(test, knob=knob), generators=[torch.Generator().manual_seed(r)])
+                              criterion=Criterion(test, knob=knob), draws=row_draws(0, R).at(r))
             assert (int(n[r]), int(nxt[r])) == (int(one[0][0]), int(one[1][0]))
 
 
@@ -185,7 +186,7 @@ def test_fly_defers_a_mismatch_only_under_uncertainty_and_a_passing_window():
     h = entropy3(p[0])
 
     def n_accepted(draft, threshold, k=3):
-        n, nxt, _ = verify_rows(torch.tensor([draft]), q[None], p[None], torch.ones(1, 3), [k], generators=[None],
+        n, nxt, _ = verify_rows(torch.tensor([draft]), q[None], p[None], torch.ones(1, 3), [k], draws=None,
                                 criterion=Criterion("fly", greedy=True, knob=threshold, window=1))
         return int(n[0]), int(nxt[0])
 
@@ -206,24 +207,24 @@ def test_fly_acceptance_follows_its_rule_and_reduces_to_strict():
     h = entropy3(p[0])
     assert fly_window(2) == 1 and fly_window(10) == 6
     for threshold, expected in ((h - 1e-3, 1 - tv[0] + tv[0] * (1 - tv[1])), (h + 1e-3, 1 - tv[0])):
-        _, n, _ = verify_many(q, p, 1.0, DRAWS // 2, torch.Generator().manual_seed(5), test="fly", knob=threshold,
+        _, n, _ = verify_many(q, p, 1.0, DRAWS // 2, 5, test="fly", knob=threshold,
                               window=1)
         accepted = int((n >= 1).sum())
         assert binomial_ok(accepted, DRAWS // 2, float(expected)), (accepted / (DRAWS // 2), float(expected))
     gd = torch.Generator().manual_seed(10)
     for seed in range(300):
         x = torch.stack([torch.multinomial(q[i], 1, generator=gd)[0] for i in range(2)])
-        strict = verify(x, q, p, 1.0, generator=torch.Generator().manual_seed(seed))
+        strict = verify(x, q, p, 1.0, stream=Stream(seed))
         fly = verify_rows(x[None], q[None], p[None], torch.ones(1, 2), [2],
                           criterion=Criterion("fly", knob=math.inf, window=1),
-                          generators=[torch.Generator().manual_seed(seed)])
+                          draws=Stream(seed).next())
         assert (strict.n_accepted, strict.next_token) == (int(fly[0][0]), int(fly[1][0]))
 
 
 def decode(target, draft, verifier, temperature, **kw):
     decoding = Decoding(verifier, K=4, max_new_tokens=30, sampling=Sampling(temperature), **kw)
-    generators = [torch.Generator().manual_seed(7 + i) for i in range(len(PROMPTS))]
-    return generate(Networks(target, draft), PROMPTS, decoding, generators=generators, batch_size=2)
+    return generate(Networks(target, draft), PROMPTS, decoding, seeds=[7 + i for i in range(len(PROMPTS))],
+                    batch_size=2)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

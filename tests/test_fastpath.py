@@ -60,12 +60,11 @@ def test_static_cache_overflow_is_an_error():
 def test_fast_path_rollback_matches_cache_free_reference():
 
     target, draft = tiny("llama"), tiny("llama", seed=1)
-    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     with torch.no_grad():
-        ref = reference_speculative(target, draft, [1, 30, 31], K=4, n_new=150, w=0.5, temperature=1.0, generator=g1)
+        ref = reference_speculative(target, draft, [1, 30, 31], K=4, n_new=150, w=0.5, temperature=1.0, seed=3)
     out = speculative_generate(target, draft, [1, 30, 31],
                                Decoding(verifier="fixed", weight=0.5, K=4, max_new_tokens=150,
-                                        sampling=Sampling(1.0)), generator=g2)
+                                        sampling=Sampling(1.0)), seed=3)
     assert out.tokens == ref and 0 < sum(out.accepted) < sum(out.drafted)
 
 
@@ -107,14 +106,14 @@ def test_one_host_sync_per_speculative_step(monkeypatch, capture):
         out = engine.speculative_generate(target, draft, [1, 5, 7], Decoding(verifier=verifier, K=4, max_new_tokens=40,
                                                                              sampling=Sampling(1.0),
                                                    **{k: v for k, v in kw.items() if k != "head"}),
-                                          head=kw.get("head"), generator=torch.Generator().manual_seed(0),
+                                          head=kw.get("head"), seed=0,
                                           execution=Execution(capture=capture))
         assert syncs == ["tolist"] * out.steps, (verifier, kw, syncs[:10])
         copies.clear()
         out = engine.speculative_generate(target, draft, [1, 5, 7], Decoding(verifier=verifier, K=4, max_new_tokens=40,
                                                                              sampling=Sampling(1.0),
                                                    **{k: v for k, v in kw.items() if k != "head"}),
-                                          head=kw.get("head"), generator=torch.Generator().manual_seed(0),
+                                          head=kw.get("head"), seed=0,
                                           execution=Execution(capture=capture))
         made_elsewhere = [m for m in copies if m != "diversed.decoding.transfer"]
         assert not made_elsewhere, made_elsewhere  # every host-to-device copy: pinned and non-blocking on CUDA
@@ -217,7 +216,7 @@ def test_captured_engine_emits_the_eager_tokens(verifier, kw, eager_capture):
     for draft in (truncated_draft(target, 1), target):
         for ids in ([1, 5, 7, 9], [1, 30, 31]):
             outs = [speculative_generate(target, draft, ids, Decoding(verifier=verifier, K=4, max_new_tokens=43, **kw),
-                                         generator=torch.Generator().manual_seed(2), execution=Execution(capture=c))
+                                         seed=2, execution=Execution(capture=c))
                     for c in ("none", "compile")]
             assert outs[0].tokens == outs[1].tokens and outs[0].accepted == outs[1].accepted
             assert outs[0].bias_tv == pytest.approx(outs[1].bias_tv, abs=1e-5)
@@ -237,7 +236,7 @@ def test_compiled_steps_match_eager():
     for ids in ([1, 5, 7, 9], [1, 30, 31]):
         outs = [speculative_generate(target, draft, ids,
                                      Decoding(verifier="fixed", weight=0.5, K=3, max_new_tokens=30,
-                                              sampling=Sampling(1.0)), generator=torch.Generator().manual_seed(0),
+                                              sampling=Sampling(1.0)), seed=0,
                                               execution=Execution(capture=c)) for c in ("none", "compile")]
         assert outs[0].tokens == outs[1].tokens and outs[0].accepted == outs[1].accepted
     assert counters["stats"]["unique_graphs"] - before == 3  # draft 1 and 2 tokens, target K + 1; then reused

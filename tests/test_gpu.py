@@ -40,7 +40,7 @@ def test_captured_steps_emit_the_eager_tokens_on_cuda(capture, verifier, kw):
     draft = truncated_draft(target, 1)
     for ids in ([1, 5, 7, 9], [1, 30, 31], [4]):
         outs = [speculative_generate(target, draft, ids, Decoding(verifier=verifier, K=4, max_new_tokens=43, **kw),
-                                     generator=torch.Generator("cuda").manual_seed(2),
+                                     seed=2,
                                      execution=Execution(capture=c)) for c in ("none", capture)]
         assert outs[0].accepted == outs[1].accepted
         assert outs[0].tokens == outs[1].tokens
@@ -53,7 +53,7 @@ def test_sampled_decoding_is_deterministic_on_cuda(capture):
     draft = truncated_draft(target, 1)
     runs = [speculative_generate(target, draft, [1, 5, 7],
                                  Decoding(verifier="fixed", weight=0.5, K=4, max_new_tokens=64,
-                                          sampling=Sampling(1.0)), generator=torch.Generator("cuda").manual_seed(7),
+                                          sampling=Sampling(1.0)), seed=7,
                                           execution=Execution(capture=capture)) for _ in range(2)]
     assert runs[0].tokens == runs[1].tokens and runs[0].bias_tv == runs[1].bias_tv
 
@@ -97,12 +97,12 @@ def test_one_synchronisation_per_speculative_step_on_cuda():
 
     target, draft = tiny_cuda(), tiny_cuda(seed=1)
     d = Decoding("fixed", weight=0.5, K=4, max_new_tokens=40, sampling=Sampling(1.0))
-    speculative_generate(target, draft, [1, 5, 7], d, generator=torch.Generator("cuda").manual_seed(0))  # warm-up
+    speculative_generate(target, draft, [1, 5, 7], d, seed=0)  # warm-up
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            out = speculative_generate(target, draft, [1, 5, 7], d, generator=torch.Generator("cuda").manual_seed(0))
+            out = speculative_generate(target, draft, [1, 5, 7], d, seed=0)
         finally:
             torch.cuda.set_sync_debug_mode("default")
     syncs = [w for w in caught if "synchroniz" in str(w.message).lower()]

@@ -66,12 +66,11 @@ def test_strict_greedy_equals_target_greedy_past_the_sliding_window(kind):
 
 
 def test_gemma3_kv_rollback_past_the_window_matches_cache_free_reference(gemma, gemma_draft):
-    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     with torch.no_grad():
-        ref = reference_speculative(gemma, gemma_draft, PROMPT, K=4, n_new=60, w=0.5, temperature=1.0, generator=g1)
+        ref = reference_speculative(gemma, gemma_draft, PROMPT, K=4, n_new=60, w=0.5, temperature=1.0, seed=3)
     out = speculative_generate(gemma, gemma_draft, PROMPT,
                                Decoding(verifier="fixed", weight=0.5, K=4, max_new_tokens=60,
-                                        sampling=Sampling(1.0)), generator=g2)
+                                        sampling=Sampling(1.0)), seed=3)
     assert out.tokens == ref
     assert 0 < sum(out.accepted) < sum(out.drafted)
 
@@ -83,7 +82,7 @@ def test_gemma3_head_and_dynamic_decoding(gemma, gemma_draft):
         head.proj.weight.normal_()  # w varies with the hidden states
     out = speculative_generate(gemma, gemma_draft, PROMPT,
                                Decoding(verifier="dynamic", K=3, max_new_tokens=30,
-                                        sampling=Sampling(1.0)), head=head, generator=torch.Generator().manual_seed(0))
+                                        sampling=Sampling(1.0)), head=head, seed=0)
     assert len(out.tokens) == 30 and len({w for step in out.weights for w in step}) > 1
 
 

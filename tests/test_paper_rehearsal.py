@@ -126,7 +126,9 @@ def test_every_pair_task_method_and_temperature_ran_and_was_scored(rehearsal):
     # every method decoded for quality (batched) and timed (batch 1, interleaved), and the transfer runs
     assert len(runs) == 2 * 3 * 2 * methods + 3 * len(config["transfer"])
     assert runs["timing"].sum() == 3 * 2 * methods
-    assert set(runs.loc[~runs["timing"], "batch_size"]) == {config["batch_size"]}
+    batched = runs.loc[~runs["timing"]].groupby("pair")["batch_size"].agg(set).to_dict()
+    assert batched == {p: {config["pairs"][p].get("batch_size", config["batch_size"])} for p in PAIRS}
+    assert batched["gemma"] == {16}  # its own rows (paper-gemma.yaml)
     assert set(runs["pair"]) == set(PAIRS) and set(runs["task"]) == set(TASKS)
     assert set(runs["method"]) == set(config["methods"]) and set(runs["temperature"]) == {1.0}
     assert runs["quality"].notna().all()

@@ -51,7 +51,7 @@ CHECKS = textwrap.dedent('''
     target.generation_config.eos_token_id = None
     draft = truncated_draft(target, 1)
     out = {v: speculative_generate(target, draft, [1, 5, 9], Decoding(v, K=3, max_new_tokens=12, knob=knob,
-                                   sampling=Sampling(1.0)), generator=torch.Generator().manual_seed(0)).tokens
+                                   sampling=Sampling(1.0)), seed=0).tokens
            for v, knob in (("toy", 0.5), ("strict", None))}
     assert out["toy"] == out["strict"], out
 

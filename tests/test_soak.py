@@ -7,7 +7,6 @@ import resource
 import time
 
 import pytest
-import torch
 from helpers import tiny_llama
 
 from diversed.decoding.engine import speculative_generate
@@ -33,7 +32,7 @@ def test_long_decode_and_many_prompts_without_memory_growth(capsys):
     long = speculative_generate(target, draft, [1, 5, 7],
                                 Decoding(verifier="fixed", weight=0.5, K=4, max_new_tokens=2000,
                                          sampling=Sampling(1.0), eos_token_id=[]),
-                                         generator=torch.Generator().manual_seed(0))
+                                         seed=0)
     assert len(long.tokens) == 2000
     long_s = time.perf_counter() - t0
     marks = {}
@@ -42,7 +41,7 @@ def test_long_decode_and_many_prompts_without_memory_growth(capsys):
         out = speculative_generate(target, draft, [1, 10 + i % 50, 3],
                                    Decoding(verifier="fixed", weight=0.5, K=4, max_new_tokens=64,
                                             sampling=Sampling(1.0), eos_token_id=[]),
-                                            generator=torch.Generator().manual_seed(i))
+                                            seed=i)
         assert len(out.tokens) == 64
         if i + 1 in (20, 100, 200):
             marks[i + 1] = (rss_mb(), peak_mb())

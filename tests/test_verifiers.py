@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 import torch
-from helpers import verify, verify_many
+from helpers import row_draws, verify, verify_many
 
+from diversed.decoding.rng import RESIDUAL, VERIFY, Stream
 from diversed.decoding.verifiers import ensemble, logits_to_probs, total_variation
 
 V = 8
@@ -23,7 +25,7 @@ def emitted_histogram(q, p, w, mixing, position, seed=0):
     """Histogram of the token emitted at draft `position` (0-based), over draws where it is reached.
 
     Drafts are sampled from q. Returns (histogram of emitted tokens, acceptance count, draws reaching it)."""
-    drafts, n, next_token = verify_many(q, p, w, DRAWS, torch.Generator().manual_seed(seed), mixing=mixing)
+    drafts, n, next_token = verify_many(q, p, w, DRAWS, seed, mixing=mixing)
     reached = n >= position
     kept = n > position
     token = torch.where(kept, drafts[:, position], next_token)[reached]
@@ -68,7 +70,7 @@ def test_second_position_and_bonus_token():
     assert reached > DRAWS * 0.3
     assert chi_square_ok(counts, nu[1])
 
-    _, n, bonus = verify_many(q, p, 0.0, DRAWS // 2, torch.Generator().manual_seed(6))  # w = 0: every draft kept
+    _, n, bonus = verify_many(q, p, 0.0, DRAWS // 2, 6)  # w = 0: every draft kept
     assert bool((n == 2).all())  # so next_token is the bonus token
     assert chi_square_ok(torch.bincount(bonus, minlength=V).float(), p[2])
 
@@ -80,26 +82,34 @@ def test_emitted_distribution_wrong_nu_is_detected():
     assert not chi_square_ok(counts, p[0])
 
 
-def standard_speculative_sampling(draft, q, p, generator):
-    """Leviathan et al. (2023) Algorithm 1, written out independently."""
+def standard_speculative_sampling(draft, q, p, draws):
+    """Leviathan et al. (2023) Algorithm 1, written out independently, on the engine's random numbers (draws:
+    one row; its uniforms at lanes VERIFY + i, the correction's inverse-CDF uniform at lane RESIDUAL)."""
     K = q.shape[0]
-    r = torch.rand(K, generator=generator)
+    r = draws.uniform(VERIFY, K)[0]
+    u = float(draws.uniform(RESIDUAL)[0, 0])
     for i in range(K):
         x = draft[i]
         if not r[i] * q[i, x] < p[i, x]:
-            residual = (p[i] - q[i]).clamp_min(0)
-            return i, int(torch.multinomial(residual, 1, generator=generator))
-    return K, int(torch.multinomial(p[K], 1, generator=generator))
+            return i, inverse_cdf((p[i] - q[i]).clamp_min(0), u)
+    return K, inverse_cdf(p[K], u)
+
+
+def inverse_cdf(weights, u):
+    """The first token whose cumulative weight (summed in order, float64) reaches u times the total."""
+    cdf = list(itertools.accumulate(weights.double().tolist()))
+    return next((token for token, c in enumerate(cdf) if c >= u * cdf[-1]), len(cdf) - 1)
 
 
 def test_w1_is_standard_speculative_sampling():
     K = 4
     q, p = random_dists(7, K), random_dists(8, K + 1)
-    g1, g2, gd = (torch.Generator().manual_seed(s) for s in (9, 9, 10))
+    stream, gd = Stream(9), torch.Generator().manual_seed(10)
     for _ in range(2000):
         draft = torch.multinomial(q, 1, generator=gd)[:, 0]
-        v = verify(draft, q, p, 1.0, generator=g1)
-        assert (v.n_accepted, v.next_token) == standard_speculative_sampling(draft, q, p, g2)
+        draws = stream.next()
+        v = verify(draft, q, p, 1.0, draws=draws)
+        assert (v.n_accepted, v.next_token) == standard_speculative_sampling(draft, q, p, draws)
         assert float(v.bias_tv.abs().sum()) == 0.0
 
 
@@ -168,8 +178,8 @@ def test_synthetic_acceptance_rate_and_position_structure():
     from helpers import synthetic_verify
 
     p = random_dists(3, 6)
-    g = torch.Generator().manual_seed(0)
-    n = [synthetic_verify(5, p, 0.8, generator=g).n_accepted for _ in range(DRAWS // 4)]
+    stream = Stream(0)
+    n = [synthetic_verify(5, p, 0.8, stream=stream).n_accepted for _ in range(DRAWS // 4)]
     # E[accepted per step] = sum_{i=1..K} a^i for independent acceptance up to the first rejection
     expected = sum(0.8**i for i in range(1, 6))
     assert abs(sum(n) / len(n) - expected) < 0.05
@@ -191,7 +201,8 @@ def test_logit_mixing_at_low_temperature_does_not_underflow():
     nu = ensemble(p[:1], q, 0.5, "logit", log_p=log_p[:1], log_q=log_q)
     ref = (0.5 * (lt[:1].double() / 0.1).log_softmax(-1) + 0.5 * (ld[:1].double() / 0.1).log_softmax(-1)).softmax(-1)
     assert torch.isfinite(nu).all() and torch.allclose(nu.double(), ref, atol=1e-6)
-    v = verify(torch.tensor([int(q[0].argmax())]), q, p, 0.5, mixing="logit", generator=g, log_p=log_p, log_q=log_q)
+    v = verify(torch.tensor([int(q[0].argmax())]), q, p, 0.5, mixing="logit", stream=Stream(1), log_p=log_p,
+               log_q=log_q)
     assert 0 <= v.next_token < V
 
 
@@ -225,7 +236,7 @@ def test_strict_is_exact_on_top_k_top_p_filtered_distributions():
     assert counts[(p[0] == 0) & (q[0] == 0)].sum() == 0  # a token both filters drop is never emitted
 
 
-@pytest.mark.parametrize("bad", ["draft_tokens", "p", "w", "k", "generators", "log_q", "test"])
+@pytest.mark.parametrize("bad", ["draft_tokens", "p", "w", "k", "draws", "log_q", "test"])
 def test_verify_rows_checks_its_shapes_at_entry(bad):
     """Every decode verifies through verify_rows: arguments that disagree in shape fail there, with their shapes,
     not deep inside the math (or silently, by broadcasting)."""
@@ -234,12 +245,12 @@ def test_verify_rows_checks_its_shapes_at_entry(bad):
     R, K, V = 2, 3, 7
     q = torch.full((R, K, V), 1 / V)
     args = {"draft_tokens": torch.zeros(R, K, dtype=torch.long), "q": q, "p": torch.full((R, K + 1, V), 1 / V),
-            "w": torch.ones(R, K), "k": [K, K - 1], "generators": [None, None], "logs": (None, q.log()),
+            "w": torch.ones(R, K), "k": [K, K - 1], "draws": row_draws(0, R), "logs": (None, q.log()),
             "criterion": Criterion("ensemble")}
     verify_rows(**args)  # as given: fine
     args[bad if bad in args else {"log_q": "logs", "test": "criterion"}[bad]] = {
         "draft_tokens": torch.zeros(R, K + 1, dtype=torch.long), "p": torch.full((R, K, V), 1 / V),
-        "w": torch.ones(R), "k": [K + 1, K], "generators": [None], "log_q": (None, q[:, :, :-1]),
+        "w": torch.ones(R), "k": [K + 1, K], "draws": row_draws(0, R + 1), "log_q": (None, q[:, :, :-1]),
         "test": Criterion("unknown")}[bad]
     with pytest.raises(ValueError, match="verify_rows|unknown verification test"):
         verify_rows(**args)

@@ -11,8 +11,9 @@ and the next prompt takes its slot. What the host sends a step (tokens, position
 transfer.to_device: on CUDA pinned and non-blocking, so the step's one read is its only synchronisation (counted on
 CPU by tests/test_fastpath.py; under CUDA's sync debug mode by tests/test_gpu.py, unrun here).
 
-A row's output does not depend on its batch: each prompt draws from its own generator in the order a batch of
-one would, and each row computes with its own positions and mask (bitwise on CPU, tests/test_batch.py; on CUDA the
+A row's output does not depend on its batch: each prompt draws from its own counter-based stream (rng: a row's
+numbers are a hash of its seed, its step count and the draw's lane, computed for the whole batch at once), and each
+row computes with its own positions and mask (bitwise on CPU, tests/test_batch.py; on CUDA the
 kernels of a bf16 matmul change with the batch size, so tokens may differ at near-ties). Statistics live in
 diversed.decoding.stats.
 """
@@ -29,10 +30,11 @@ from torch import nn
 from diversed.decoding import fastpath
 from diversed.decoding.models import context_length, shared_width
 from diversed.decoding.models import vocab_size as vocab_width
+from diversed.decoding.rng import DRAFT, Draws, Streams
 from diversed.decoding.settings import RULES, Decoding, Execution, Sampling
 from diversed.decoding.stats import Generation, Step
 from diversed.decoding.stepper import Stepper
-from diversed.decoding.transfer import to_device
+from diversed.decoding.transfer import index, to_device
 from diversed.decoding.verifiers import (
     WEIGHTS,
     Criterion,
@@ -48,18 +50,12 @@ def logprobs(sampling: Sampling, logits: torch.Tensor) -> torch.Tensor:
     return logits_to_logprobs(logits, sampling.temperature, sampling.top_p, sampling.top_k)
 
 
-def draw(sampling: Sampling, scores: torch.Tensor, generators: list[torch.Generator | None],
-         live: list[bool] | None = None) -> torch.Tensor:
+def draw(sampling: Sampling, scores: torch.Tensor, draws: Draws, lane: int) -> torch.Tensor:
     """scores [R, V] -> one token id per row [R] (long), on the device: the argmax when greedy (scores: any monotone
-    map of the log-probabilities), else a sample from exp(scores[r]) (log-probabilities) with row r's own
-    generator, as a batch of one draws it. live[r] False: the argmax, drawing nothing (a row drafting past what its
-    step needs)."""
+    map of the log-probabilities), else a sample from exp(scores[r]) (log-probabilities) at each row's own lane."""
     if sampling.greedy:
         return scores.argmax(-1)
-    best = scores.argmax(-1)
-    draws = [torch.multinomial(scores[r].exp(), 1, generator=g)[0] if live is None or live[r] else best[r]
-             for r, g in enumerate(generators)]
-    return torch.stack(draws)
+    return draws.categorical(scores.exp(), lane)
 
 
 @dataclass
@@ -188,12 +184,11 @@ def eos_set(model: nn.Module, eos_token_id: int | tuple[int, ...] | list[int] | 
 
 @dataclass
 class Row:
-    """A sequence in the batch: its prompt's index, its record and generator, its newest token (in neither cache),
-    what the draft has not seen, its step marks (draft start, verify start, done) and its start."""
+    """A sequence in the batch: its prompt's index, its record, its newest token (in neither cache), what the draft
+    has not seen, its step marks (draft start, verify start, done) and its start."""
 
     index: int
     out: Generation
-    generator: torch.Generator | None
     last: int
     pending: list[int]
     started: float
@@ -218,12 +213,13 @@ def _prefill_groups(prefill: list[tuple[int, list[int]]]) -> Iterator[list[tuple
 
 
 class Batch:
-    """B cache rows over a queue of prompts: the live rows (slot -> Row), refilled as rows end."""
+    """B cache rows over a queue of prompts: the live rows (slot -> Row) and their random streams (prompt i's from
+    seeds[i]), refilled as rows end."""
 
-    def __init__(self, prompts: list[list[int]], steppers: list[Stepper], decoding: Decoding,
-                 generators: list[torch.Generator | None], size: int, eos: set[int],
-                 on_finish: Callable[[int], None] | None = None):
-        self.prompts, self.steppers, self.decoding, self.generators = prompts, steppers, decoding, generators
+    def __init__(self, prompts: list[list[int]], steppers: list[Stepper], decoding: Decoding, seeds: list[int],
+                 size: int, eos: set[int], on_finish: Callable[[int], None] | None = None):
+        self.prompts, self.steppers, self.decoding, self.seeds = prompts, steppers, decoding, seeds
+        self.streams = Streams(size, steppers[0].device)
         self.eos, self.on_finish = eos, on_finish  # the ids that end a row; called with each finished prompt
         self.queue: Iterator[int] = iter(range(len(prompts)))
         self.live: dict[int, Row] = {}
@@ -248,11 +244,12 @@ class Batch:
             x = to_device([ids + [0] * (width - len(ids)) for _, ids in group], self.steppers[0].device)  # [R, L]
             for s in self.steppers:
                 s(x, [slot for slot, _ in group], [len(ids) for _, ids in group], last_only=True)
+        if joining:
+            self.streams.start([slot for slot, _ in joining], [self.seeds[i] for _, i in joining])
         for slot, i in joining:
             ids = self.prompts[i]
             self.live[slot] = Row(i, Generation(tokens=[], K=self.decoding.K if self.decoding.verifier in
-                                                RULES else 0), self.generators[i], ids[-1], ids[-1:],
-                                  time.perf_counter())
+                                                RULES else 0), ids[-1], ids[-1:], time.perf_counter())
 
     def finish(self, slot: int, clock: _Clock | None = None) -> None:
         """A row that ended leaves (its times: from its admission, and its steps' draft and verify marks); its slot
@@ -272,15 +269,22 @@ class Batch:
         slots = sorted(self.live)
         return slots, [self.live[s] for s in slots]
 
+    def draws(self, slots: list[int]) -> Draws:
+        """The step's random numbers of the rows in slots (greedy decoding draws none of them but synthetic
+        acceptance's)."""
+        return self.streams.take(index(tuple(slots), self.streams.count.device))
+
 
 @dataclass
 class Block:
-    """Each row's draft tokens and what the draft computed for them, on the device (kmax: the longest k)."""
+    """Each row's draft tokens and what the draft computed for them, on the device (kmax: the longest k), and the
+    step's random numbers, which drafted them and verify them."""
 
     tokens: torch.Tensor  # [R, kmax] long
     log_q: torch.Tensor  # [R, kmax, V]
     h: torch.Tensor  # [R, kmax, h_d]: the draft hidden state that proposed each token
     ok: torch.Tensor  # [R, kmax]: finite draft logits
+    draws: Draws
 
 
 @dataclass
@@ -299,25 +303,25 @@ def _padded(seqs: list[list[int]], device: torch.device) -> tuple[torch.Tensor, 
     return to_device([s + [0] * (width - len(s)) for s in seqs], device), [len(s) for s in seqs]
 
 
-def draft_block(D: Stepper, slots: list[int], rows: list[Row], ks: list[int], sampling: Sampling) -> Block:
+def draft_block(D: Stepper, slots: list[int], rows: list[Row], ks: list[int], sampling: Sampling,
+                draws: Draws) -> Block:
     """The draft proposes k_r tokens for each row r, one forward per position for all rows, fed each row's
-    pending tokens first; rows that need fewer than the longest k draft on without drawing."""
+    pending tokens first; rows that need fewer than the longest k draft on (their extra tokens are discarded)."""
     kmax, R = max(ks), len(rows)
     if not kmax:
         return Block(torch.zeros(R, 0, dtype=torch.long, device=D.device), torch.full(
             (R, 0, D.vocab), -torch.inf, device=D.device), D.empty_hidden[:R],
-            torch.ones(R, 0, dtype=torch.bool, device=D.device))
+            torch.ones(R, 0, dtype=torch.bool, device=D.device), draws)
     x, lengths = _padded([r.pending for r in rows], D.device)  # [R, 1 or 2]
-    generators = [r.generator for r in rows]
     tokens, log_q, h, ok = [], [], [], []
     for j in range(kmax):
         logits, h_j = D(x, slots, lengths, last_only=True)  # [R, 1, V], [R, 1, h_d]
         logits, ok_j = _finite(logits[:, 0])  # [R, V], [R]
         log_q_j = logprobs(sampling, logits)  # [R, V]
-        x = draw(sampling, log_q_j, generators, [j < k for k in ks])[:, None]  # [R, 1]
+        x = draw(sampling, log_q_j, draws, DRAFT + j)[:, None]  # [R, 1]
         tokens.append(x), log_q.append(log_q_j), h.append(h_j), ok.append(ok_j)
         lengths = [1] * R
-    return Block(torch.cat(tokens, 1), torch.stack(log_q, 1), torch.cat(h, 1), torch.stack(ok, 1))
+    return Block(torch.cat(tokens, 1), torch.stack(log_q, 1), torch.cat(h, 1), torch.stack(ok, 1), draws)
 
 
 def score_block(T: Stepper, slots: list[int], rows: list[Row], block: Block, ks: list[int],
@@ -336,16 +340,16 @@ def verify_step(block: Block, scored: Scored, w: torch.Tensor, ks: list[int], ro
     probabilities, computed once a step). Returns per row its Step and its candidates [k + 1]: every possible
     emission, the drafts up to n and next_token at n."""
     kmax = block.tokens.shape[1]
-    sampling, generators = decoding.sampling, [r.generator for r in rows]
+    sampling = decoding.sampling
     if decoding.synthetic_acceptance is None:
         criterion = Criterion(RULES[decoding.verifier].test, decoding.mixing, sampling.greedy, decoding.knob,
                               fly_window(decoding.K))
         logs = (scored.log_p, block.log_q) if decoding.mixing == "logit" else None
-        n, next_token, bias = verify_rows(block.tokens, q, p, w, ks, generators=generators, criterion=criterion,
+        n, next_token, bias = verify_rows(block.tokens, q, p, w, ks, draws=block.draws, criterion=criterion,
                                           logs=logs)  # [R], [R], [R, kmax + 1]
     else:
         n, next_token, bias = synthetic_rows(ks, p, decoding.synthetic_acceptance, greedy=sampling.greedy,
-                                             generators=generators)
+                                             draws=block.draws)
     at = torch.arange(kmax + 1, device=p.device)
     candidates = torch.where(at == n[:, None], next_token[:, None], torch.cat([block.tokens, next_token[:, None]], 1))
     live = at[:kmax] < to_device(ks, p.device)[:, None]  # [R, kmax]
@@ -381,7 +385,7 @@ def speculative_step(T: Stepper, D: Stepper, batch: Batch, head: nn.Module | Non
     slots, rows = batch.rows()
     ks = [min(decoding.K, decoding.max_new_tokens - len(r.out.tokens) - 1) for r in rows]  # k + 1 tokens at most
     t_draft = clock()
-    block = draft_block(D, slots, rows, ks, decoding.sampling)  # tokens [R, kmax], log_q [R, kmax, V]
+    block = draft_block(D, slots, rows, ks, decoding.sampling, batch.draws(slots))  # tokens [R, kmax], log_q [.., V]
     t_verify = clock()
     scored = score_block(T, slots, rows, block, ks, decoding.sampling)  # log_p [R, kmax + 1, V]
     rule = RULES[decoding.verifier]
@@ -407,7 +411,7 @@ def alone_step(M: Stepper, batch: Batch, fidelity: bool) -> None:
     x, lengths = _padded([r.pending for r in rows], M.device)
     logits, _ = M(x, slots, lengths, last_only=True)  # [R, 1, V]
     logits, ok = _finite(logits[:, 0])  # [R, V]
-    tokens = draw(sampling, logits if sampling.greedy else logprobs(sampling, logits), [r.generator for r in rows])
+    tokens = draw(sampling, logits if sampling.greedy else logprobs(sampling, logits), batch.draws(slots), DRAFT)
     ok, tokens, logprob, is_max = _to_host(ok, tokens, *_fidelity(logits, tokens))  # one sync for the batch
     for r, (slot, row) in enumerate(zip(slots, rows, strict=True)):
         _raise_if_broken([ok[r]], "model", len(row.out.tokens))
@@ -425,10 +429,10 @@ def alone_step(M: Stepper, batch: Batch, fidelity: bool) -> None:
 
 @torch.inference_mode()
 def generate(nets: Networks, prompts: list, decoding: Decoding, *,
-             generators: list[torch.Generator | None] | None = None, batch_size: int = 1,
+             seeds: list[int] | None = None, batch_size: int = 1,
              execution: Execution = Execution(), on_finish: Callable[[int], None] | None = None) -> list[Generation]:
     """Decode every prompt (token ids) with decoding.verifier (VERIFIERS) on nets, batch_size rows at a time in
-    lockstep; returns one Generation per prompt, in order. generators[i]: prompt i's (None: torch's global one);
+    lockstep; returns one Generation per prompt, in order. seeds[i]: prompt i's random stream (rng; default i);
     on_finish(i): called as prompt i ends (a progress bar).
 
     strict: w = 1 (lossless); fixed: constant weight; dynamic: w_i = head(h_target_i, h_draft_i); cascade,
@@ -440,14 +444,14 @@ def generate(nets: Networks, prompts: list, decoding: Decoding, *,
         raise ValueError(f"batch size must be >= 1, got {batch_size!r} (an integer)")
     if not prompts:
         raise ValueError("no prompts to decode")
-    generators = [None] * len(prompts) if generators is None else list(generators)
-    if len(generators) != len(prompts):
-        raise ValueError(f"{len(generators)} generators for {len(prompts)} prompts")
+    seeds = list(range(len(prompts))) if seeds is None else list(seeds)
+    if len(seeds) != len(prompts):
+        raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
     check_request(nets, max(len(p) for p in prompts), decoding, execution)
     B = min(batch_size, len(prompts))
     max_len = max(len(p) for p in prompts) + decoding.max_new_tokens + 1
     if decoding.verifier in ("autoregressive", "draft"):
-        return _alone(nets, prompts, decoding, generators, B, max_len, execution, on_finish)
+        return _alone(nets, prompts, decoding, seeds, B, max_len, execution, on_finish)
     target, draft, vocab_size = nets.target, nets.draft, nets.vocab_size
     shared = shared_width(target, draft)
     # the target verifies K + 1 tokens (fewer at the end: padded); the draft takes 1, or 2 after a full acceptance
@@ -457,13 +461,13 @@ def generate(nets: Networks, prompts: list, decoding: Decoding, *,
     head = nets.head.to(T.device) if nets.head is not None else None
     clock = _Clock(T.device)
     synchronize(T.device)
-    batch = Batch(prompts, [T, D], decoding, generators, B, eos_set(target, decoding.eos_token_id), on_finish)
+    batch = Batch(prompts, [T, D], decoding, seeds, B, eos_set(target, decoding.eos_token_id), on_finish)
     while batch.live:  # one host sync per step, in verify_step
         speculative_step(T, D, batch, head, clock)
     return batch.done
 
 
-def _alone(nets: Networks, prompts: list[list[int]], decoding: Decoding, generators: list, B: int, max_len: int,
+def _alone(nets: Networks, prompts: list[list[int]], decoding: Decoding, seeds: list[int], B: int, max_len: int,
            execution: Execution, on_finish: Callable[[int], None] | None) -> list[Generation]:
     """The baselines: the target alone, or the draft alone stopping at the target's EOS, its fidelity judged by
     the target in one pass per prompt."""
@@ -472,7 +476,7 @@ def _alone(nets: Networks, prompts: list[list[int]], decoding: Decoding, generat
     M = Stepper(model, shared=shared_width(target, draft) if alone else None, max_len=max_len, execution=execution,
                 buckets=(1,), rows=B)
     synchronize(M.device)
-    batch = Batch(prompts, [M], decoding, generators, B, eos_set(target, decoding.eos_token_id), on_finish)
+    batch = Batch(prompts, [M], decoding, seeds, B, eos_set(target, decoding.eos_token_id), on_finish)
     while batch.live:
         alone_step(M, batch, fidelity=not alone)
     if alone:
@@ -485,8 +489,8 @@ def _alone(nets: Networks, prompts: list[list[int]], decoding: Decoding, generat
 
 
 def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, decoding: Decoding, *,
-                         head: nn.Module | None = None, generator: torch.Generator | None = None,
+                         head: nn.Module | None = None, seed: int = 0,
                          vocab_size: int | None = None, execution: Execution = Execution()) -> Generation:
     """Decode one prompt (generate with a batch of one): the new tokens and per-step statistics."""
-    return generate(Networks(target, draft, head, vocab_size), [input_ids], decoding, generators=[generator],
+    return generate(Networks(target, draft, head, vocab_size), [input_ids], decoding, seeds=[seed],
                     execution=execution)[0]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from diversed.decoding.rng import RESIDUAL, VERIFY, Draws
 from diversed.decoding.settings import DEFERRALS, MIXINGS
 from diversed.decoding.transfer import to_device
 
@@ -218,15 +219,18 @@ def _ensemble_test(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor,
     return accepted, torch.where(empty, nu, residual)
 
 
-def _check_rows(q: torch.Tensor, k: list[int], generators: list, test: str, **tensors: torch.Tensor | None) -> None:
+def _check_rows(q: torch.Tensor, k: list[int], draws: Draws | None, greedy: bool, test: str,
+                **tensors: torch.Tensor | None) -> None:
     """verify_rows' arguments agree in shape with q [R, K, V] (no host sync: shapes live on the host); tensors:
     draft_tokens, p, w, log_p, log_q."""
     R, K, V = q.shape
     shapes = {"draft_tokens": (R, K), "p": (R, K + 1, V), "w": (R, K), "log_p": (R, K + 1, V), "log_q": (R, K, V)}
     wrong = [f"{name} {tuple(x.shape)} (expected {list(shapes[name])})" for name, x in tensors.items()
              if x is not None and tuple(x.shape) != shapes[name]]
-    if len(k) != R or len(generators) != R or any(not 0 <= x <= K for x in k):
-        wrong.append(f"k {list(k)} and {len(generators)} generators (expected {R} of each, each k in [0, {K}])")
+    if len(k) != R or any(not 0 <= x <= K for x in k):
+        wrong.append(f"k {list(k)} (expected {R} draft lengths, each in [0, {K}])")
+    if not greedy and (draws is None or tuple(draws.count.shape) != (R,)):
+        wrong.append(f"draws for {'no' if draws is None else draws.count.shape[0]} rows (sampling needs {R})")
     if wrong:
         raise ValueError(f"verify_rows with q [R = {R}, K = {K}, V = {V}]: " + "; ".join(wrong))
     if test not in TESTS:
@@ -247,12 +251,13 @@ class Criterion:
 
 
 def verify_rows(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, w: torch.Tensor, k: list[int], *,
-                generators: list[torch.Generator | None], criterion: Criterion = Criterion(),
+                draws: Draws | None, criterion: Criterion = Criterion(),
                 logs: tuple[torch.Tensor | None, torch.Tensor | None] | None = None,
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """verify() for R rows at once, row r with its own k[r] <= K drafts (the rest padding) and its own generator,
-    drawing as a batch of one would: draft_tokens [R, K], q [R, K, V], p [R, K + 1, V], w [R, K] ->
-    (n_accepted [R], next_token [R], bias_tv [R, K + 1]) on the device, bias 0 from k[r] on.
+    """verify() for R rows at once, row r with its own k[r] <= K drafts (the rest padding), its test's uniforms at
+    lanes VERIFY + i and its correction at lane RESIDUAL of its own stream (draws; None when greedy): draft_tokens
+    [R, K], q [R, K, V], p [R, K + 1, V], w [R, K] -> (n_accepted [R], next_token [R], bias_tv [R, K + 1]) on the
+    device, bias 0 from k[r] on.
 
     criterion: the test (Criterion); FLy's bias is NaN (its emitted distribution depends on the drafts after a
     position). logs: (log p [R, K + 1, V], log q [R, K, V]) for logit mixing without underflow. The outcome of every
@@ -261,12 +266,11 @@ def verify_rows(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, w:
     R, K, V = q.shape
     log_p, log_q = logs or (None, None)
     test, mixing, greedy, knob = criterion.test, criterion.mixing, criterion.greedy, criterion.knob
-    _check_rows(q, k, generators, test, draft_tokens=draft_tokens, p=p, w=w, log_p=log_p, log_q=log_q)
+    _check_rows(q, k, draws, greedy, test, draft_tokens=draft_tokens, p=p, w=w, log_p=log_p, log_q=log_q)
     dev = q.device
     k_t = to_device(k, dev)  # [R]
     live = torch.arange(K, device=dev) < k_t[:, None]  # [R, K]: the positions each row drafted
-    r = None if greedy else torch.stack([torch.cat([torch.rand(k[i], generator=g, device=dev), q.new_ones(K - k[i])])
-                                         for i, g in enumerate(generators)])  # [R, K]: row i draws k[i] uniforms
+    r = None if greedy else draws.uniform(VERIFY, K)  # [R, K] float64: position i's uniform, the same at any K
     if test == "fly":
         accepted = _fly(draft_tokens, q, p[:, :K], r, k_t, knob, criterion.window)
         stop_dist = p[:, :K] if greedy else _strict_residual(p[:, :K], q)
@@ -282,26 +286,21 @@ def verify_rows(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, w:
     # row n of each: stop_dist where n < k, the bonus p_{k+1} at n = k
     rows = torch.where(at < k_t[:, None, None], torch.cat([stop_dist, q.new_zeros(R, 1, V)], 1), p)  # [R, K+1, V]
     dist = rows.gather(1, n[:, None, None].expand(R, 1, V))[:, 0]  # [R, V]
-    if greedy:
-        next_token = dist.argmax(dim=-1)
-    else:
-        next_token = torch.stack([torch.multinomial(dist[i], 1, generator=g)[0] for i, g in enumerate(generators)])
+    next_token = dist.argmax(dim=-1) if greedy else draws.categorical(dist, RESIDUAL)  # [R]
     bias = torch.cat([total_variation(nu, p[:, :K]), p.new_zeros(R, 1)], 1)  # [R, K + 1]
     return n, next_token, torch.where(at[..., 0] < k_t[:, None], bias, 0.0)
 
 
 def synthetic_rows(k: list[int], p: torch.Tensor, acceptance: float, *, greedy: bool = False,
-                   generators: list[torch.Generator | None]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Synthetic acceptance for R rows, row r with k[r] drafts and its own generator: p [R, K + 1, V] ->
-    (n [R], next_token [R], bias [R, K + 1] zeros), as verify_rows."""
+                   draws: Draws | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Synthetic acceptance for R rows, row r with k[r] drafts, accepting at the uniforms of its own stream (draws,
+    at verify_rows' lanes; drawn under greedy decoding too): p [R, K + 1, V] -> (n [R], next_token [R], bias
+    [R, K + 1] zeros), as verify_rows."""
     if not 0 <= acceptance <= 1:
         raise ValueError(f"synthetic acceptance must be in [0, 1], got {acceptance}")
     R, K1, V = p.shape
-    n = torch.stack([(torch.rand(k[i], generator=g, device=p.device) < acceptance).long().cumprod(dim=0).sum()
-                     for i, g in enumerate(generators)])  # [R]
+    live = torch.arange(K1 - 1, device=p.device) < to_device(k, p.device)[:, None]  # [R, K]
+    n = ((draws.uniform(VERIFY, K1 - 1) < acceptance) & live).long().cumprod(dim=1).sum(dim=1)  # [R]
     dist = p.gather(1, n[:, None, None].expand(R, 1, V))[:, 0]  # [R, V]
-    if greedy:
-        next_token = dist.argmax(dim=-1)
-    else:
-        next_token = torch.stack([torch.multinomial(dist[i], 1, generator=g)[0] for i, g in enumerate(generators)])
+    next_token = dist.argmax(dim=-1) if greedy else draws.categorical(dist, RESIDUAL)  # [R]
     return n, next_token, p.new_zeros(R, K1)

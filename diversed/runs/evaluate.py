@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from diversed.decoding.engine import Networks, generate
 from diversed.decoding.head import load_head
 from diversed.decoding.models import encode_prompt, load_pair
+from diversed.decoding.rng import stream_seed
 from diversed.decoding.settings import Execution
 from diversed.runs.run import Run, RunConfig, prompt_hash
 from diversed.tasks import FIDELITY, Example, get_task
@@ -136,9 +137,8 @@ class DiversedLM(GenerationLM):
         return load_head(self.cfg.head, self.pair.target, self.pair.draft) if self.cfg.verifier == "dynamic" else None
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        """Request i decodes from its own generator (seed, i); requests with the same token budget decode
+        """Request i decodes from its own stream (seed, i); requests with the same token budget decode
         batch_size at a time."""
-        import torch
 
         c, pair = self.cfg, self.pair
         budgets: dict[int, list[int]] = {}
@@ -150,9 +150,9 @@ class DiversedLM(GenerationLM):
             for budget, indices in budgets.items():
                 ids = [encode_prompt(pair.tokenizer, requests[i].args[0], chat=c.prompt_format == "chat")
                        for i in indices]
-                generators = [torch.Generator(device=c.device).manual_seed(c.seed * 1_000_003 + i) for i in indices]
+                seeds = [stream_seed(c.seed, i) for i in indices]
                 decoding = dataclasses.replace(c, max_new_tokens=budget).decoding(pair.target.generation_config)
-                gens = generate(Networks.of(pair, self.head), ids, decoding, generators=generators,
+                gens = generate(Networks.of(pair, self.head), ids, decoding, seeds=seeds,
                                 batch_size=self.batch_size, execution=execution, on_finish=lambda _: bar.update())
                 for i, gen in zip(indices, gens, strict=True):
                     text = pair.tokenizer.decode(gen.tokens, skip_special_tokens=True)

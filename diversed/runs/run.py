@@ -18,12 +18,12 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from tqdm.auto import tqdm
 
 from diversed.decoding.engine import Networks, check_request, generate
 from diversed.decoding.head import load_head
 from diversed.decoding.models import encode_prompt, load_pair
+from diversed.decoding.rng import stream_seed
 from diversed.decoding.settings import Decoding, Execution
 from diversed.decoding.stats import Generation, summarize
 from diversed.runs.settings import Launch, RunConfig
@@ -79,7 +79,7 @@ def run_id(cfg: RunConfig, prompts: list[dict]) -> str:
 @dataclass
 class PreparedRun:
     """One run's config resolved against its models, ready to decode any of its prompts (prompt i from its own
-    generator (seed, i): the same tokens at any batch size and in any order)."""
+    stream (seed, i): the same tokens at any batch size and in any order)."""
 
     cfg: RunConfig
     prompts: list[dict]
@@ -113,10 +113,9 @@ class PreparedRun:
     def __call__(self, indices: list[int], batch_size: int = 1, on_finish=None,
                  decoding: Decoding | None = None) -> list[Generation]:
         """The prompts `indices`, batch_size at a time (decoding: other settings, e.g. a warm-up's budget)."""
-        generators = [torch.Generator(device=self.cfg.device).manual_seed(self.cfg.seed * 1_000_003 + i)
-                      for i in indices]
+        seeds = [stream_seed(self.cfg.seed, i) for i in indices]
         return generate(Networks.of(self.pair, self.head), [self.encoded[i] for i in indices],
-                        decoding or self.decoding, generators=generators, batch_size=batch_size,
+                        decoding or self.decoding, seeds=seeds, batch_size=batch_size,
                         execution=self.execution, on_finish=on_finish)
 
     def warm_up(self, batch_size: int = 1) -> None:

@@ -46,7 +46,7 @@ class RunConfig:
     top_k: int = option(0, "top-k filter applied to p and q (0: none)")
     top_p: float = option(1.0, "nucleus threshold applied to p and q")
     max_new_tokens: int = option(128, "new tokens per prompt at most")
-    seed: int = option(0, "seed of the sampling (each prompt draws from its own generator)")
+    seed: int = option(0, "seed of the sampling (each prompt draws from its own stream (seed, prompt))")
     dtype: str = option("float32", "float32 | bfloat16 | float16")
     device: str = option("cpu", "cpu | cuda | cuda:N")
     prompt_format: str = option("chat", "chat (the task's instructions in the tokenizer's chat template) | raw (the "

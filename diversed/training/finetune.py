@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 
 from diversed.decoding.engine import Networks, generate
 from diversed.decoding.models import draft_vocabulary, encode_prompt, load_pair
+from diversed.decoding.rng import stream_seed
 from diversed.decoding.settings import Decoding, Execution, Sampling
 from diversed.tasks import get_task
 from diversed.tracking import Tracker
@@ -95,12 +96,12 @@ def target_text(target: nn.Module, prompts: list[list[int]], *, max_new_tokens: 
                 seed: int = 0, progress: bool = True, batch_size: int = TEXT_BATCH,
                 execution: Execution | None = None) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, the target's completion) for each prompt: greedy at temperature 0, else sampled, prompt i from
-    its own generator (seed, i), so that a completion does not depend on the others; batch_size prompts decode
+    its own stream (seed, i), so that a completion does not depend on the others; batch_size prompts decode
     together (the same completions at any size)."""
-    generators = [torch.Generator(device=target.device).manual_seed(seed * 1_000_003 + i) for i in range(len(prompts))]
+    seeds = [stream_seed(seed, i) for i in range(len(prompts))]
     decoding = Decoding("autoregressive", max_new_tokens=max_new_tokens, sampling=Sampling(temperature))
     with tqdm(total=len(prompts), desc="target text", unit="prompt", disable=not progress) as bar:
-        gens = generate(Networks(target), prompts, decoding, generators=generators, batch_size=batch_size,
+        gens = generate(Networks(target), prompts, decoding, seeds=seeds, batch_size=batch_size,
                         execution=execution or Execution.here(), on_finish=lambda _: bar.update())
     return [(ids, gen.tokens) for ids, gen in zip(prompts, gens, strict=True)]
 

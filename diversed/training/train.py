@@ -33,8 +33,10 @@ from diversed.decoding.models import (
     load_pair,
     shared_width,
 )
+from diversed.decoding.rng import DRAFT, Streams, stream_seed
 from diversed.decoding.settings import Execution
 from diversed.decoding.stepper import Stepper
+from diversed.decoding.transfer import index
 from diversed.decoding.verifiers import ensemble, logits_to_logprobs
 from diversed.tasks import get_task
 from diversed.tracking import Tracker
@@ -63,12 +65,12 @@ class Rollout:
 
 @torch.no_grad()
 def rollouts(nets: Networks, prompts: list[list[int]], cfg: HeadTrainConfig, *,
-             generators: list[torch.Generator | None], eos: set[int],
+             seeds: list[int], eos: set[int],
              execution: Execution | None = None) -> list[Rollout]:
     """Decode every prompt from nu_t = ensemble(p_t, q_t, nets.head(h_t)) one token at a time (cfg's rollout,
     temperature, mixing and max_new_tokens), all prompts together with KV caches (one host transfer per token for
-    the batch), row r drawing from generators[r] and stopping at its own EOS: a rollout does not depend on its
-    batch. Its tensors live on the target's device."""
+    the batch), row r drawing from its own stream (rng, from seeds[r]) and stopping at its own EOS: a rollout does
+    not depend on its batch. Its tensors live on the target's device."""
     target, draft, head, vocab_size = nets.target, nets.draft, nets.head, nets.vocab_size
     max_new_tokens, temperature, mixing = cfg.max_new_tokens, cfg.temperature, cfg.mixing
     shared = shared_width(target, draft)
@@ -78,6 +80,8 @@ def rollouts(nets: Networks, prompts: list[list[int]], cfg: HeadTrainConfig, *,
     D = Stepper(draft, vocab_size, shared, max_len, execution=execution, rows=B)
     out = [{"tokens": [], "log_p": [], "log_q": [], "h_target": [], "h_draft": []} for _ in prompts]
     pending, live = [list(ids) for ids in prompts], list(range(B))
+    streams = Streams(B, T.device)
+    streams.start(live, seeds)
     for _ in range(max_new_tokens):
         width = max(len(pending[r]) for r in live)
         x = torch.tensor([pending[r] + [0] * (width - len(pending[r])) for r in live], device=T.device)  # [R, L]
@@ -90,7 +94,7 @@ def rollouts(nets: Networks, prompts: list[list[int]], cfg: HeadTrainConfig, *,
         if cfg.rollout == "greedy":
             y = nu.argmax(-1)
         else:
-            y = torch.stack([torch.multinomial(nu[i], 1, generator=generators[r])[0] for i, r in enumerate(live)])
+            y = streams.take(index(tuple(live), T.device)).categorical(nu, DRAFT)  # [R]
         for i, (r, token) in enumerate(zip(live, y.tolist(), strict=True)):  # one transfer for the batch
             o = out[r]
             o["tokens"].append(token), o["log_p"].append(lp[i, 0]), o["log_q"].append(lq[i, 0])
@@ -224,10 +228,9 @@ def train_step(job: HeadJob, state: Progress) -> dict:
     seeded = torch.Generator().manual_seed(cfg.seed * 7919 + epoch)  # the order: host-side, on every device alike
     batch = torch.randperm(len(job.examples), generator=seeded).tolist()[b * cfg.batch_size:(b + 1) * cfg.batch_size]
     device = head.proj.weight.device
-    generators = [torch.Generator(device=device).manual_seed(cfg.seed * 1_000_003 + state.step * 1_009 + j)
-                  for j in range(len(batch))]
+    seeds = [stream_seed(cfg.seed, state.step * cfg.batch_size + j) for j in range(len(batch))]
     head.eval()
-    rolled = rollouts(Networks.of(pair, head), [job.encoded[i] for i in batch], cfg, generators=generators,
+    rolled = rollouts(Networks.of(pair, head), [job.encoded[i] for i in batch], cfg, seeds=seeds,
                       eos=job.eos, execution=job.execution)
     completions = [pair.tokenizer.decode(r.tokens.tolist(), skip_special_tokens=True) for r in rolled]
     state.samples = [[job.examples[i].prompt[:500], c[:500]] for i, c in zip(batch, completions, strict=True)]
