@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import typing
 from pathlib import Path
 
 from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, FAMILIES, MIXINGS, RULES, Execution
 from diversed.runs.settings import RunConfig
+from diversed.tasks import SCORINGS
 from diversed.training.settings import DistillConfig, HeadTrainConfig
 from diversed.utils import field_type, write_json, write_text
 
 PAIR = ("target", "draft", "draft_layers", "dtype", "device")  # RunConfig's fields that name the model pair
 PROMPTS = ("task", "data_files", "split", "n")  # RunConfig's fields that choose the prompts
-DECODING = ("K", "temperature", "sampling", "top_k", "top_p", "prompt_format", "max_new_tokens", "seed")
+DECODING = ("K", "temperature", "sampling", "top_k", "top_p", "prompt_format", "scoring", "max_new_tokens", "seed")
 
 
 def add_config_args(p: argparse.ArgumentParser, cls: type, *, only: tuple[str, ...] | None = None,
@@ -293,21 +295,54 @@ def cmd_calibrate(a: argparse.Namespace) -> None:
     print(text, end="")
 
 
-def print_scores(run_dirs) -> None:
-    """Score each run through lm-eval (replay) and print its headline and fidelity."""
+def print_scores(run_dirs, scoring: str | None = None) -> None:
+    """Score each run through lm-eval (replay; under its own scoring, or `scoring`) and print its headline and
+    fidelity."""
     from diversed.runs.evaluate import score_run
     from diversed.runs.run import Run
 
     for run_dir in run_dirs:
-        path = score_run(run_dir)
+        path = score_run(run_dir, scoring)
         s = Run(run_dir).scores
         fid = s["fidelity"]
-        print(f"{path}: {s['metric']} = {s['quality']:.4g}; target log p/token {fid['target_logprob']:.3f}, "
-              f"target argmax agreement {fid['target_argmax_agreement']:.3f}")
+        print(f"{path}: {s['metric']} = {s['quality']:.4g} ({s['scoring']} scoring); target log p/token "
+              f"{fid['target_logprob']:.3f}, target argmax agreement {fid['target_argmax_agreement']:.3f}")
+
+
+def score_one(task_name: str, reference: str, completion: str, scoring: str, prompt_format: str) -> dict:
+    """One completion's scores against a reference, as a run of the task would score it: the reference in the
+    form of the task's answer field (GSM8K's "... #### 18" or 18), the completion as decoded."""
+    from diversed.tasks import PROMPT_FORMATS, Example, check_scoring, get_task
+
+    task = get_task(task_name)
+    check_scoring(scoring)
+    if prompt_format not in PROMPT_FORMATS:
+        raise ValueError(f"unknown prompt format {prompt_format!r}; allowed: {', '.join(PROMPT_FORMATS)}")
+    if task.metric.fidelity or task.metric.corpus:
+        raise ValueError(f"task {task_name}: its {task.metric.name} is not a per-completion score")
+    if task.answer_field is not None:
+        example = task.to_example({f: "" for f in task.fields} | {task.answer_field: reference}, "cli")
+    else:
+        try:
+            example = Example("cli", "", json.loads(reference))
+        except ValueError:
+            example = Example("cli", "", reference)
+    scored = task.cut(completion) if scoring == "authors" else completion
+    return {"task": task_name, "scoring": scoring, "prompt_format": prompt_format, "scored_text": scored,
+            **task.scores(completion, example, scoring)}
 
 
 def cmd_score(a: argparse.Namespace) -> None:
-    print_scores(a.run_dirs)
+    one = (a.task, a.reference, a.completion)
+    if any(x is not None for x in one):
+        if a.run_dirs or any(x is None for x in one):
+            raise SystemExit("error: score one completion with --task, --reference and --completion together, "
+                             "and no RUN_DIR")
+        print(json.dumps(score_one(a.task, a.reference, a.completion, a.scoring or "standard", a.prompt_format)))
+        return
+    if not a.run_dirs:
+        raise SystemExit("error: give RUN_DIR(s), or --task, --reference and --completion")
+    print_scores(a.run_dirs, a.scoring)
 
 
 def cmd_export_task(a: argparse.Namespace) -> None:
@@ -502,8 +537,16 @@ def _results_parsers(sub) -> None:
 
 
 def _scoring_parsers(sub) -> None:
-    p = sub.add_parser("score", help="score decoding runs through lm-eval (replay); writes RUN_DIR/scores.json")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p = sub.add_parser("score", help="score finished runs again, offline (lm-eval replay of their completions, the "
+                       "current scorers; writes RUN_DIR/scores.json), or one completion (--task, --reference, "
+                       "--completion; prints JSON)")
+    p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR")
+    p.add_argument("--scoring", choices=SCORINGS, help="default: each run's own (one completion: "
+                   "standard)")
+    p.add_argument("--task", help="one completion: its task")
+    p.add_argument("--prompt-format", default="raw", help="one completion: the format its prompt had (recorded)")
+    p.add_argument("--reference", help="one completion: the reference, as the task's answer field holds it")
+    p.add_argument("--completion", help="one completion: the decoded text")
     p.set_defaults(func=cmd_score)
     sub.add_parser("lm-eval", help="lm-eval's command line with the `diversed` model registered", add_help=False)
     p = sub.add_parser("export-task", help="write a task split as JSONL + lm-eval task YAML (for `diversed lm-eval`)")

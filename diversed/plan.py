@@ -322,7 +322,7 @@ class Plan:
     def _decoding_flags(self, task: str, T, seed: int, K: int | None = None) -> str:
         c = self.config
         return flags(RunConfig, max_new_tokens=self.tasks[task]["max_new_tokens"], temperature=temperature(T),
-                     sampling=c["sampling"], prompt_format=c["prompt_format"], K=K, seed=seed)
+                     sampling=c["sampling"], prompt_format=c["prompt_format"], scoring=c["scoring"], K=K, seed=seed)
 
     def _execution(self, timed: bool = False) -> str:
         """The engine's flags; timed: a timing job's (batch 1), whose capture is execution.timed_capture if set."""

@@ -284,12 +284,15 @@ def test_deviations_read_what_ran_from_the_manifests(tmp_path):
     run = write_run(tmp_path / "dyn", "dynamic", 5, 10.0)
     manifest = json.loads((run / "manifest.json").read_text())
     manifest["config"] |= {"target": "Qwen/Qwen3-8B", "draft": str(draft), "head": str(head / "head.safetensors"),
-                           "sampling": "model", "prompt_format": "raw", "max_new_tokens": 128, "split": "eval"}
+                           "sampling": "model", "prompt_format": "raw", "max_new_tokens": 128, "split": "eval",
+                           "mixing": "logit"}
     manifest["decoding"] = {"sampling": {"temperature": 1.0, "top_k": 20, "top_p": 0.95}}
     write_json(run / "manifest.json", manifest)
+    write_json(run / "scores.json", json.loads((run / "scores.json").read_text()) | {"scoring": "authors"})
     rows = {r["setting"]: r for r in settings(collect([run]))}
     for name in ("temperatures", "draft length K", "sampling", "prompt format", "new tokens per prompt",
-                 "fine-tuned draft", "acceptance term of the head", "head training"):
+                 "fine-tuned draft's objective", "acceptance term of the head", "head training",
+                 "scoring and answer extraction", "DIVERSED's mixing"):
         assert rows[name]["agrees"] == "yes", (name, rows[name])
     assert rows["sampling"]["this run"] == "model (top-k 20, top-p 0.95)"
     assert rows["model pairs"]["agrees"] == "**no**"  # the draft here is a local folder, not the paper's

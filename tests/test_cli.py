@@ -65,7 +65,8 @@ def test_runs_of_one_setting_in_one_process_equal_separate_runs(tiny_dir, tmp_pa
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(models, "load_model", lambda name, **kw: loads.append(name) or load_model(name, **kw))
         mp.setattr(diversed.runs.run, "execute", lambda *a, **kw: order.append("decode") or execute(*a, **kw))
-        mp.setattr(diversed.runs.evaluate, "score_run", lambda d: order.append("score") or score_run(d))
+        mp.setattr(diversed.runs.evaluate, "score_run",
+                   lambda d, scoring=None: order.append("score") or score_run(d, scoring))
         generate(tiny_dir, tmp_path, *shared, "--score",
                  *[x for name, changes in runs.items() for x in ("--run", str(tmp_path / name), *changes)])
     assert sorted(loads) == sorted([str(tiny_dir / "tiny-target"), str(tiny_dir / "tiny-draft-l1")])

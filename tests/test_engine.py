@@ -383,3 +383,29 @@ def test_sampling_model_takes_the_target_generation_configs_filters(tiny_dir, tm
         RunConfig(sampling="nucleus", **base).validate()
     with pytest.raises(ValueError, match="top_k must be an integer >= 0"):
         RunConfig(top_k=-1, **base).validate()
+
+
+@pytest.mark.parametrize("verifier", ["fixed", "autoregressive"])
+def test_a_stop_ends_a_row_at_the_step_that_meets_it_in_any_batch(target, draft, verifier):
+    """Ends.stop (a stop string) ends a row after the step whose tokens meet it (stop = "stop"); the other rows
+    and the row's own tokens are those of a batch of one."""
+    from diversed.decoding.engine import Ends, Networks, generate
+
+    decoding = Decoding(verifier, weight=0.5 if verifier == "fixed" else None, K=3, max_new_tokens=30,
+                        sampling=Sampling(1.0))
+    free = generate(Networks(target, draft), PROMPTS, decoding, batch_size=3)
+    marker = free[1].tokens[10]  # a token prompt 1 emits
+
+    def stop(i, tokens):
+        return marker in tokens
+
+    batched = generate(Networks(target, draft), PROMPTS, decoding, batch_size=3, ends=Ends(stop=stop))
+    alone = [generate(Networks(target, draft), [p], decoding, seeds=[i], ends=Ends(stop=stop))[0]
+             for i, p in enumerate(PROMPTS)]
+    assert [g.tokens for g in batched] == [g.tokens for g in alone]
+    row = batched[1]
+    assert row.stop == "stop" and marker in row.tokens and len(row.tokens) < 30
+    cut = row.tokens.index(marker)
+    assert row.tokens == free[1].tokens[:len(row.tokens)] and len(row.tokens) - cut <= 4  # the step's tokens kept
+    for g, f in zip(batched, free, strict=True):
+        assert (g.stop == "stop") == (marker in f.tokens) and (g.stop != "stop" or g.tokens == f.tokens[:len(g.tokens)])

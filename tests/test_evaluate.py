@@ -174,3 +174,31 @@ def test_wmt16_headline_is_corpus_bleu(tmp_path):
     assert s["metric"] == "bleu" and s["quality"] == pytest.approx(corpus)
     assert s["aggregate"]["sentence_bleu"] == pytest.approx(sum(sentence) / len(sentence))
     assert [e["sentence_bleu"] for e in s["per_example"]] == pytest.approx(sentence)
+
+
+def test_a_finished_run_is_scored_again_offline_under_another_scoring(greedy_run, monkeypatch):
+    """diversed score RUN --scoring S re-scores the stored completions (no decoding: the engine is never called)
+    and records the scoring in scores.json and in the run's table row."""
+    import diversed.decoding.engine as engine
+    from diversed.cli import main
+
+    monkeypatch.setattr(engine, "generate", lambda *a, **k: pytest.fail("re-scoring decoded"))
+    assert Run(greedy_run).manifest["config"]["scoring"] == "standard"
+    main(["score", str(greedy_run), "--scoring", "authors"])
+    authors = Run(greedy_run).scores
+    assert authors["scoring"] == "authors" and Run(greedy_run).record()["scoring"] == "authors"
+    main(["score", str(greedy_run)])  # its own scoring again
+    standard = Run(greedy_run).scores
+    assert standard["scoring"] == "standard" and standard["quality"] == authors["quality"]  # arith: no stop marker
+
+
+def test_stop_strings_end_on_the_text_of_the_newest_tokens(tiny_dir):
+    from transformers import AutoTokenizer
+
+    from diversed.runs.run import stop_at
+
+    tok = AutoTokenizer.from_pretrained(tiny_dir / "tiny-target")
+    stop = stop_at(tok, ("\n\nQuestion:",))
+    assert stop(0, tok.encode("18 eggs.\n#### 18\n\nQuestion: Ann", add_special_tokens=False))
+    assert not stop(0, tok.encode("18 eggs.\n#### 18\n\nAnswer", add_special_tokens=False))
+    assert not stop_at(tok, ("",))(0, tok.encode("anything", add_special_tokens=False))

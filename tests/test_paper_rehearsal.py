@@ -129,6 +129,7 @@ def test_every_pair_task_method_and_temperature_ran_and_was_scored(rehearsal):
     batched = runs.loc[~runs["timing"]].groupby("pair")["batch_size"].agg(set).to_dict()
     assert batched == {p: {config["pairs"][p].get("batch_size", config["batch_size"])} for p in PAIRS}
     assert batched["gemma"] == {16}  # its own rows (paper-gemma.yaml)
+    assert set(runs["scoring"]) == {"authors"}  # cut at the stop markers, "#### N", ROUGE unstemmed
     assert set(runs["pair"]) == set(PAIRS) and set(runs["task"]) == set(TASKS)
     assert set(runs["method"]) == set(config["methods"]) and set(runs["temperature"]) == {1.0}
     assert runs["quality"].notna().all()

@@ -382,3 +382,49 @@ def test_sft_answers_follow_the_subsample(tmp_path):
     task = get_task("gsm8k", {s: str(path) for s in SPLITS})
     examples, answers = task.examples("eval", 5, seed=3), task.answers("eval", 5, seed=3)
     assert [e.reference for e in examples] == [a.split("####")[-1].strip() for a in answers]
+
+
+RUN_ON = ("Tom has 3 + 15 = 18 eggs.\n#### 18\n\nQuestion: Ann has 2 pens and buys 5. How many?\n"
+          "Answer: 7 pens. The answer is 7")
+
+
+def test_authors_scoring_cuts_a_run_on_gsm8k_completion_and_reads_the_hash_answer(tmp_path):
+    """A raw completion runs on into an invented next example: the standard scorer reads its "answer is 7" (wrong),
+    the authors' cut at "Question:" and read "#### 18" (right); without "####" they take the last number."""
+    task = get_task("gsm8k", "unused")
+    ex = Example("1", "p", "18")
+    assert task.scores(RUN_ON, ex, "standard") == {"accuracy": 0.0}
+    assert task.scores(RUN_ON, ex, "authors") == {"accuracy": 1.0}
+    assert task.scores("18 eggs, then 3 more: 21", ex, "authors") == {"accuracy": 0.0}  # the last number
+    assert task.scores("The answer is 18. Check: 9 x 2", ex, "authors") == {"accuracy": 0.0}  # no "answer is" rule
+    assert task.cut(RUN_ON) == "Tom has 3 + 15 = 18 eggs.\n#### 18\n\n"
+    with pytest.raises(ValueError, match="unknown scoring 'theirs'; allowed: standard, authors"):
+        task.scores(RUN_ON, ex, "theirs")
+
+
+def test_authors_rouge_is_unstemmed_and_cut_at_the_next_article():
+    task = get_task("cnndm", "unused")
+    ex = Example("1", "p", "the cats were running home")
+    standard, authors = task.scores("the cat was run home", ex), task.scores("the cat was run home", ex, "authors")
+    assert standard["rouge1"] > authors["rouge1"]  # cats/cat and running/run match only when stemmed
+    assert authors == task.authors_score("the cat was run home", ex)
+    run_on = "the cats were running home\n\nArticle: a new story about dogs"
+    assert task.scores(run_on, ex, "authors")["rouge2"] == pytest.approx(100.0)
+    assert task.scores(run_on, ex)["rouge2"] < 100.0
+    assert get_task("xsum", "unused").cut("one line\n\nDocument: more") == "one line"
+
+
+def test_diversed_score_scores_one_completion_as_json():
+    import subprocess
+    import sys
+
+    def score(*args):
+        done = subprocess.run([sys.executable, "-m", "diversed.cli", "score", *args], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    args = ["--task", "gsm8k", "--prompt-format", "raw", "--reference", "2 eggs and 16 more: 18\n#### 18",
+            "--completion", RUN_ON]
+    assert score(*args, "--scoring", "authors")["accuracy"] == 1.0
+    out = score(*args)
+    assert out["accuracy"] == 0.0 and out["scoring"] == "standard" and out["scored_text"] == RUN_ON

@@ -20,6 +20,7 @@ diversed.decoding.stats.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -212,15 +213,25 @@ def _prefill_groups(prefill: list[tuple[int, list[int]]]) -> Iterator[list[tuple
         yield group
 
 
+@dataclass
+class Ends:
+    """What ends a row: an EOS id (None: the target's, eos_set), stop(i, tokens) True for prompt i's new tokens (a
+    stop string); on_finish(i) is called as prompt i ends (a progress bar)."""
+
+    eos: set[int] | None = None
+    stop: Callable[[int, list[int]], bool] | None = None
+    on_finish: Callable[[int], None] | None = None
+
+
 class Batch:
     """B cache rows over a queue of prompts: the live rows (slot -> Row) and their random streams (prompt i's from
     seeds[i]), refilled as rows end."""
 
     def __init__(self, prompts: list[list[int]], steppers: list[Stepper], decoding: Decoding, seeds: list[int],
-                 size: int, eos: set[int], on_finish: Callable[[int], None] | None = None):
+                 size: int, ends: Ends):
         self.prompts, self.steppers, self.decoding, self.seeds = prompts, steppers, decoding, seeds
+        self.eos, self.stop, self.on_finish = ends.eos, ends.stop, ends.on_finish
         self.streams = Streams(size, steppers[0].device)
-        self.eos, self.on_finish = eos, on_finish  # the ids that end a row; called with each finished prompt
         self.queue: Iterator[int] = iter(range(len(prompts)))
         self.live: dict[int, Row] = {}
         self.done: list[Generation | None] = [None] * len(prompts)
@@ -264,6 +275,11 @@ class Batch:
         if self.on_finish is not None:
             self.on_finish(row.index)
         self.admit([slot])
+
+    def check_stop(self, row: Row) -> None:
+        """A row whose new tokens hit a stop ends (stop = "stop"; the step's tokens are kept whole)."""
+        if row.out.stop == "length" and self.stop is not None and self.stop(row.index, row.out.tokens):
+            row.out.stop = "stop"
 
     def rows(self) -> tuple[list[int], list[Row]]:
         slots = sorted(self.live)
@@ -397,7 +413,8 @@ def speculative_step(T: Stepper, D: Stepper, batch: Batch, head: nn.Module | Non
     for slot, row, step, cand in zip(slots, rows, steps, candidates, strict=True):
         row.marks.append((t_draft, t_verify, t_done))
         m = row.out.record(step, batch.eos)
-        if row.out.stop == "eos" or len(row.out.tokens) >= decoding.max_new_tokens:
+        batch.check_stop(row)
+        if row.out.stop != "length" or len(row.out.tokens) >= decoding.max_new_tokens:
             batch.finish(slot, clock)
         else:
             roll_back(T, D, slot, row, cand, m)
@@ -423,17 +440,18 @@ def alone_step(M: Stepper, batch: Batch, fidelity: bool) -> None:
         row.pending = [token]
         if token in batch.eos:
             row.out.stop = "eos"
-        if row.out.stop == "eos" or len(row.out.tokens) >= batch.decoding.max_new_tokens:
+        batch.check_stop(row)
+        if row.out.stop != "length" or len(row.out.tokens) >= batch.decoding.max_new_tokens:
             batch.finish(slot)
 
 
 @torch.inference_mode()
 def generate(nets: Networks, prompts: list, decoding: Decoding, *,
              seeds: list[int] | None = None, batch_size: int = 1,
-             execution: Execution = Execution(), on_finish: Callable[[int], None] | None = None) -> list[Generation]:
+             execution: Execution = Execution(), ends: Ends | None = None) -> list[Generation]:
     """Decode every prompt (token ids) with decoding.verifier (VERIFIERS) on nets, batch_size rows at a time in
     lockstep; returns one Generation per prompt, in order. seeds[i]: prompt i's random stream (rng; default i);
-    on_finish(i): called as prompt i ends (a progress bar).
+    ends: what ends a row besides its token budget (Ends; default: the target's EOS ids).
 
     strict: w = 1 (lossless); fixed: constant weight; dynamic: w_i = head(h_target_i, h_draft_i); cascade,
     lenient, typical, topk, fly: their rules with decoding.knob (RULES).
@@ -448,10 +466,13 @@ def generate(nets: Networks, prompts: list, decoding: Decoding, *,
     if len(seeds) != len(prompts):
         raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
     check_request(nets, max(len(p) for p in prompts), decoding, execution)
+    ends = ends or Ends()
+    if ends.eos is None:
+        ends = dataclasses.replace(ends, eos=eos_set(nets.target, decoding.eos_token_id))
     B = min(batch_size, len(prompts))
     max_len = max(len(p) for p in prompts) + decoding.max_new_tokens + 1
     if decoding.verifier in ("autoregressive", "draft"):
-        return _alone(nets, prompts, decoding, seeds, B, max_len, execution, on_finish)
+        return _alone(nets, prompts, decoding, seeds, B, max_len, execution, ends)
     target, draft, vocab_size = nets.target, nets.draft, nets.vocab_size
     shared = shared_width(target, draft)
     # the target verifies K + 1 tokens (fewer at the end: padded); the draft takes 1, or 2 after a full acceptance
@@ -461,14 +482,14 @@ def generate(nets: Networks, prompts: list, decoding: Decoding, *,
     head = nets.head.to(T.device) if nets.head is not None else None
     clock = _Clock(T.device)
     synchronize(T.device)
-    batch = Batch(prompts, [T, D], decoding, seeds, B, eos_set(target, decoding.eos_token_id), on_finish)
+    batch = Batch(prompts, [T, D], decoding, seeds, B, ends)
     while batch.live:  # one host sync per step, in verify_step
         speculative_step(T, D, batch, head, clock)
     return batch.done
 
 
 def _alone(nets: Networks, prompts: list[list[int]], decoding: Decoding, seeds: list[int], B: int, max_len: int,
-           execution: Execution, on_finish: Callable[[int], None] | None) -> list[Generation]:
+           execution: Execution, ends: Ends) -> list[Generation]:
     """The baselines: the target alone, or the draft alone stopping at the target's EOS, its fidelity judged by
     the target in one pass per prompt."""
     target, draft, alone = nets.target, nets.draft, decoding.verifier == "draft"
@@ -476,7 +497,7 @@ def _alone(nets: Networks, prompts: list[list[int]], decoding: Decoding, seeds: 
     M = Stepper(model, shared=shared_width(target, draft) if alone else None, max_len=max_len, execution=execution,
                 buckets=(1,), rows=B)
     synchronize(M.device)
-    batch = Batch(prompts, [M], decoding, seeds, B, eos_set(target, decoding.eos_token_id), on_finish)
+    batch = Batch(prompts, [M], decoding, seeds, B, ends)
     while batch.live:
         alone_step(M, batch, fidelity=not alone)
     if alone:

@@ -64,7 +64,7 @@ class Generation:
     time_draft: float = 0.0
     time_verify: float = 0.0
     time_total: float = 0.0
-    stop: str = "length"  # "eos" or "length"
+    stop: str = "length"  # "eos", "stop" (a stop string: engine.Ends) or "length"
 
     def record(self, step: Step, eos: set[int]) -> int:
         """Append one speculative step, its tokens cut after the first EOS (then stop = "eos"); returns m, the

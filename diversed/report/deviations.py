@@ -31,6 +31,22 @@ def _sampling(run) -> str:
     return f"{run.sampling} (top-k {run.top_k:g}, top-p {run.top_p:g})"
 
 
+def _scoring_rows(own: pd.DataFrame) -> list[tuple]:
+    """The rows of what decides a run's numbers beyond its settings: scoring, DIVERSED's mixing, the draft length
+    policy, the acceptance rate's definition (tables written before a column existed read its default)."""
+    scoring = own.get("scoring", pd.Series("standard", index=own.index)).fillna("standard")
+    mixing = own.get("mixing", pd.Series("linear", index=own.index))[own["method"] == "dynamic"]
+    return [
+        ("scoring and answer extraction", "each completion cut at the next prompt marker (\"Question:\", "
+         "\"Article:\", \"Document:\"); GSM8K's \"#### N\", else the last number; ROUGE unstemmed (authors' code)",
+         _values(scoring), set(scoring) == {"authors"}),
+        ("DIVERSED's mixing", "logit: w log p + (1 - w) log q, renormalised (authors' head-training code)",
+         _values(mixing), set(mixing) == {"logit"} if len(mixing) else None),
+        ("draft length policy", "K drafts, or fewer where the draft's confidence falls below transformers' assistant "
+         "threshold (authors' code may)", "always K", None),
+        ("acceptance rate", f"{SILENT} (its definition is unstated)", "accepted / drafted tokens (alpha)", None)]
+
+
 def settings(runs: pd.DataFrame, trained: pd.DataFrame) -> list[dict]:
     """One row per setting: setting, paper (value and source), this run, agrees (yes / no / the paper is silent).
     runs, trained: the aggregated runs.csv and trained.csv."""
@@ -42,6 +58,7 @@ def settings(runs: pd.DataFrame, trained: pd.DataFrame) -> list[dict]:
     temps = {float(t) for t in own["temperature"]}
     ks = {int(k) for k in quality["K"].dropna()}
     evals = own[own["split"] == "eval"]
+    fixed, cascade = (own[own["method"] == m] for m in ("fixed", "cascade"))
     head_settings = {(r.acceptance_term, r.acceptance_weight) for r in heads.itertuples()}
     training = {(r.lr, r.batch_size, r.epochs, r.prompts) for r in heads.itertuples()}
     rows = [
@@ -53,12 +70,14 @@ def settings(runs: pd.DataFrame, trained: pd.DataFrame) -> list[dict]:
          _values(_sampling(r) for r in own.itertuples()), set(own["sampling"]) == {"model"}),
         ("prompt format", "raw templates, no chat template (authors' code)",
          _values(own["prompt_format"]), set(own["prompt_format"]) == {"raw"}),
-        ("eval prompts per task", "100 (the authors' scripts' default; the paper does not say)",
-         _per_task(evals, "prompts"), None),
+        ("eval prompts per task", "100 (the authors' scripts; the paper does not say)",
+         _per_task(evals, "prompts"), set(evals["prompts"]) == {100} if len(evals) else None),
+        *_scoring_rows(own),
         ("new tokens per prompt", "128 for every task (authors' scripts)",
          _per_task(own, "max_new_tokens"), set(own["max_new_tokens"]) == {128}),
         ("seeds", SILENT, _values(int(s) for s in quality["seed"]), None),
-        ("fine-tuned draft", "supervised on the reference answers (authors' data loader)",
+        ("fine-tuned draft's objective", "supervised on the reference answers (authors' data loader; its other "
+         "settings are not public)",
          _values(drafts["finetune"]), set(drafts["finetune"]) == {"sft"} if len(drafts) else None),
         ("acceptance term of the head", "relative: 5% of the reward loss's magnitude, every step (authors' code)",
          _values(f"{term} {weight:g}" for term, weight in head_settings),
@@ -75,9 +94,12 @@ def settings(runs: pd.DataFrame, trained: pd.DataFrame) -> list[dict]:
          "acceptance non-inferior to strict", "dev-split sweep", None),
         ("MBPP eval split", "validation (authors' code)", "test" if (quality["task"] == "mbpp").any() else "–",
          False if (quality["task"] == "mbpp").any() else None),
-        ("lenient and cascade settings", "the authors' (sd_lossy, spe_cas) are not public",
-         _values(f"{m} {_values(quality.loc[quality['method'] == m, 'knob'])}"
-                 for m in ("lenient", "cascade") if (quality["method"] == m).any()), None),
+        ("static ensemble and cascade settings", "w = 0.7 (draft weight 0.3) and cascade lenience 0.5 (the authors' "
+         "README); lenient decoding's are not public",
+         _values([f"fixed {_values(fixed['weight'])}" for _ in fixed.head(1).index] + [
+             f"{m} {_values(quality.loc[quality['method'] == m, 'knob'])}"
+             for m in ("lenient", "cascade") if (quality["method"] == m).any()]),
+         (set(fixed["weight"]) == {0.7} and set(cascade["knob"]) <= {0.5}) if len(fixed) else None),
     ]
     return [{"setting": s, "paper (source)": p, "this run": v,
              "agrees": SILENT if a is None else "yes" if a else "**no**"} for s, p, v, a in rows]

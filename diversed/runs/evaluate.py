@@ -27,13 +27,13 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm.auto import tqdm
 
-from diversed.decoding.engine import Networks, generate
+from diversed.decoding.engine import Ends, Networks, generate
 from diversed.decoding.head import load_head
 from diversed.decoding.models import encode_prompt, load_pair
 from diversed.decoding.rng import stream_seed
 from diversed.decoding.settings import Execution
-from diversed.runs.run import Run, RunConfig, prompt_hash
-from diversed.tasks import FIDELITY, Example, get_task
+from diversed.runs.run import Run, RunConfig, prompt_hash, stop_at
+from diversed.tasks import FIDELITY, Example, check_scoring, get_task
 from diversed.tracking import decode_tracker
 from diversed.utils import provenance, write_json, write_jsonl
 
@@ -80,10 +80,15 @@ def _cast(name: str, value, kind: str):
         raise ValueError(f"model_args {name}={text!r} must be of type {base}") from None
 
 
+def _until(gen_kwargs: dict) -> list[str]:
+    """lm-eval's `until` strings of a request (decoding stops at them)."""
+    until = gen_kwargs.get("until") or []
+    return [until] if isinstance(until, str) else list(until)
+
+
 def _cut(text: str, gen_kwargs: dict) -> str:
     """text up to the first of lm-eval's `until` strings."""
-    until = gen_kwargs.get("until") or []
-    for stop in [until] if isinstance(until, str) else until:
+    for stop in _until(gen_kwargs):
         if stop and stop in text:
             text = text[: text.index(stop)]
     return text
@@ -152,8 +157,10 @@ class DiversedLM(GenerationLM):
                        for i in indices]
                 seeds = [stream_seed(c.seed, i) for i in indices]
                 decoding = dataclasses.replace(c, max_new_tokens=budget).decoding(pair.target.generation_config)
+                stops = [stop_at(pair.tokenizer, _until(requests[i].args[1])) for i in indices]
+                ends = Ends(stop=lambda j, tokens, stops=stops: stops[j](j, tokens), on_finish=lambda _: bar.update())
                 gens = generate(Networks.of(pair, self.head), ids, decoding, seeds=seeds,
-                                batch_size=self.batch_size, execution=execution, on_finish=lambda _: bar.update())
+                                batch_size=self.batch_size, execution=execution, ends=ends)
                 for i, gen in zip(indices, gens, strict=True):
                     text = pair.tokenizer.decode(gen.tokens, skip_special_tokens=True)
                     out[i] = _cut(text, requests[i].args[1])
@@ -193,11 +200,11 @@ class ReplayLM(GenerationLM):
 
 def process_results(doc: dict, results: list[str]) -> dict:
     """lm-eval hook: one completion's per-example scores, and its item of the task's corpus metric."""
-    task = get_task(doc["task"])
+    task, scoring = get_task(doc["task"]), doc.get("scoring", "standard")
     example = Example(doc["id"], doc["prompt"], json.loads(doc["reference_json"]))
-    scores = task.score(results[0], example)
+    scores = task.scores(results[0], example, scoring)
     if task.metric.corpus:
-        scores[task.metric.name] = [task.name, task.corpus_item(results[0], example)]
+        scores[task.metric.name] = [task.name, task.item(results[0], example, scoring)]
     return scores
 
 
@@ -206,15 +213,17 @@ def corpus_score(items: list) -> float:
     return get_task(items[0][0]).corpus_score([item for _, item in items])
 
 
-def write_task_files(task_name: str, examples: list[dict], folder: Path, max_gen_toks: int) -> str:
-    """Export examples as JSONL plus an lm-eval task YAML reading it; returns the lm-eval task name."""
+def write_task_files(task_name: str, examples: list[dict], folder: Path, max_gen_toks: int,
+                     scoring: str = "standard") -> str:
+    """Export examples as JSONL plus an lm-eval task YAML reading it, scored under `scoring` (tasks.SCORINGS);
+    returns the lm-eval task name."""
     import yaml
 
     metric = get_task(task_name).metric
     folder.mkdir(parents=True, exist_ok=True)
     data = folder / f"{task_name}.jsonl"
     write_jsonl(data, [{"id": e["id"], "prompt": e["prompt"], "task": task_name,
-                        "reference_json": json.dumps(e.get("reference"))} for e in examples])
+                        "reference_json": json.dumps(e.get("reference")), "scoring": scoring} for e in examples])
     (folder / "utils.py").write_text(UTILS)
     name = f"diversed_{task_name.replace('-', '_')}"
     metrics = [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in metric.per_example]
@@ -234,13 +243,14 @@ def write_task_files(task_name: str, examples: list[dict], folder: Path, max_gen
     return name
 
 
-def evaluate(lm: LM, task_name: str, examples: list[dict], max_gen_toks: int = 256) -> dict:
-    """Run lm-eval offline on examples with model `lm`; returns aggregate and per-example metrics."""
+def evaluate(lm: LM, task_name: str, examples: list[dict], max_gen_toks: int = 256, scoring: str = "standard") -> dict:
+    """Run lm-eval offline on examples with model `lm`, scored under `scoring`; returns aggregate and per-example
+    metrics."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
     with tempfile.TemporaryDirectory(prefix="diversed-lm-eval-") as tmp:
-        name = write_task_files(task_name, examples, Path(tmp), max_gen_toks)
+        name = write_task_files(task_name, examples, Path(tmp), max_gen_toks, scoring)
         tasks = TaskManager(include_path=tmp, include_defaults=False)  # our task only: indexing all is slow
         results = simple_evaluate(model=lm, tasks=[name], task_manager=tasks,
                                   log_samples=True, bootstrap_iters=0, random_seed=0, numpy_random_seed=0,
@@ -262,19 +272,23 @@ def fidelity(rows: list[dict]) -> dict:
             "target_argmax_agreement": sum(agree) / len(agree) if agree else math.nan}
 
 
-def score_run(run_dir: str | Path) -> Path:
-    """Score a decoding run by replaying its generations through lm-eval; writes run_dir/scores.json."""
+def score_run(run_dir: str | Path, scoring: str | None = None) -> Path:
+    """Score a decoding run by replaying its generations through lm-eval (offline, no decoding) with the current
+    scorers, under its own scoring or `scoring`; writes run_dir/scores.json."""
     run = Run(run_dir)
     manifest, rows = run.manifest, run.generations
     task_name = manifest["config"].get("task")
+    scoring = scoring or manifest["config"].get("scoring", "standard")
+    check_scoring(scoring)
     metric = get_task(task_name).metric if task_name else FIDELITY
     result = {"run_id": manifest["run_id"], "task": task_name, "fidelity": fidelity(rows), "created": time.time(),
-              **provenance(), "metric": metric.name}
+              **provenance(), "metric": metric.name, "scoring": scoring}
     if metric.fidelity:
         result |= {"quality": result["fidelity"][metric.name], "aggregate": {},
                    "per_example": [{"id": r["id"], "prompt_hash": r["prompt_hash"]} for r in rows]}
     else:
-        scored = evaluate(ReplayLM(rows), task_name, rows, max_gen_toks=manifest["config"]["max_new_tokens"])
+        scored = evaluate(ReplayLM(rows), task_name, rows, max_gen_toks=manifest["config"]["max_new_tokens"],
+                          scoring=scoring)
         result |= {"quality": scored["aggregate"][metric.name], **scored}
     out = run.scores_path
     write_json(out, result)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from diversed.decoding.engine import Networks, check_request, generate
+from diversed.decoding.engine import Ends, Networks, check_request, generate
 from diversed.decoding.head import load_head
 from diversed.decoding.models import encode_prompt, load_pair
 from diversed.decoding.rng import stream_seed
@@ -76,6 +76,17 @@ def run_id(cfg: RunConfig, prompts: list[dict]) -> str:
     return config_hash(resolved)
 
 
+def stop_at(tokenizer, markers: tuple[str, ...] | list[str], window: int = 48):
+    """Ends.stop for stop strings: True once the text of a row's newest `window` tokens (several steps' worth)
+    holds one of the markers."""
+    markers = tuple(m for m in markers if m)
+
+    def stop(_, tokens: list[int]) -> bool:
+        text = tokenizer.decode(tokens[-window:], skip_special_tokens=True)
+        return any(m in text for m in markers)
+    return stop
+
+
 @dataclass
 class PreparedRun:
     """One run's config resolved against its models, ready to decode any of its prompts (prompt i from its own
@@ -114,9 +125,11 @@ class PreparedRun:
                  decoding: Decoding | None = None) -> list[Generation]:
         """The prompts `indices`, batch_size at a time (decoding: other settings, e.g. a warm-up's budget)."""
         seeds = [stream_seed(self.cfg.seed, i) for i in indices]
+        stops = get_task(self.cfg.task).stops if self.cfg.task and self.cfg.scoring == "authors" else ()
+        ends = Ends(stop=stop_at(self.pair.tokenizer, stops) if stops else None, on_finish=on_finish)
         return generate(Networks.of(self.pair, self.head), [self.encoded[i] for i in indices],
-                        decoding or self.decoding, seeds=seeds, batch_size=batch_size,
-                        execution=self.execution, on_finish=on_finish)
+                        decoding or self.decoding, seeds=seeds, batch_size=batch_size, execution=self.execution,
+                        ends=ends)
 
     def warm_up(self, batch_size: int = 1) -> None:
         """A short decode before anything is timed: allocations and kernel choice."""
@@ -449,7 +462,7 @@ class Run:
             "seconds_per_sample": math.nan if s["time_total"] is None else s["time_total"] / max(s["prompts"], 1),
             "hardware": hardware_label(self.manifest.get("hardware"), c.get("device", "cpu")),
             "capture": self.manifest.get("execution", {}).get("capture", "none"),  # how its steps ran (timing)
-            "metric": scores["metric"], "quality": scores["quality"],
+            "metric": scores["metric"], "quality": scores["quality"], "scoring": scores.get("scoring", "standard"),
             "target_logprob": scores["fidelity"]["target_logprob"],
             "target_argmax_agreement": scores["fidelity"]["target_argmax_agreement"],
             "run_id": self.manifest["run_id"], "run_dir": str(self.path),

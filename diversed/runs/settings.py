@@ -20,7 +20,7 @@ from diversed.decoding.settings import (
     Execution,
     Sampling,
 )
-from diversed.tasks import PROMPT_FORMATS, SPLITS, registry
+from diversed.tasks import PROMPT_FORMATS, SPLITS, check_scoring, registry
 from diversed.utils import option
 
 SAMPLINGS = ("full", "model")  # RunConfig.sampling
@@ -51,6 +51,8 @@ class RunConfig:
     device: str = option("cpu", "cpu | cuda | cuda:N")
     prompt_format: str = option("chat", "chat (the task's instructions in the tokenizer's chat template) | raw (the "
                                         "task's plain template, no chat template: the authors')")
+    scoring: str = option("standard", "standard | authors (cut at the task's stop markers, where decoding then stops; "
+                                      "the authors' answer extraction; ROUGE unstemmed)")
     task: str | None = option(None, "prompts and references of a task (diversed.tasks) instead of a prompt file")
     split: str = option("eval", "task split: train | dev | eval")
     n: int | None = option(None, "seeded subsample size of the task split (default: all)", flag="-n")
@@ -76,6 +78,7 @@ class RunConfig:
                              "--top-k / --top-p only with --sampling full")
         if self.prompt_format not in PROMPT_FORMATS:
             raise ValueError(f"unknown prompt format {self.prompt_format!r}; allowed: {', '.join(PROMPT_FORMATS)}")
+        check_scoring(self.scoring)
         if self.verifier == "dynamic" and not self.head:
             raise ValueError("verifier 'dynamic' needs --head, a trained weight head (head= in Python)")
         if self.dtype not in DTYPES:

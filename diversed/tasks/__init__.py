@@ -15,11 +15,36 @@ ever trained or selected on.
 from __future__ import annotations
 
 from diversed.tasks import arith, capitals, code, gsm8k, open_ended, summarization, translation
-from diversed.tasks.base import FIDELITY, PROMPT_FORMATS, SHARES, SPLITS, UNITS, DataUnavailable, Example, Metric, Task
+from diversed.tasks.base import (
+    FIDELITY,
+    PROMPT_FORMATS,
+    SCORINGS,
+    SHARES,
+    SPLITS,
+    UNITS,
+    DataUnavailable,
+    Example,
+    Metric,
+    Task,
+    check_scoring,
+)
 
-__all__ = ["FIDELITY", "PROMPT_FORMATS", "SHARES",
-           "SPLITS", "UNITS", "DataUnavailable", "Example", "Metric", "Task", "get_task",
-           "metric_spec", "registry"]
+__all__ = [
+    "FIDELITY",
+    "PROMPT_FORMATS",
+    "SCORINGS",
+    "SHARES",
+    "SPLITS",
+    "UNITS",
+    "DataUnavailable",
+    "Example",
+    "Metric",
+    "Task",
+    "check_scoring",
+    "get_task",
+    "metric_spec",
+    "registry",
+]
 
 
 def registry() -> dict[str, type[Task]]:

@@ -16,6 +16,10 @@ SPLITS = ("train", "dev", "eval")  # a prompt in two splits stays in the later o
 SHARES = {"train": 2, "dev": 1, "eval": 2}  # how splits that share one source divide its rows
 # chat: the task's instructions in the tokenizer's chat template; raw: the task's `raw` template, no chat template
 PROMPT_FORMATS = ("chat", "raw")
+# standard: this harness's scorers, on the whole completion; authors: as the authors' code scores, the completion
+# cut at the task's first stop marker (where a raw completion runs on into an invented next example), then the
+# task's authors_score (GSM8K's "#### N" first, ROUGE unstemmed)
+SCORINGS = ("standard", "authors")
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,7 @@ class Task:
     # wording for the paper's tasks (their data loaders); None: the task has no raw form
     raw: ClassVar[str | None] = None
     answer_field: ClassVar[str | None] = None  # the row field with a reference answer as text (finetune sft)
+    stops: ClassVar[tuple[str, ...]] = ()  # the authors' cut markers: the start of their prompt's next example
 
     def __init__(self, data_files: str | dict[str, str] | None = None):
         self.data_files = data_files
@@ -195,8 +200,29 @@ class Task:
 
     # -- scoring ------------------------------------------------------------------------------------
     def score(self, completion: str, example: Example) -> dict[str, float]:
-        """Per-example scores, keyed by `metric.per_example`."""
+        """Per-example scores, keyed by `metric.per_example` (scoring standard)."""
         raise NotImplementedError
+
+    def authors_score(self, completion: str, example: Example) -> dict[str, float]:
+        """Per-example scores as the authors' code computes them, of a completion already cut (default: score)."""
+        return self.score(completion, example)
+
+    def cut(self, completion: str) -> str:
+        """The completion up to the first of the task's stop markers."""
+        at = min((i for i in (completion.find(m) for m in self.stops) if i >= 0), default=len(completion))
+        return completion[:at]
+
+    def scores(self, completion: str, example: Example, scoring: str = "standard") -> dict[str, float]:
+        """Per-example scores under a scoring (SCORINGS)."""
+        if scoring == "standard":
+            return self.score(completion, example)
+        check_scoring(scoring)
+        return self.authors_score(self.cut(completion), example)
+
+    def item(self, completion: str, example: Example, scoring: str = "standard"):
+        """What a corpus metric keeps of one example under a scoring."""
+        check_scoring(scoring)
+        return self.corpus_item(self.cut(completion) if scoring == "authors" else completion, example)
 
     def corpus_item(self, completion: str, example: Example) -> Any:
         """What a corpus metric keeps of one example (JSON-serialisable)."""
@@ -206,21 +232,26 @@ class Task:
         """A corpus metric over the items of the whole set."""
         raise NotImplementedError(f"task {self.name} has no corpus metric")
 
-    def quality(self, completions: list[str], examples: list[Example]) -> float:
-        """The headline metric over a set: the corpus score, or the mean per-example score."""
+    def quality(self, completions: list[str], examples: list[Example], scoring: str = "standard") -> float:
+        """The headline metric over a set under a scoring: the corpus score, or the mean per-example score."""
         pairs = list(zip(completions, examples, strict=True))
         if self.metric.fidelity:
             raise ValueError(f"task {self.name} has no references: its quality is the run's fidelity")
         if not pairs:
             raise ValueError(f"task {self.name}: no completions to score")
         if self.metric.corpus:
-            return self.corpus_score([self.corpus_item(c, e) for c, e in pairs])
-        return sum(self.score(c, e)[self.metric.name] for c, e in pairs) / len(pairs)
+            return self.corpus_score([self.item(c, e, scoring) for c, e in pairs])
+        return sum(self.scores(c, e, scoring)[self.metric.name] for c, e in pairs) / len(pairs)
 
-    def reward(self, completion: str, example: Example) -> float:
+    def reward(self, completion: str, example: Example, scoring: str = "standard") -> float:
         """One completion's quality in [0, 1]: the headline metric on a set of one."""
-        value = self.quality([completion], [example])
+        value = self.quality([completion], [example], scoring)
         return value / 100 if self.metric.unit == "percent" else value
+
+
+def check_scoring(scoring: str) -> None:
+    if scoring not in SCORINGS:
+        raise ValueError(f"unknown scoring {scoring!r}; allowed: {', '.join(SCORINGS)}")
 
 
 def partition(n: int, splits: list[str], seed: str) -> dict[str, list[int]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from diversed.tasks.base import Metric
@@ -32,27 +33,29 @@ def answer_number(text: str) -> str | None:
     return normalize_number(m[-1]) if m else last_number(text)
 
 
+def authors_number(text: str) -> str | None:
+    """GSM8K's answer as the authors' code reads it: the number after the last "####", else the last number."""
+    m = re.findall(r"####\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?)", text or "")
+    return normalize_number(m[-1]) if m else last_number(text)
+
+
 def code_block(text: str) -> str:
     """The first fenced code block of a completion, or the whole completion when there is none."""
     m = re.search(r"```(?:python|py|Python)?[ \t]*\n(.*?)(?:```|$)", text or "", flags=re.S)
     return m.group(1) if m else (text or "")
 
 
-def rouge(prediction: str, reference: str) -> dict[str, float]:
-    """ROUGE-1/2/L F1 in percent (Google's rouge-score with stemming, as the summarisation papers)."""
-    s = _scorer().score(reference, prediction or "")
+def rouge(prediction: str, reference: str, stem: bool = True) -> dict[str, float]:
+    """ROUGE-1/2/L F1 in percent (Google's rouge-score; with stemming as the summarisation papers, without as the
+    library's default, which the DIVERSED authors' code keeps)."""
+    s = _scorer(stem).score(reference, prediction or "")
     return {"rouge1": 100 * s["rouge1"].fmeasure, "rouge2": 100 * s["rouge2"].fmeasure,
             "rougeL": 100 * s["rougeL"].fmeasure}
 
 
-_SCORER = None
+@functools.cache
+def _scorer(stem: bool):
+    from rouge_score import rouge_scorer
 
-
-def _scorer():
-    global _SCORER
-    if _SCORER is None:
-        from rouge_score import rouge_scorer
-
-        _SCORER = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
-    return _SCORER
+    return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=stem)
 

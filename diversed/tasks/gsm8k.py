@@ -1,11 +1,11 @@
-"""GSM8K: grade-school math word problems; accuracy = last number exact match."""
+"""GSM8K: grade-school math word problems; accuracy = the final answer's exact match."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
 from diversed.tasks.base import Example, Task
-from diversed.tasks.common import ACCURACY, answer_number, normalize_number
+from diversed.tasks.common import ACCURACY, answer_number, authors_number, normalize_number
 
 INSTRUCTION = "Solve the problem step by step. End with a line of the form \"The answer is N\".\n\n"
 
@@ -20,6 +20,7 @@ class GSM8K(Task):
     max_new_tokens = 256
     raw = "Question: {question}\n\nAnswer:"
     answer_field = "answer"  # the worked solution, ending "#### N"
+    stops = ("Question:",)
 
     def to_example(self, row: dict, id: str) -> Example:
         answer = row["answer"].split("####")[-1]
@@ -27,3 +28,6 @@ class GSM8K(Task):
 
     def score(self, completion: str, example: Example) -> dict[str, float]:
         return {"accuracy": float(answer_number(completion) == example.reference)}
+
+    def authors_score(self, completion: str, example: Example) -> dict[str, float]:
+        return {"accuracy": float(authors_number(completion) == example.reference)}

@@ -25,6 +25,9 @@ class _Summarization(Task):
     def score(self, completion: str, example: Example) -> dict[str, float]:
         return rouge(completion, example.reference)
 
+    def authors_score(self, completion: str, example: Example) -> dict[str, float]:
+        return rouge(completion, example.reference, stem=False)
+
 
 class CNNDM(_Summarization):
     name = "cnndm"
@@ -33,6 +36,7 @@ class CNNDM(_Summarization):
     source_field, target_field = fields
     instruction = "Summarize the following news article in three sentences."
     raw = "Summarize the following article:\n\nArticle: {article}\n\nSummary:"
+    stops = ("\n\nArticle:",)
     answer_field = "highlights"
 
 
@@ -44,5 +48,6 @@ class XSum(_Summarization):
     source_field, target_field = fields
     instruction = "Summarize the following article in one sentence."
     raw = "Write a concise summary of the following document:\n\nDocument: {document}\n\nSummary:"
+    stops = ("\n\nDocument:",)
     answer_field = "summary"
     max_new_tokens = 64

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from diversed.decoding.engine import Networks, generate
+from diversed.decoding.engine import Ends, Networks, generate
 from diversed.decoding.models import draft_vocabulary, encode_prompt, load_pair
 from diversed.decoding.rng import stream_seed
 from diversed.decoding.settings import Decoding, Execution, Sampling
@@ -102,7 +102,7 @@ def target_text(target: nn.Module, prompts: list[list[int]], *, max_new_tokens: 
     decoding = Decoding("autoregressive", max_new_tokens=max_new_tokens, sampling=Sampling(temperature))
     with tqdm(total=len(prompts), desc="target text", unit="prompt", disable=not progress) as bar:
         gens = generate(Networks(target), prompts, decoding, seeds=seeds, batch_size=batch_size,
-                        execution=execution or Execution.here(), on_finish=lambda _: bar.update())
+                        execution=execution or Execution.here(), ends=Ends(on_finish=lambda _: bar.update()))
     return [(ids, gen.tokens) for ids, gen in zip(prompts, gens, strict=True)]
 
 
