@@ -358,7 +358,7 @@ class Plan:
         p = self.pairs[pair]
         cfg = HeadTrainConfig(**{k: p[k] for k in ("target", "draft", "draft_layers", "dtype", "device")},
                               task=task, data_files=self.tasks[task]["data_files"], n_train=self.tasks[task]["n_train"],
-                              prompt_format=self.config["prompt_format"], seed=0,
+                              prompt_format=self.config["prompt_format"], scoring=self.config["scoring"], seed=0,
                               **self.config["train_head"] | changes)
         w = {"pair": pair, "task": task} | ({"lam": temperature(changes["acceptance_weight"])} if changes else {})
         outputs = self._make_outputs(rule, w)
@@ -385,7 +385,8 @@ class Plan:
         runs = [self._run("sweep_lambda", f"{LAMBDA.format(**w)}/{name}", at, method=verifier, verifier=verifier,
                           split="dev", prompts=t["n_dev"], changes=changes) for name, verifier, changes in
                 [(point_name({"verifier": "strict"}), "strict", {})]
-                + [(f"lambda{float(x)}", "dynamic", {"head": h}) for x, h in zip(lam["values"], heads, strict=True)]]
+                + [(f"lambda{float(x)}", "dynamic", self._head_changes(h))
+                   for x, h in zip(lam["values"], heads, strict=True)]]
         return Job("sweep_lambda", w, self._models(pair, task) | {"heads": heads},
                    self._make_outputs("sweep_lambda", w),
                    {"pair": self._pair_flags(pair), "prompts": self._prompt_flags(task, "dev", t["n_dev"]),
@@ -412,7 +413,8 @@ class Plan:
 
     def _train_flags(self, cfg: HeadTrainConfig | DistillConfig, key: str) -> str:
         """A training job's flags: its task's prompts, then every setting the config's `key` section holds."""
-        names = ["task", "data_files", "n_train", "prompt_format", "seed", *self.config[key]]
+        names = ["task", "data_files", "n_train", "prompt_format", "seed", *(["scoring"] * (key == "train_head")),
+                 *self.config[key]]
         return flags(type(cfg), **{name: getattr(cfg, name) for name in names})
 
     def _tolerance(self) -> str:
@@ -421,7 +423,8 @@ class Plan:
     def _sweep_points(self, head: str | None) -> list[dict]:
         s = self.sweep
         return Grid(s["weights"], s["mixings"], {f: s["families"][f] for f in self.families}, s["deferrals"],
-                    head=head if self.sweep_head else None, target_only=self.sweep_target).points()
+                    head=head if self.sweep_head else None, target_only=self.sweep_target,
+                    head_mixing=self.config.get("train_head", {}).get("mixing")).points()
 
     def _sweep_settings(self) -> list[tuple[str, str, str, int]]:
         """(pair, task, T, K) of every sweep: each setting whose fixed w or family knob the runs read, and the
@@ -561,7 +564,8 @@ class Plan:
             head = self._head(pair, w["head"])
             method = f"dynamic@{w['head']}"
             return [self._run(rule, RUN.format(pair=pair, task=task, method=method, T=T, K=K, seed=seed), w | {"K": K},
-                              method=method, verifier="dynamic", split="eval", prompts=n, changes={"head": head})
+                              method=method, verifier="dynamic", split="eval", prompts=n,
+                              changes=self._head_changes(head))
                     for K in K_list]
         runs = []
         for method, K in [(b, None) for b in self.baselines] + [(m, K) for m in self.speculative for K in K_list]:
@@ -582,8 +586,13 @@ class Plan:
         if method in self.chosen:
             return {"weight_file": SWEEP.format(pair=pair, task=task, T=T, K=K) + "/choice.json"}
         if method == "dynamic":
-            return {"head": self._head(pair, task)}
+            return self._head_changes(self._head(pair, task))
         return {}
+
+    def _head_changes(self, head: str) -> dict:
+        """A DIVERSED run's changes: its head, and the mixing the head is trained with (train_head.mixing)."""
+        mixing = self.config.get("train_head", {}).get("mixing", "linear")
+        return {"head": head} | ({"mixing": mixing} if mixing != "linear" else {})
 
     def _sweep_timing_runs(self, w: dict[str, str], head: str | None) -> list[PlannedRun]:
         """time_sweep's runs: each point of the sweep at its K (DIVERSED with the task's head), the target alone."""

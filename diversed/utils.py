@@ -205,3 +205,10 @@ def record_result(section: str, markdown: str, command: str, path: str | os.Path
     text = pattern.sub(lambda _: body + "\n", text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + body
     write_text(path, text.rstrip("\n") + "\n")
     return path
+
+
+def safetensors_metadata(path: str | os.PathLike) -> dict[str, str]:
+    """The metadata of a safetensors file, read from its header (8 bytes of length, then JSON), without torch."""
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        return json.loads(f.read(size)).get("__metadata__") or {}

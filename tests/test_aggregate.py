@@ -279,8 +279,12 @@ def test_deviations_read_what_ran_from_the_manifests(tmp_path):
     head, draft = tmp_path / "head", tmp_path / "draft"
     write_json(head / "manifest.json", {"config": {"task": "arith", "acceptance_term": "relative",
                                                    "acceptance_weight": 0.05, "lr": 5e-4, "batch_size": 8,
-                                                   "epochs": 2}, "prompts": 400, "steps": 100, "final": {}})
-    write_json(draft / "distill_manifest.json", {"config": {"task": "arith", "finetune": "sft"}, "prompts": 400})
+                                                   "epochs": 2, "mixing": "logit", "baseline": "authors",
+                                                   "relative_at_zero": 10.0, "scoring": "authors",
+                                                   "max_prompt_tokens": 512}, "prompts": 400, "steps": 100,
+                                        "final": {}})
+    write_json(draft / "distill_manifest.json", {"config": {"task": "arith", "finetune": "sft",
+                                                            "max_prompt_tokens": 512}, "prompts": 400})
     run = write_run(tmp_path / "dyn", "dynamic", 5, 10.0)
     manifest = json.loads((run / "manifest.json").read_text())
     manifest["config"] |= {"target": "Qwen/Qwen3-8B", "draft": str(draft), "head": str(head / "head.safetensors"),
@@ -292,7 +296,7 @@ def test_deviations_read_what_ran_from_the_manifests(tmp_path):
     rows = {r["setting"]: r for r in settings(collect([run]))}
     for name in ("temperatures", "draft length K", "sampling", "prompt format", "new tokens per prompt",
                  "fine-tuned draft's objective", "acceptance term of the head", "head training",
-                 "scoring and answer extraction", "DIVERSED's mixing"):
+                 "scoring and answer extraction", "DIVERSED's mixing", "the head's reward", "training prompts"):
         assert rows[name]["agrees"] == "yes", (name, rows[name])
     assert rows["sampling"]["this run"] == "model (top-k 20, top-p 0.95)"
     assert rows["model pairs"]["agrees"] == "**no**"  # the draft here is a local folder, not the paper's

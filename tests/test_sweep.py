@@ -126,7 +126,8 @@ def test_grid_is_strict_then_each_mixing_then_each_family():
     assert [point_name(p) for p in points] == ["w1.0-linear", "w0.5-linear", "lenient-0.5", "cascade-chow-0.1",
                                                "cascade-chow-0.3", "cascade-opt-0.1", "cascade-opt-0.3"]
     refs = grid((0.5,), ("linear",), head="h.safetensors", target_only=True)[-2:]  # the fronts' references, last
-    assert refs == [{"verifier": "dynamic", "head": "h.safetensors"}, {"verifier": "autoregressive"}]
+    assert refs == [{"verifier": "dynamic", "head": "h.safetensors", "mixing": "linear"},
+                    {"verifier": "autoregressive"}]
     assert [point_name(p) for p in refs] == ["dynamic", "autoregressive"]
     with pytest.raises(ValueError, match="unknown family 'dynamic' to sweep; allowed: cascade, lenient, typical"):
         grid((0.5,), ("linear",), {"dynamic": [0.5]})

@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from helpers import ROOT
 
 from diversed.decoding.head import WeightHead, load_head
 from diversed.decoding.verifiers import ensemble
@@ -329,8 +330,8 @@ def test_adamw16_is_adamw_with_unbiased_bfloat16_steps():
 
 def test_relative_acceptance_term_is_a_fixed_fraction_of_the_reward_loss():
     """acceptance_term relative (the authors'): every step lambda = f |L_reward| / |L_acc|, so the acceptance term
-    is f of the reward loss's magnitude whatever their scales; RELATIVE_AT_ZERO on a step without reward loss."""
-    from diversed.training.settings import RELATIVE_AT_ZERO
+    is f of the reward loss's magnitude whatever their scales; relative_at_zero (default 5, the authors' run
+    script 10) on a step without reward loss."""
     from diversed.training.train import acceptance_lambda, sequence_terms
 
     gen = torch.Generator().manual_seed(0)
@@ -350,7 +351,11 @@ def test_relative_acceptance_term_is_a_fixed_fraction_of_the_reward_loss():
     assert big["lambda"] == pytest.approx(100 * stats["lambda"], rel=1e-4)
     _, fixed = reinforce_loss(head, rollouts, rewards, 0.3, acceptance_weight=0.05, mixing="linear")
     assert fixed["lambda"] == 0.05
-    assert acceptance_lambda("relative", 0.05, torch.tensor(0.0), acc) == RELATIVE_AT_ZERO
+    assert acceptance_lambda("relative", 0.05, torch.tensor(0.0), acc) == 5.0
+    assert acceptance_lambda("relative", 0.05, torch.tensor(0.0), acc, at_zero=10.0) == 10.0
+    _, zero = reinforce_loss(head, rollouts, torch.full_like(rewards, 0.3), 0.3, acceptance_weight=0.05,
+                             mixing="linear", acceptance_term="relative", at_zero=10.0)
+    assert zero["lambda"] == 10.0
     with pytest.raises(ValueError, match="unknown acceptance term 'scaled'; allowed: fixed, relative"):
         HeadTrainConfig(acceptance_term="scaled").validate()
 
@@ -396,3 +401,39 @@ def test_training_prompts_keep_their_last_max_prompt_tokens():
     jobs = [j for j in load("config/paper.yaml").jobs if j.rule in ("train_head", "train_head_lambda",
                                                                     "distill_draft")]
     assert jobs and all("--max-prompt-tokens 512" in str(j) for j in jobs)
+
+
+def test_the_reward_baseline_is_a_running_mean_none_or_the_authors_choice_per_task():
+    """baseline none: R - 1; authors: R - 1 where rewards are 0/1 (GSM8K, MBPP, arith), a running mean on graded
+    tasks (CNN/DM, XSum), as the authors' code."""
+    from diversed.training.train import fixed_baseline
+
+    def fixed(task, baseline):
+        return fixed_baseline(HeadTrainConfig(task=task, baseline=baseline))
+
+    assert [fixed(t, "authors") for t in ("gsm8k", "mbpp", "arith", "cnndm", "xsum")] == [True] * 3 + [False] * 2
+    assert fixed("cnndm", "none") and not fixed("gsm8k", "mean")
+    with pytest.raises(ValueError, match="unknown reward baseline 'zero'; allowed: mean, none, authors"):
+        HeadTrainConfig(baseline="zero").validate()
+    with pytest.raises(ValueError, match="unknown scoring"):
+        HeadTrainConfig(scoring="theirs").validate()
+
+
+def test_a_head_decodes_with_the_mixing_it_was_trained_with(tmp_path):
+    """A head trained with logit mixing refuses a linear decode (DIVERSED verifies with the ensemble it learnt);
+    the sweep's DIVERSED point and the plan's DIVERSED runs carry the head's mixing."""
+    from diversed.plan import load
+    from diversed.runs.settings import Grid, RunConfig, trained_mixing
+
+    head = WeightHead(H, H)
+    path = tmp_path / "head.safetensors"
+    head.save(path, config={"mixing": "logit"})
+    assert trained_mixing(path) == "logit" and trained_mixing(tmp_path / "none.safetensors") is None
+    with pytest.raises(ValueError, match="trained with logit mixing: decode it with --mixing logit"):
+        RunConfig(verifier="dynamic", head=str(path)).validate()
+    RunConfig(verifier="dynamic", head=str(path), mixing="logit").validate()
+    assert Grid([1.0], ["linear"], head=str(path)).points()[-1] == {"verifier": "dynamic", "head": str(path),
+                                                                    "mixing": "logit"}
+    plan = load(ROOT / "config" / "paper.yaml")
+    dynamic = [r for j in plan.jobs for r in j.runs if r.verifier == "dynamic"]
+    assert dynamic and all(r.changes["mixing"] == "logit" for r in dynamic)

@@ -73,8 +73,8 @@ def collect(run_dirs: list[str | Path]) -> pd.DataFrame:
 
 
 TRAINED_COLUMNS = ["kind", "path", "task", "prompts", "steps", "acceptance_term", "acceptance_weight", "lr",
-                   "batch_size", "epochs", "finetune", "final_mean_w", "reward_varied", "collapsed", "chosen_split",
-                   "candidates"]
+                   "batch_size", "epochs", "mixing", "baseline", "relative_at_zero", "max_prompt_tokens", "scoring",
+                   "finetune", "final_mean_w", "reward_varied", "collapsed", "chosen_split", "candidates"]
 
 
 def trained_table(run_dirs: list[str | Path]) -> pd.DataFrame:
@@ -90,6 +90,10 @@ def trained_table(run_dirs: list[str | Path]) -> pd.DataFrame:
                 "steps": t.get("steps"), "acceptance_term": c.get("acceptance_term", "fixed") if t["kind"] == "head"
                 else None, "acceptance_weight": c.get("acceptance_weight"), "lr": c.get("lr"),
                 "batch_size": c.get("batch_size"), "epochs": c.get("epochs"),
+                **({"mixing": c.get("mixing", "linear"), "baseline": c.get("baseline", "mean"),
+                    "relative_at_zero": c.get("relative_at_zero", 5.0), "scoring": c.get("scoring", "standard")}
+                   if t["kind"] == "head" else {}),
+                "max_prompt_tokens": c.get("max_prompt_tokens"),
                 "finetune": c.get("finetune", "distill") if t["kind"] == "draft" else None,
                 "final_mean_w": final.get("mean_w"), "reward_varied": final.get("reward_varied"),
                 "collapsed": t.get("collapsed") or "no" if t["kind"] == "head" else None,

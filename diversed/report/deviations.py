@@ -4,6 +4,8 @@ manifests: what ran, not what was asked), and whether they agree. REPORT.md's "D
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 SILENT = "the paper is silent"
@@ -47,6 +49,24 @@ def _scoring_rows(own: pd.DataFrame) -> list[tuple]:
         ("acceptance rate", f"{SILENT} (its definition is unstated)", "accepted / drafted tokens (alpha)", None)]
 
 
+def _training_rows(heads: pd.DataFrame, trained: pd.DataFrame) -> list[tuple]:
+    """The head's reward recipe and the training prompts' truncation (tables from before these columns read their
+    defaults)."""
+    def col(df, name, default):
+        return df[name].fillna(default) if name in df else pd.Series(default, index=df.index)
+
+    recipe = {(b, float(z), s) for b, z, s in zip(col(heads, "baseline", "mean"), col(heads, "relative_at_zero", 5.0),
+                                                   col(heads, "scoring", "standard"), strict=True)}
+    cut = {int(x) if x == x else None for x in col(trained, "max_prompt_tokens", math.nan)}
+    return [
+        ("the head's reward", "R - 1 on GSM8K and MBPP, R minus a running mean on the others; lambda 10 on a step "
+         "without reward loss; scored as the authors score (authors' code)",
+         _values(f"baseline {b}, lambda at zero {z:g}, {s} scoring" for b, z, s in recipe),
+         recipe == {("authors", 10.0, "authors")} if len(heads) else None),
+        ("training prompts", "each cut to its last 512 tokens (authors' code)",
+         _values("whole" if x is None else f"last {x} tokens" for x in cut), cut == {512} if len(trained) else None)]
+
+
 def settings(runs: pd.DataFrame, trained: pd.DataFrame) -> list[dict]:
     """One row per setting: setting, paper (value and source), this run, agrees (yes / no / the paper is silent).
     runs, trained: the aggregated runs.csv and trained.csv."""
@@ -88,6 +108,7 @@ def settings(runs: pd.DataFrame, trained: pd.DataFrame) -> list[dict]:
          _values(f"lr {lr:g}, batch {batch:g}, {epochs:g} epochs, {prompts:g} prompts"
                  for lr, batch, epochs, prompts in training),
          training == {(5e-4, 8, 2, 400)} if len(heads) else None),
+        *_training_rows(heads, trained),
         ("Table 3 temperature", "ambiguous: its caption says 0.1, its GSM8K rows are Table 1's T = 1.0",
          _values(float(t) for t in cross["temperature"]), None),
         ("choice of the fixed w and of each family's knob", f"{SILENT}; here on the dev split: the largest "

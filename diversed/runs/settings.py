@@ -4,6 +4,7 @@ sweep's points as changes of it (`Grid`, `point_name`). No torch is imported her
 
 from __future__ import annotations
 
+import json
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from diversed.decoding.settings import (
     Sampling,
 )
 from diversed.tasks import PROMPT_FORMATS, SPLITS, check_scoring, registry
-from diversed.utils import option
+from diversed.utils import option, safetensors_metadata
 
 SAMPLINGS = ("full", "model")  # RunConfig.sampling
 
@@ -85,6 +86,9 @@ class RunConfig:
             raise ValueError(f"unknown dtype {self.dtype!r}; allowed: {', '.join(DTYPES)}")
         if self.verifier == "dynamic" and not Path(self.head).is_file():
             raise FileNotFoundError(f"weight head not found: {self.head}")
+        if self.verifier == "dynamic" and (trained := trained_mixing(self.head)) not in (None, self.mixing):
+            raise ValueError(f"weight head {self.head} was trained with {trained} mixing: decode it with --mixing "
+                             f"{trained} (DIVERSED verifies with the ensemble its head learnt)")
         if self.task is not None:
             if self.task not in registry():
                 raise ValueError(f"unknown task {self.task!r}; allowed: {', '.join(sorted(registry()))}")
@@ -119,6 +123,7 @@ class Grid:
     deferrals: tuple[str, ...] = ("chow",)
     head: str | None = None
     target_only: bool = False
+    head_mixing: str | None = None  # the head's trained mixing where its file is not there yet (a plan)
 
     def points(self) -> list[dict]:
         """The points as RunConfig changes: strict (w = 1) first, then every w < 1 with each mixing, then each
@@ -136,7 +141,8 @@ class Grid:
                 points += [{"verifier": family, "knob": float(x)} | ({"deferral": rule} if rule else {})
                            for x in knobs]
         if self.head is not None:
-            points.append({"verifier": "dynamic", "head": str(self.head)})
+            points.append({"verifier": "dynamic", "head": str(self.head),
+                           "mixing": trained_mixing(self.head) or self.head_mixing or "linear"})
         if self.target_only:
             points.append({"verifier": "autoregressive"})
         return points
@@ -152,6 +158,16 @@ class Launch:
     execution: Execution | None = None
     progress: bool = True
     models: dict = field(default_factory=dict)
+
+
+def trained_mixing(head: str | Path) -> str | None:
+    """The ensemble form a head was trained with (its file's metadata; DIVERSED decodes with the same), None where
+    the file does not say or is not there (load_head reports a broken one where it is read)."""
+    try:
+        meta = json.loads(safetensors_metadata(head).get("meta", "{}"))
+    except (OSError, ValueError):
+        return None
+    return (meta.get("config") or {}).get("mixing")
 
 
 def point_name(point: dict) -> str:

@@ -9,12 +9,14 @@ import itertools
 from dataclasses import dataclass
 
 from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, MIXINGS
-from diversed.tasks import PROMPT_FORMATS, get_task, registry
+from diversed.tasks import PROMPT_FORMATS, check_scoring, get_task, registry
 from diversed.utils import config_hash, option
 
 REWARDS = ("task", "fidelity")
 ACCEPTANCE_TERMS = ("fixed", "relative")
-RELATIVE_AT_ZERO = 5.0  # the relative term's lambda on a step whose reward loss is 0 (the authors' value)
+# the reward baseline b of the advantage R - b: a running mean, none (b = 1: R - 1), or the authors' choice per task
+# (none where the reward is 0/1, GSM8K and MBPP; the running mean on the others)
+BASELINES = ("mean", "none", "authors")
 FINETUNES = ("distill", "sft")
 TEXT_BATCH = 16  # prompts the target decodes together for a fine-tuned draft's text
 
@@ -71,7 +73,12 @@ class HeadTrainConfig(TrainConfig):
     acceptance_term: str = option("fixed", "fixed (lambda weighs the expected acceptance) | relative (lambda is its "
                                           "size as a fraction of the reward loss's, every step: the authors')")
     acceptance_weight: float = option(0.1, "lambda >= 0: the acceptance term's weight (fixed) or fraction (relative)")
+    baseline: str = option("mean", "the reward baseline b in R - b: mean (running) | none (b = 1) | authors (none for "
+                                   "0/1 rewards, GSM8K and MBPP; mean on the others)")
     baseline_momentum: float = option(0.9, "momentum of the running-mean reward baseline")
+    relative_at_zero: float = option(5.0, "the relative term's lambda on a step whose reward loss is 0 (the "
+                                          "authors' run script: 10)")
+    scoring: str = option("standard", "how the reward scores a rollout: standard | authors (tasks.SCORINGS)")
     rollout: str = option("greedy", "greedy (the paper) | sample (explores)")
     temperature: float = option(1.0, "temperature of p and q (and of sampled rollouts)")
     mixing: str = option("linear", "linear | logit")
@@ -87,6 +94,11 @@ class HeadTrainConfig(TrainConfig):
             raise ValueError(f"unknown rollout {self.rollout!r}; allowed: greedy, sample")
         if self.mixing not in MIXINGS:
             raise ValueError(f"unknown mixing {self.mixing!r}; allowed: {', '.join(MIXINGS)}")
+        if self.baseline not in BASELINES:
+            raise ValueError(f"unknown reward baseline {self.baseline!r}; allowed: {', '.join(BASELINES)}")
+        check_scoring(self.scoring)
+        if self.relative_at_zero < 0:
+            raise ValueError(f"relative_at_zero must be >= 0, got {self.relative_at_zero}")
         if self.acceptance_term not in ACCEPTANCE_TERMS:
             raise ValueError(f"unknown acceptance term {self.acceptance_term!r}; "
                              f"allowed: {', '.join(ACCEPTANCE_TERMS)}")

@@ -40,7 +40,7 @@ from diversed.decoding.transfer import index
 from diversed.decoding.verifiers import ensemble, logits_to_logprobs
 from diversed.tasks import get_task
 from diversed.tracking import Tracker
-from diversed.training.settings import RELATIVE_AT_ZERO, HeadTrainConfig
+from diversed.training.settings import HeadTrainConfig
 from diversed.utils import atomic_path, config_hash, provenance, write_json, write_text
 
 
@@ -117,31 +117,39 @@ def sequence_terms(head: WeightHead, r: Rollout, mixing: str) -> tuple[torch.Ten
     return log_nu, acceptance, w
 
 
-def acceptance_lambda(term: str, weight: float, reward_loss: torch.Tensor, acceptance: torch.Tensor) -> float:
+def acceptance_lambda(term: str, weight: float, reward_loss: torch.Tensor, acceptance: torch.Tensor,
+                      at_zero: float = 5.0) -> float:
     """The step's lambda: `weight` (fixed), or weight * |L_reward| / |L_acc| (relative: the acceptance term is
-    that fraction of the reward loss's magnitude, RELATIVE_AT_ZERO when the reward loss is 0, as the authors'
-    code rescales it; magnitudes, so the term always rewards acceptance)."""
+    that fraction of the reward loss's magnitude, at_zero when the reward loss is 0, as the authors' code
+    rescales it; magnitudes, so the term always rewards acceptance)."""
     if term == "fixed":
         return weight
     r, a = abs(float(reward_loss.detach())), abs(float(acceptance.detach()))
-    return weight * r / a if r > 0 and a > 0 else RELATIVE_AT_ZERO
+    return weight * r / a if r > 0 and a > 0 else at_zero
 
 
 def reinforce_loss(head: WeightHead, rollouts: list[Rollout], rewards: torch.Tensor, baseline: float, *,
-                   acceptance_weight: float, mixing: str, acceptance_term: str = "fixed") -> tuple[torch.Tensor, dict]:
+                   acceptance_weight: float, mixing: str, acceptance_term: str = "fixed",
+                   at_zero: float = 5.0) -> tuple[torch.Tensor, dict]:
     """L = L_reward - lambda L_acc, L_reward = -mean[(sum log nu)(R - b)], L_acc = mean[sum_t sum_v min(q, nu)],
-    lambda from acceptance_lambda; returns (loss, stats)."""
+    lambda from acceptance_lambda (at_zero: its relative value without reward loss); returns (loss, stats)."""
     terms = [sequence_terms(head, r, mixing) for r in rollouts]
     log_nu = torch.stack([t[0] for t in terms])  # [B]
     acceptance = torch.stack([t[1] for t in terms])  # [B]
     advantage = rewards - baseline  # [B]
     reward_loss, acc = -(log_nu * advantage).mean(), acceptance.mean()
-    lam = acceptance_lambda(acceptance_term, acceptance_weight, reward_loss, acc)
+    lam = acceptance_lambda(acceptance_term, acceptance_weight, reward_loss, acc, at_zero)
     loss = reward_loss - lam * acc
     n_tokens = sum(len(r.tokens) for r in rollouts)
     ws = torch.cat([t[2] for t in terms])
     return loss, {"loss": loss.item(), "expected_acceptance": acceptance.detach().sum().item() / n_tokens,
                   "mean_w": ws.detach().mean().item(), "tokens": n_tokens, "lambda": lam}
+
+
+def fixed_baseline(cfg: HeadTrainConfig) -> bool:
+    """The reward baseline is b = 1 (advantage R - 1), not the running mean: baseline none, or authors on a task
+    with 0/1 rewards (GSM8K, MBPP)."""
+    return cfg.baseline == "none" or (cfg.baseline == "authors" and get_task(cfg.task).metric.binary)
 
 
 def make_optimizer(head: WeightHead, lr: float, total_steps: int, warmup_frac: float):
@@ -152,13 +160,14 @@ def make_optimizer(head: WeightHead, lr: float, total_steps: int, warmup_frac: f
     return opt, sched
 
 
-def task_reward(task, reward: str):
-    """Reward of a completion: the task's quality in [0, 1] (Task.reward), or the mean target log-likelihood."""
+def task_reward(task, reward: str, scoring: str = "standard"):
+    """Reward of a completion: the task's quality in [0, 1] under a scoring (Task.reward), or the mean target
+    log-likelihood."""
 
     def fn(completion: str, example, r: Rollout) -> float:
         if reward == "fidelity" or task.metric.fidelity:
             return float(r.log_p.gather(-1, r.tokens[:, None]).mean())
-        return task.reward(completion, example)
+        return task.reward(completion, example, scoring)
 
     return fn
 
@@ -239,8 +248,9 @@ def train_step(job: HeadJob, state: Progress) -> dict:
     if state.baseline is None:
         state.baseline = float(rewards.mean())
     head.train()
-    loss, stats = reinforce_loss(head, rolled, rewards, state.baseline, acceptance_weight=cfg.acceptance_weight,
-                                 mixing=cfg.mixing, acceptance_term=cfg.acceptance_term)
+    baseline = 1.0 if fixed_baseline(cfg) else state.baseline  # none: the advantage is R - 1
+    loss, stats = reinforce_loss(head, rolled, rewards, baseline, acceptance_weight=cfg.acceptance_weight,
+                                 mixing=cfg.mixing, acceptance_term=cfg.acceptance_term, at_zero=cfg.relative_at_zero)
     state.opt.zero_grad()
     loss.backward()
     grad_norm = float(torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip))
@@ -266,7 +276,7 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
     if pair is None:
         pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers)
     encoded = [cfg.clip(encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.prompt_format == "chat")) for ex in examples]
-    job = HeadJob(cfg, pair, examples, encoded, task_reward(task, cfg.reward), eos_set(pair.target),
+    job = HeadJob(cfg, pair, examples, encoded, task_reward(task, cfg.reward, cfg.scoring), eos_set(pair.target),
                   execution or Execution.here())
     head = WeightHead(hidden_size(pair.target), hidden_size(pair.draft)).bind(pair.target, pair.draft)
     head = head.to(pair.target.get_output_embeddings().weight.device)
