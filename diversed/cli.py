@@ -10,7 +10,7 @@ import typing
 from pathlib import Path
 
 from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, FAMILIES, MIXINGS, RULES, Execution
-from diversed.runs.settings import RunConfig
+from diversed.runs.settings import SELECTIONS, RunConfig
 from diversed.tasks import SCORINGS
 from diversed.training.settings import DistillConfig, HeadTrainConfig
 from diversed.utils import field_type, write_json, write_text
@@ -210,6 +210,8 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="stored in each run's manifest")
     p.add_argument("--tolerance", type=float, help="allowed quality drop vs strict, in the metric's units (default: "
                    "the task metric's own)")
+    p.add_argument("--select", choices=tuple(SELECTIONS), default="estimate", help="which points may be chosen: "
+                   + "; ".join(f"{k}: those {v}" for k, v in SELECTIONS.items()))
     p.add_argument("--batch-size", type=int, default=1, help="prompts each point decodes together (the same tokens "
                    "at any size; only batch 1 is timed)")
 
@@ -242,7 +244,7 @@ def cmd_sweep(a: argparse.Namespace) -> None:
     families = {f: getattr(a, f) for f in FAMILIES if getattr(a, f)}
     grid = Grid(tuple(a.weights or WEIGHTS), tuple(a.mixings or MIXINGS), families, tuple(a.deferrals), a.head,
                 a.target_only)
-    choice = sweep_weight(_sweep_base(a), a.out, grid, tolerance=a.tolerance, labels=labels,
+    choice = sweep_weight(_sweep_base(a), a.out, grid, tolerance=a.tolerance, select=a.select, labels=labels,
                           launch=Launch(a.batch_size, _execution(a)))
     _print_choice(a.out, choice)
 
@@ -255,7 +257,8 @@ def cmd_sweep_lambda(a: argparse.Namespace) -> None:
     for head in a.heads:
         if not Path(head).is_file():
             raise SystemExit(f"error: no head at {head} (train one with `diversed train head`)")
-    choice = sweep_lambda(_sweep_base(a), a.heads, a.out, a.head_out, tolerance=a.tolerance, labels=labels,
+    choice = sweep_lambda(_sweep_base(a), a.heads, a.out, a.head_out, tolerance=a.tolerance, select=a.select,
+                          labels=labels,
                           launch=Launch(a.batch_size, _execution(a)))
     print((Path(a.out) / "lambda.md").read_text())
     print(f"lambda {choice['lambda']:g} ({choice['reason']}); head copied to {a.head_out}")
@@ -486,8 +489,8 @@ def _sweep_parsers(sub) -> None:
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("sweep-lambda", help="choose DIVERSED's lambda: decode + score a task with strict and with "
-                       "heads trained at several lambda, pick one (the largest acceptance non-inferior to strict "
-                       "among the heads that did not collapse) and copy it to --head-out")
+                       "heads trained at several lambda, pick one (the largest acceptance --select admits against "
+                       "strict among the heads that did not collapse) and copy it to --head-out")
     _sweep_args(p)
     p.add_argument("--heads", nargs="+", required=True, metavar="HEAD",
                    help="head.safetensors files from `diversed train head`, one per lambda (read from its manifest)")

@@ -418,7 +418,7 @@ class Plan:
         return flags(type(cfg), **{name: getattr(cfg, name) for name in names})
 
     def _tolerance(self) -> str:
-        return flags(tolerance=self.sweep["tolerance"])
+        return flags(tolerance=self.sweep["tolerance"], select=self.sweep["select"])
 
     def _sweep_points(self, head: str | None) -> list[dict]:
         s = self.sweep

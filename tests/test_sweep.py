@@ -36,8 +36,8 @@ def point(verifier, w, alpha, correct, mixing="linear"):
     return row, units
 
 
-def pick(points, tolerance):
-    return choose([r for r, _ in points], {r["run_id"]: u for r, u in points}, tolerance)
+def pick(points, tolerance, select="noninferior"):
+    return choose([r for r, _ in points], {r["run_id"]: u for r, u in points}, tolerance, select)
 
 
 STRICT = [1, 0] * 150  # strict's answers on 300 dev prompts: enough to show identical answers within 0.02
@@ -68,6 +68,29 @@ def test_a_point_estimate_within_tolerance_is_not_enough():
     assert c["points"][0]["why"].startswith("underpowered: n = 300")
 
 
+def test_the_estimate_rule_chooses_by_the_data_where_the_test_cannot_on_dev():
+    """select estimate (the default): on dev prompts too few for a 0/1 metric's non-inferiority test, a point
+    whose quality estimate lies within the tolerance of strict's may be chosen (the largest acceptance among them);
+    a point below it may not; the eval verdicts stay the tests. Each point reports its dev interval and verdict."""
+    flipped = [1 - c for c in STRICT]  # the same accuracy, every answer different
+    worse = [1, 0, 0, 0] * 75  # 0.25 against 0.5
+    points = [point("strict", 1.0, 0.1, STRICT), point("fixed", 0.3, 0.9, flipped), point("fixed", 0.1, 0.95, worse)]
+    assert pick(points, 0.02)["weight"] == 1.0  # noninferior: inconclusive on 300 prompts, strict kept
+    c = pick(points, 0.02, "estimate")
+    assert (c["weight"], c["select"]) == (0.3, "estimate") and "within the task's tolerance" in c["rule"]
+    tested = {p["weight"]: p for p in c["points"]}
+    assert tested[0.3]["admitted"] and tested[0.3]["verdict"] == "inconclusive" and "±" in tested[0.3][
+        "quality_vs_strict"]
+    assert not tested[0.1]["admitted"]
+    # lambda alike: the estimate admits heads the test cannot, the largest acceptance wins
+    best, reason, rows = pick_lambda([point("strict", 1.0, 0.1, STRICT), head_point(0.05, 0.3, flipped),
+                                      head_point(0.1, 0.6, flipped), head_point(0.2, 0.9, worse)], select="estimate")
+    assert best["lambda"] == 0.1 and reason == "quality within the tolerance of strict's on dev"
+    assert [r.get("admitted") for r in rows] == [None, True, True, False]
+    with pytest.raises(ValueError, match="unknown selection 'best'"):
+        pick(points, 0.02, "best")
+
+
 def test_choose_skips_points_of_unknown_quality():
     """Regression: a None quality (an unscored point) raised TypeError."""
     points = [point("strict", 1.0, 0.1, STRICT), point("fixed", 0.2, 0.9, [None] * 300),
@@ -75,6 +98,7 @@ def test_choose_skips_points_of_unknown_quality():
     assert pick(points, 0.02)["weight"] == 0.5
     unknown_strict = [point("strict", 1.0, 0.1, [None] * 300), point("fixed", 0.5, 0.4, STRICT)]
     assert pick(unknown_strict, 0.02)["weight"] == 1.0  # nothing can be shown to keep quality
+    assert pick(points, 0.02, "estimate")["weight"] == 0.5 and pick(unknown_strict, 0.02, "estimate")["weight"] == 1
     with pytest.raises(ValueError, match="strict point"):
         pick(points[1:], 0.02)
 
@@ -262,9 +286,9 @@ def head_point(lam, alpha, correct, collapsed=""):
     return row | {"lambda": lam, "collapsed": collapsed, "run_id": f"lambda{lam}"}, units
 
 
-def pick_lambda(points, tolerance=0.02):
+def pick_lambda(points, tolerance=0.02, select="noninferior"):
     rows = [dict(r) for r, _ in points]
-    best, reason = choose_lambda(rows, {r["run_id"]: u for r, u in points}, tolerance)
+    best, reason = choose_lambda(rows, {r["run_id"]: u for r, u in points}, tolerance, select)
     assert [r["chosen"] for r in rows].count(True) == 1 and best["chosen"]
     return best, reason, rows
 
@@ -284,7 +308,7 @@ def test_choose_lambda_falls_back_to_the_smallest_lambda_that_did_not_collapse()
     strict = point("strict", 1.0, 0.1, STRICT)
     best, reason, rows = pick_lambda([strict, head_point(0.05, 0.3, flipped, collapsed="mean w above 0.95"),
                                       head_point(0.1, 0.6, flipped), head_point(0.2, 0.9, flipped)])
-    assert best["lambda"] == 0.1 and reason.startswith("none shown non-inferior")
+    assert best["lambda"] == 0.1 and reason.startswith("none admitted")
     assert rows[2]["why"].startswith("underpowered: n = 300")
     best, reason, _ = pick_lambda([strict, head_point(0.1, 0.6, STRICT, "w pinned"), head_point(0.05, 0.3, STRICT,
                                                                                                 "w pinned")])

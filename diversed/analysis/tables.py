@@ -319,8 +319,8 @@ def versus_target(units: pd.DataFrame, methods: tuple[str, ...]):
 
 
 def families_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Each relaxed family at its best setting on dev (the largest acceptance non-inferior to strict there, chosen
-    by its sweep), evaluated on the eval prompts beside DIVERSED and the target alone, per pair/task/T/K:
+    """Each relaxed family at its best setting on dev (the largest acceptance its sweep's rule admits, sweep.select),
+    evaluated on the eval prompts beside DIVERSED and the target alone, per pair/task/T/K:
     acceptance %, quality, and quality minus the target's (paired over prompts), each ± its 95% half-width."""
     rows = []
     for (pair, task, T, K), method, m, target in versus_target(units, (*FRONT_METHODS, "dynamic")):
@@ -486,14 +486,14 @@ def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str 
                                                                 "target-only, acceptance %, tau, bias TV, quality, "
                                                                 "fidelity")
     paths += write_table(families_table(quality, runs), out / "families", "Relaxed verifiers, each at the setting "
-                         "its dev sweep chose (the largest acceptance non-inferior to strict on dev), on the eval "
-                         "prompts: acceptance %, quality, quality minus the target's")
+                         "its dev sweep chose (the largest acceptance its rule admits against strict on dev), on the "
+                         "eval prompts: acceptance %, quality, quality minus the target's")
     paths += write_table(retention_table(quality), out / "retention", "Quality retention against the target alone "
                          "(MLPerf-style: Q-99 = at least 99% of its quality and the difference shown within the task's "
                          "tolerance; output length within 0.9-1.1); strict SD is lossless: its row is the noise floor")
     lambdas = pd.concat([pd.read_csv(p) for p in lambda_csvs]) if lambda_csvs else pd.DataFrame()
     paths += write_table(lambda_table(lambdas), out / "lambda", "Lambda, chosen on dev: the DIVERSED head trained at "
                          "each lambda (the acceptance term's weight) beside strict on the dev prompts; chosen: the "
-                         "largest acceptance non-inferior to strict among the heads that did not collapse, else the "
-                         "smallest lambda")
+                         "largest acceptance the sweep's rule admits against strict among the heads that did not "
+                         "collapse, else the smallest lambda")
     return paths

@@ -112,7 +112,7 @@ def settings(runs: pd.DataFrame, trained: pd.DataFrame) -> list[dict]:
         ("Table 3 temperature", "ambiguous: its caption says 0.1, its GSM8K rows are Table 1's T = 1.0",
          _values(float(t) for t in cross["temperature"]), None),
         ("choice of the fixed w and of each family's knob", f"{SILENT}; here on the dev split: the largest "
-         "acceptance non-inferior to strict", "dev-split sweep", None),
+         "acceptance its rule admits against strict (sweep.select)", "dev-split sweep", None),
         ("MBPP eval split", "validation (authors' code)", "test" if (quality["task"] == "mbpp").any() else "–",
          False if (quality["task"] == "mbpp").any() else None),
         ("static ensemble and cascade settings", "w = 0.7 (draft weight 0.3) and cascade lenience 0.5 (the authors' "

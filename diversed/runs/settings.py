@@ -160,6 +160,15 @@ class Launch:
     models: dict = field(default_factory=dict)
 
 
+# which points a dev sweep may choose (the largest acceptance among them wins; strict when none accepts more)
+SELECTIONS = {
+    "estimate": "whose dev quality estimate is within the task's tolerance of strict's (point - strict >= "
+                "-tolerance, on the same prompts)",
+    "noninferior": "whose quality is shown non-inferior to strict's (the lower bound of point - strict above "
+                   "-tolerance, on the same prompts)",
+}
+
+
 def trained_mixing(head: str | Path) -> str | None:
     """The ensemble form a head was trained with (its file's metadata; DIVERSED decodes with the same), None where
     the file does not say or is not there (load_head reports a broken one where it is read)."""

@@ -25,7 +25,7 @@ from diversed import statistics
 from diversed.decoding.settings import FAMILIES
 from diversed.runs.evaluate import score_run
 from diversed.runs.run import Run, execute, run_id, task_prompts
-from diversed.runs.settings import Grid, Launch, RunConfig, point_name
+from diversed.runs.settings import SELECTIONS, Grid, Launch, RunConfig, point_name
 from diversed.tasks import get_task, metric_spec
 from diversed.utils import atomic_path, provenance, write_json, write_text
 
@@ -39,13 +39,27 @@ def run_row(run: Run) -> dict:
     return {k: v for k, v in run.record().items() if k in COLUMNS}
 
 
-def choose(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: float) -> dict:
-    """Each family's setting: the highest acceptance among its points whose quality is non-inferior to strict's on
-    the same prompts (the lower bound of point - strict above -tolerance, diversed.statistics.noninferior); strict
-    when none is, or none accepts more. units: each point's prompt rows, by run_id.
+def eligible(point: dict, strict: dict, test, tolerance: float, select: str) -> bool:
+    """A point may be chosen under `select` (SELECTIONS): its test holds (noninferior), or its quality estimate
+    lies within tolerance of strict's (estimate: the runs' quality on the same prompts, a corpus metric's too).
+    The dev estimate only chooses; the eval verdicts remain the tests."""
+    if select == "noninferior":
+        return test.verdict() == statistics.HOLDS
+    if select != "estimate":
+        raise ValueError(f"unknown selection {select!r}; allowed: {', '.join(SELECTIONS)}")
+    if point["quality"] is None or strict["quality"] is None:  # unscored
+        return False
+    gain = point["quality"] - strict["quality"]
+    return bool(gain == gain and (gain if metric_spec(strict["metric"]).higher_is_better else -gain) >= -tolerance)
+
+
+def choose(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: float, select: str = "estimate") -> dict:
+    """Each family's setting: the highest acceptance among its points that `select` (SELECTIONS) admits against
+    strict's quality; strict when none is, or none accepts more. units: each point's prompt rows, by run_id.
 
     Returns the fixed verifier's choice (w, mixing) with, under "families", every other family's swept (knob,
-    deferral; knob None: strict), each with its points' quality difference from strict and the test's verdict."""
+    deferral; knob None: strict), each with its points' quality difference from strict (the dev interval), the
+    non-inferiority test's verdict and whether the rule admitted it."""
     strict = next((r for r in rows if r["verifier"] == "strict"), None)
     if strict is None:
         raise ValueError("a sweep needs its strict point (w = 1) to choose a setting; none among the rows given")
@@ -57,23 +71,24 @@ def choose(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: float) -
             if r["verifier"] != family:
                 continue
             diff, test = versus_strict(units[r["run_id"]], units[strict["run_id"]], spec, tolerance)
+            admitted = eligible(r, strict, test, tolerance, select)
             tested.append({**setting(r), "acceptance": r["draft_acceptance_rate"],
                            "quality_vs_strict": diff.text(digits=4, sign=True), "prompts": diff.n,
-                           "verdict": test.verdict(), "why": test.why})
-            if test.verdict() == statistics.HOLDS:
+                           "verdict": test.verdict(), "why": test.why, "admitted": admitted})
+            if admitted:
                 ok.append(r)
         if family != "fixed" and not tested:
             continue
         best = max(ok, key=lambda r: (r["draft_acceptance_rate"], -r["weight"] if family == "fixed" else 0),
                    default=None)
         if best is None or best["draft_acceptance_rate"] <= strict["draft_acceptance_rate"]:
-            best = strict  # nothing relaxed is shown to keep quality: the family degenerates to strict
+            best = strict  # nothing relaxed keeps quality by the rule: the family degenerates to strict
         out[family] = {**(setting(best) if best is not strict else {"weight": 1.0, "mixing": "linear"} if
                           family == "fixed" else {"knob": None, "deferral": None}),
                        "verifier": best["verifier"], "draft_acceptance_rate": best["draft_acceptance_rate"],
                        "quality": best["quality"], "points": tested}
     shared = {"strict_quality": strict["quality"], "strict_acceptance_rate": strict["draft_acceptance_rate"],
-              "tolerance": tolerance, "metric": strict["metric"]}
+              "tolerance": tolerance, "metric": strict["metric"], "select": select, "rule": SELECTIONS[select]}
     fixed = out.pop("fixed")
     del fixed["verifier"]
     return {**fixed, **shared, "families": out}
@@ -109,10 +124,12 @@ def sweep_point(base: RunConfig, point: dict, run_dir: str | Path, *, labels: di
     return run_dir
 
 
-def choose_runs(run_dirs: list[str | Path], out: str | Path, tolerance: float | None = None) -> dict:
+def choose_runs(run_dirs: list[str | Path], out: str | Path, tolerance: float | None = None,
+                select: str = "estimate") -> dict:
     """The sweep's table (out/sweep.csv, .md) and choice (out/choice.json) from its scored points.
 
-    tolerance: the quality strict may lose, in the metric's units (default: the task metric's own)."""
+    tolerance: the quality strict may lose, in the metric's units (default: the task metric's own); select: which
+    points may be chosen (SELECTIONS)."""
     out = Path(out)
     runs = [Run(d) for d in run_dirs]
     rows = [run_row(run) for run in runs]
@@ -127,29 +144,32 @@ def choose_runs(run_dirs: list[str | Path], out: str | Path, tolerance: float | 
         raise ValueError("a sweep needs its strict point (w = 1) to choose a setting; none among the runs given")
     config = strict[0].config
     units = {r["run_id"]: pd.DataFrame(run.prompt_rows()) for run, r in zip(runs, rows, strict=True)}
-    choice = choose(rows, units, get_task(config["task"]).metric.tolerance if tolerance is None else tolerance)
+    choice = choose(rows, units, get_task(config["task"]).metric.tolerance if tolerance is None else tolerance,
+                    select)
     write_table(out / "sweep", rows)
     write_json(out / "choice.json", {"task": config["task"], **choice, "config": config, **provenance()})
     return choice
 
 
 def sweep_weight(base: RunConfig, out: str | Path, grid: Grid | None = None, *, tolerance: float | None = None,
-                 labels: dict | None = None, launch: Launch | None = None) -> dict:
+                 select: str = "estimate", labels: dict | None = None, launch: Launch | None = None) -> dict:
     """Every point of the grid (with DIVERSED at grid.head and the target alone where asked), decoded as `launch`
     says, then the choice: out/{point}/ runs, out/sweep.csv/.md and out/choice.json."""
     out, launch = Path(out), launch or Launch()
     runs = [sweep_point(base, point, out / point_name(point), labels=labels, launch=launch)
             for point in (grid or Grid()).points()]
-    return choose_runs(runs, out, tolerance)
+    return choose_runs(runs, out, tolerance, select)
 
 
 LAMBDA_COLUMNS = ["pair", "task", "split", "prompts", "temperature", "K", "verifier", "lambda", "acceptance_term",
                   "collapsed", "draft_acceptance_rate", "draft_acceptance_rate_ci95", "mean_weight", "metric",
-                  "quality", "quality_ci95", "quality_vs_strict", "quality_vs_strict_ci95", "verdict", "why", "chosen",
-                  "head", "run_id", "run_dir"]
-LAMBDA_RULE = ("the largest acceptance among the heads that did not collapse whose quality is non-inferior to "
-               "strict's on the same dev prompts; when none is shown to be, the smallest lambda among them (the head "
-               "that weighs quality most); when every head collapsed, the smallest lambda")
+                  "quality", "quality_ci95", "quality_vs_strict", "quality_vs_strict_ci95", "verdict", "why",
+                  "admitted", "chosen", "head", "run_id", "run_dir"]
+def lambda_rule(select: str) -> str:
+    """choose_lambda's rule in words."""
+    return (f"the largest acceptance among the heads that did not collapse {SELECTIONS[select]}; when none is, the "
+            "smallest lambda among them (the head that weighs quality most); when every head collapsed, the "
+            "smallest lambda")
 
 
 def head_training(head: str | Path) -> dict:
@@ -160,10 +180,11 @@ def head_training(head: str | Path) -> dict:
     return json.loads(path.read_text())
 
 
-def choose_lambda(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: float) -> tuple[dict, str]:
-    """The chosen head row by LAMBDA_RULE, and which branch of the rule chose it. rows: strict's and each head's
-    (verifier dynamic, with lambda and collapsed); each head's row gains its quality difference from strict, the
-    non-inferiority verdict and chosen."""
+def choose_lambda(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: float,
+                  select: str = "estimate") -> tuple[dict, str]:
+    """The chosen head row by lambda_rule(select), and which branch of the rule chose it. rows: strict's and each
+    head's (verifier dynamic, with lambda and collapsed); each head's row gains its quality difference from strict,
+    the non-inferiority verdict, whether the rule admitted it, and chosen."""
     strict = next((r for r in rows if r["verifier"] == "strict"), None)
     heads = sorted((r for r in rows if r["verifier"] == "dynamic"), key=lambda r: r["lambda"])
     if strict is None or not heads:
@@ -171,13 +192,16 @@ def choose_lambda(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: f
     spec = metric_spec(strict["metric"])
     for r in heads:
         diff, test = versus_strict(units[r["run_id"]], units[strict["run_id"]], spec, tolerance)
-        r.update(quality_vs_strict=diff.value, quality_vs_strict_ci95=diff.half, verdict=test.verdict(), why=test.why)
+        r.update(quality_vs_strict=diff.value, quality_vs_strict_ci95=diff.half, verdict=test.verdict(), why=test.why,
+                 admitted=eligible(r, strict, test, tolerance, select))
     healthy = [r for r in heads if not r["collapsed"]]
-    safe = [r for r in healthy if r["verdict"] == statistics.HOLDS]
+    safe = [r for r in healthy if r["admitted"]]
     if safe:
-        best, reason = max(safe, key=lambda r: (r["draft_acceptance_rate"], -r["lambda"])), "non-inferior to strict"
+        best = max(safe, key=lambda r: (r["draft_acceptance_rate"], -r["lambda"]))
+        reason = {"estimate": "quality within the tolerance of strict's on dev",
+                  "noninferior": "non-inferior to strict"}[select]
     elif healthy:
-        best, reason = healthy[0], "none shown non-inferior to strict: the smallest lambda"
+        best, reason = healthy[0], "none admitted against strict: the smallest lambda"
     else:
         best, reason = heads[0], "every head collapsed: the smallest lambda"
     for r in rows:
@@ -199,9 +223,10 @@ def lambda_row(run: Run, units: pd.DataFrame, training: dict | None = None) -> d
 
 
 def sweep_lambda(base: RunConfig, heads: list[str | Path], out: str | Path, head_out: str | Path, *,
-                 tolerance: float | None = None, labels: dict | None = None, launch: Launch | None = None) -> dict:
+                 tolerance: float | None = None, select: str = "estimate", labels: dict | None = None,
+                 launch: Launch | None = None) -> dict:
     """Decode + score base's task split (dev) with strict and with DIVERSED at each head (each trained at another
-    lambda), choose one by LAMBDA_RULE and copy it to head_out (head.safetensors, manifest.json recording the
+    lambda), choose one by lambda_rule(select) and copy it to head_out (head.safetensors, manifest.json recording the
     choice, train_log.csv): out/{point}/ runs, out/lambda.csv/.md (every candidate: acceptance, mean w, quality,
     its difference from strict, the verdict, collapsed, chosen) and out/choice.json."""
     out, labels, launch = Path(out), labels or {}, launch or Launch()
@@ -226,11 +251,13 @@ def sweep_lambda(base: RunConfig, heads: list[str | Path], out: str | Path, head
             for run, training in zip(runs, [None, *trainings], strict=True)]
     if tolerance is None:
         tolerance = get_task(base.task).metric.tolerance
-    best, reason = choose_lambda(rows, units, tolerance)
+    best, reason = choose_lambda(rows, units, tolerance, select)
     candidates = [{k: r[k] for k in ("lambda", "collapsed", "draft_acceptance_rate", "quality", "quality_vs_strict",
-                                     "verdict", "why", "head")} for r in rows if r["verifier"] == "dynamic"]
+                                     "quality_vs_strict_ci95", "verdict", "why", "admitted", "head")}
+                  for r in rows if r["verifier"] == "dynamic"]
     choice = {"task": base.task, "split": base.split, "lambda": best["lambda"], "head": best["head"],
-              "rule": LAMBDA_RULE, "reason": reason, "tolerance": tolerance, "metric": best["metric"],
+              "select": select, "rule": lambda_rule(select), "reason": reason, "tolerance": tolerance,
+              "metric": best["metric"],
               "strict_quality": rows[0]["quality"], "candidates": candidates}
     install_head(Path(best["head"]), Path(head_out), choice)
     write_table(out / "lambda", rows, LAMBDA_COLUMNS)
