@@ -141,8 +141,7 @@ class Grid:
                 points += [{"verifier": family, "knob": float(x)} | ({"deferral": rule} if rule else {})
                            for x in knobs]
         if self.head is not None:
-            points.append({"verifier": "dynamic", "head": str(self.head),
-                           "mixing": trained_mixing(self.head) or self.head_mixing or "linear"})
+            points.append(dynamic_point(self.head, self.head_mixing))
         if self.target_only:
             points.append({"verifier": "autoregressive"})
         return points
@@ -177,6 +176,12 @@ def trained_mixing(head: str | Path) -> str | None:
     except (OSError, ValueError):
         return None
     return (meta.get("config") or {}).get("mixing")
+
+
+def dynamic_point(head: str | Path, mixing: str | None = None) -> dict:
+    """DIVERSED's point: its head, decoded with the mixing the head was trained with (its file's, else `mixing`
+    where the file is not there yet, else linear)."""
+    return {"verifier": "dynamic", "head": str(head), "mixing": trained_mixing(head) or mixing or "linear"}
 
 
 def point_name(point: dict) -> str:

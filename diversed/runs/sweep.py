@@ -25,7 +25,7 @@ from diversed import statistics
 from diversed.decoding.settings import FAMILIES
 from diversed.runs.evaluate import score_run
 from diversed.runs.run import Run, execute, run_id, task_prompts
-from diversed.runs.settings import SELECTIONS, Grid, Launch, RunConfig, point_name
+from diversed.runs.settings import SELECTIONS, Grid, Launch, RunConfig, dynamic_point, point_name
 from diversed.tasks import get_task, metric_spec
 from diversed.utils import atomic_path, provenance, write_json, write_text
 
@@ -244,7 +244,7 @@ def sweep_lambda(base: RunConfig, heads: list[str | Path], out: str | Path, head
     runs = [Run(sweep_point(base, {"verifier": "strict"}, out / point_name({"verifier": "strict"}), labels=labels,
                             launch=launch))]
     for head, lam in zip(heads, lambdas, strict=True):
-        runs.append(Run(sweep_point(base, {"verifier": "dynamic", "head": str(head)}, out / f"lambda{lam}",
+        runs.append(Run(sweep_point(base, dynamic_point(head), out / f"lambda{lam}",
                                     labels=labels | {"method": "dynamic", "lambda": str(lam)}, launch=launch)))
     units = {run.manifest["run_id"]: pd.DataFrame(run.prompt_rows()) for run in runs}
     rows = [lambda_row(run, units[run.manifest["run_id"]], training)
