@@ -11,7 +11,7 @@ from pathlib import Path
 
 from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, FAMILIES, MIXINGS, RULES, Execution
 from diversed.runs.settings import SELECTIONS, RunConfig
-from diversed.tasks import SCORINGS
+from diversed.tasks import PROMPT_FORMATS, SCORINGS
 from diversed.training.settings import DistillConfig, HeadTrainConfig
 from diversed.utils import field_type, write_json, write_text
 
@@ -315,12 +315,9 @@ def print_scores(run_dirs, scoring: str | None = None) -> None:
 def score_one(task_name: str, reference: str, completion: str, scoring: str, prompt_format: str) -> dict:
     """One completion's scores against a reference, as a run of the task would score it: the reference in the
     form of the task's answer field (GSM8K's "... #### 18" or 18), the completion as decoded."""
-    from diversed.tasks import PROMPT_FORMATS, Example, check_scoring, get_task
+    from diversed.tasks import Example, get_task
 
     task = get_task(task_name)
-    check_scoring(scoring)
-    if prompt_format not in PROMPT_FORMATS:
-        raise ValueError(f"unknown prompt format {prompt_format!r}; allowed: {', '.join(PROMPT_FORMATS)}")
     if task.metric.fidelity or task.metric.corpus:
         raise ValueError(f"task {task_name}: its {task.metric.name} is not a per-completion score")
     if task.answer_field is not None:
@@ -330,9 +327,8 @@ def score_one(task_name: str, reference: str, completion: str, scoring: str, pro
             example = Example("cli", "", json.loads(reference))
         except ValueError:
             example = Example("cli", "", reference)
-    scored = task.cut(completion) if scoring == "authors" else completion
-    return {"task": task_name, "scoring": scoring, "prompt_format": prompt_format, "scored_text": scored,
-            **task.scores(completion, example, scoring)}
+    return {"task": task_name, "scoring": scoring, "prompt_format": prompt_format,
+            "scored_text": task.scored_text(completion, scoring), **task.scores(completion, example, scoring)}
 
 
 def cmd_score(a: argparse.Namespace) -> None:
@@ -547,7 +543,8 @@ def _scoring_parsers(sub) -> None:
     p.add_argument("--scoring", choices=SCORINGS, help="default: each run's own (one completion: "
                    "standard)")
     p.add_argument("--task", help="one completion: its task")
-    p.add_argument("--prompt-format", default="raw", help="one completion: the format its prompt had (recorded)")
+    p.add_argument("--prompt-format", choices=PROMPT_FORMATS, default="raw", help="one completion: the format its "
+                   "prompt had (recorded)")
     p.add_argument("--reference", help="one completion: the reference, as the task's answer field holds it")
     p.add_argument("--completion", help="one completion: the decoded text")
     p.set_defaults(func=cmd_score)

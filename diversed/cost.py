@@ -285,12 +285,12 @@ def table(pairs: dict[str, dict], load: Workload | dict[str, Workload] | None = 
     loads = load if isinstance(load, dict) else {"": load}
     rows = ["| pair | target / draft | decode | train head | distill |", "|---|---|---|---|---|"]
     for name, p in pairs.items():
+        own = {task: w and dataclasses.replace(w, decode_batch=p.get("batch_size", w.decode_batch))
+               for task, w in loads.items()}  # the pair's own decode rows, where it sets them
         cells = []
         for job in JOBS:
-            gb, task = max(((total(estimate(p["target"], p["draft"], job, dtype=p.get("dtype", "bfloat16"), load=w if
-                                            w is None or "batch_size" not in p else
-                                            dataclasses.replace(w, decode_batch=p["batch_size"]))) / GB, task)
-                            for task, w in loads.items()), key=lambda x: x[0])
+            gb, task = max(((total(estimate(p["target"], p["draft"], job, dtype=p.get("dtype", "bfloat16"),
+                                            load=w)) / GB, task) for task, w in own.items()), key=lambda x: x[0])
             cells.append(f"{gb:.1f} GB" + (f" ({task})" if task else ""))
         rows.append(f"| {name} | {p['target']} / {p['draft']} | " + " | ".join(cells) + " |")
     return "\n".join(rows)

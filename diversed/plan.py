@@ -424,7 +424,7 @@ class Plan:
         s = self.sweep
         return Grid(s["weights"], s["mixings"], {f: s["families"][f] for f in self.families}, s["deferrals"],
                     head=head if self.sweep_head else None, target_only=self.sweep_target,
-                    head_mixing=self.config.get("train_head", {}).get("mixing")).points()
+                    head_mixing=self._head_mixing).points()
 
     def _sweep_settings(self) -> list[tuple[str, str, str, int]]:
         """(pair, task, T, K) of every sweep: each setting whose fixed w or family knob the runs read, and the
@@ -589,10 +589,14 @@ class Plan:
             return self._head_changes(self._head(pair, task))
         return {}
 
+    @property
+    def _head_mixing(self) -> str:
+        """The mixing the config's heads are trained with (train_head.mixing), which DIVERSED decodes with."""
+        return self.config.get("train_head", {}).get("mixing", "linear")
+
     def _head_changes(self, head: str) -> dict:
-        """A DIVERSED run's changes: its head, and the mixing the head is trained with (train_head.mixing)."""
-        mixing = self.config.get("train_head", {}).get("mixing", "linear")
-        return {"head": head} | ({"mixing": mixing} if mixing != "linear" else {})
+        """A DIVERSED run's changes: its head, and the mixing the head is trained with where it is not linear."""
+        return {"head": head} | ({"mixing": self._head_mixing} if self._head_mixing != "linear" else {})
 
     def _sweep_timing_runs(self, w: dict[str, str], head: str | None) -> list[PlannedRun]:
         """time_sweep's runs: each point of the sweep at its K (DIVERSED with the task's head), the target alone."""

@@ -368,7 +368,7 @@ def verify_step(block: Block, scored: Scored, w: torch.Tensor, ks: list[int], ro
                                              draws=block.draws)
     at = torch.arange(kmax + 1, device=p.device)
     candidates = torch.where(at == n[:, None], next_token[:, None], torch.cat([block.tokens, next_token[:, None]], 1))
-    live = at[:kmax] < to_device(ks, p.device)[:, None]  # [R, kmax]
+    live = at[:kmax] < index(tuple(ks), p.device)[:, None]  # [R, kmax]
     ok = (block.ok.to(p.device) | ~live).all(1)  # [R]: the draft logits each row used
     n, ok, ok_t, tokens, ws, bias, logprob, is_max = _to_host(
         n, ok, scored.ok, candidates, w, bias, *_fidelity(scored.logits, candidates))

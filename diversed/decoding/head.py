@@ -89,4 +89,3 @@ def load_head(path: str | os.PathLike, target: nn.Module | None = None, draft: n
     if target is not None and draft is not None:
         head.check_pair(target, draft)
     return head
-

@@ -22,5 +22,5 @@ def to_device(data, device: torch.device, dtype: torch.dtype = torch.long) -> to
 @functools.lru_cache(maxsize=1024)
 def index(values: tuple[int, ...], device: torch.device) -> torch.Tensor:
     """A constant index [len(values)] (long) on device, copied once per batch shape: the cache rows of a step, each
-    row's last position (read-only: its users never write it)."""
+    row's last position, the rows' draft lengths (read-only: its users never write it)."""
     return to_device(list(values), device)

@@ -13,7 +13,7 @@ import torch
 
 from diversed.decoding.rng import RESIDUAL, VERIFY, Draws
 from diversed.decoding.settings import DEFERRALS, MIXINGS
-from diversed.decoding.transfer import to_device
+from diversed.decoding.transfer import index
 
 
 def logits_to_probs(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0,
@@ -268,7 +268,7 @@ def verify_rows(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, w:
     test, mixing, greedy, knob = criterion.test, criterion.mixing, criterion.greedy, criterion.knob
     _check_rows(q, k, draws, greedy, test, draft_tokens=draft_tokens, p=p, w=w, log_p=log_p, log_q=log_q)
     dev = q.device
-    k_t = to_device(k, dev)  # [R]
+    k_t = index(tuple(k), dev)  # [R]
     live = torch.arange(K, device=dev) < k_t[:, None]  # [R, K]: the positions each row drafted
     r = None if greedy else draws.uniform(VERIFY, K)  # [R, K] float64: position i's uniform, the same at any K
     if test == "fly":
@@ -299,7 +299,7 @@ def synthetic_rows(k: list[int], p: torch.Tensor, acceptance: float, *, greedy: 
     if not 0 <= acceptance <= 1:
         raise ValueError(f"synthetic acceptance must be in [0, 1], got {acceptance}")
     R, K1, V = p.shape
-    live = torch.arange(K1 - 1, device=p.device) < to_device(k, p.device)[:, None]  # [R, K]
+    live = torch.arange(K1 - 1, device=p.device) < index(tuple(k), p.device)[:, None]  # [R, K]
     n = ((draws.uniform(VERIFY, K1 - 1) < acceptance) & live).long().cumprod(dim=1).sum(dim=1)  # [R]
     dist = p.gather(1, n[:, None, None].expand(R, 1, V))[:, 0]  # [R, V]
     next_token = dist.argmax(dim=-1) if greedy else draws.categorical(dist, RESIDUAL)  # [R]

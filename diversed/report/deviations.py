@@ -33,11 +33,16 @@ def _sampling(run) -> str:
     return f"{run.sampling} (top-k {run.top_k:g}, top-p {run.top_p:g})"
 
 
+def _column(df: pd.DataFrame, name: str, default) -> pd.Series:
+    """A table's column, its gaps (and the whole column, in a table written before it existed) at default."""
+    return df[name].fillna(default) if name in df else pd.Series(default, index=df.index)
+
+
 def _scoring_rows(own: pd.DataFrame) -> list[tuple]:
     """The rows of what decides a run's numbers beyond its settings: scoring, DIVERSED's mixing, the draft length
-    policy, the acceptance rate's definition (tables written before a column existed read its default)."""
-    scoring = own.get("scoring", pd.Series("standard", index=own.index)).fillna("standard")
-    mixing = own.get("mixing", pd.Series("linear", index=own.index))[own["method"] == "dynamic"]
+    policy, the acceptance rate's definition."""
+    scoring = _column(own, "scoring", "standard")
+    mixing = _column(own, "mixing", "linear")[own["method"] == "dynamic"]
     return [
         ("scoring and answer extraction", "each completion cut at the next prompt marker (\"Question:\", "
          "\"Article:\", \"Document:\"); GSM8K's \"#### N\", else the last number; ROUGE unstemmed (authors' code)",
@@ -50,14 +55,11 @@ def _scoring_rows(own: pd.DataFrame) -> list[tuple]:
 
 
 def _training_rows(heads: pd.DataFrame, trained: pd.DataFrame) -> list[tuple]:
-    """The head's reward recipe and the training prompts' truncation (tables from before these columns read their
-    defaults)."""
-    def col(df, name, default):
-        return df[name].fillna(default) if name in df else pd.Series(default, index=df.index)
-
-    recipe = {(b, float(z), s) for b, z, s in zip(col(heads, "baseline", "mean"), col(heads, "relative_at_zero", 5.0),
-                                                   col(heads, "scoring", "standard"), strict=True)}
-    cut = {int(x) if x == x else None for x in col(trained, "max_prompt_tokens", math.nan)}
+    """The head's reward recipe and the training prompts' truncation."""
+    recipe = {(b, float(z), s) for b, z, s in zip(_column(heads, "baseline", "mean"),
+                                                   _column(heads, "relative_at_zero", 5.0),
+                                                   _column(heads, "scoring", "standard"), strict=True)}
+    cut = {int(x) if x == x else None for x in _column(trained, "max_prompt_tokens", math.nan)}
     return [
         ("the head's reward", "R - 1 on GSM8K and MBPP, R minus a running mean on the others; lambda 10 on a step "
          "without reward loss; scored as the authors score (authors' code)",

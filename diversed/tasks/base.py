@@ -212,17 +212,19 @@ class Task:
         at = min((i for i in (completion.find(m) for m in self.stops) if i >= 0), default=len(completion))
         return completion[:at]
 
+    def scored_text(self, completion: str, scoring: str = "standard") -> str:
+        """What a scoring (SCORINGS) reads of a completion: all of it (standard), or up to its stop (authors)."""
+        check_scoring(scoring)
+        return self.cut(completion) if scoring == "authors" else completion
+
     def scores(self, completion: str, example: Example, scoring: str = "standard") -> dict[str, float]:
         """Per-example scores under a scoring (SCORINGS)."""
-        if scoring == "standard":
-            return self.score(completion, example)
-        check_scoring(scoring)
-        return self.authors_score(self.cut(completion), example)
+        text = self.scored_text(completion, scoring)
+        return self.authors_score(text, example) if scoring == "authors" else self.score(text, example)
 
     def item(self, completion: str, example: Example, scoring: str = "standard"):
         """What a corpus metric keeps of one example under a scoring."""
-        check_scoring(scoring)
-        return self.corpus_item(self.cut(completion) if scoring == "authors" else completion, example)
+        return self.corpus_item(self.scored_text(completion, scoring), example)
 
     def corpus_item(self, completion: str, example: Example) -> Any:
         """What a corpus metric keeps of one example (JSON-serialisable)."""
