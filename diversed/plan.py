@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from diversed.decoding.settings import BASELINES, FAMILIES, METHODS, RULES
+from diversed.decoding.settings import BASELINES, FAMILIES, GIVEN, METHODS, RULES, given_method
 from diversed.decoding.sources import Sources, hub_model, hub_sources, hub_task, load_config
 from diversed.runs.settings import Grid, RunConfig, point_name
 from diversed.tasks import registry
@@ -142,6 +142,9 @@ def validated(config: dict) -> dict:
     schema = yaml.safe_load((files("diversed") / SCHEMA).read_text())
     schema["properties"]["methods"]["items"]["enum"] = list(METHODS)
     schema["properties"]["sweep"]["properties"]["families"]["properties"] = {f: RULES[f].schema() for f in FAMILIES}
+    schema["properties"]["given"]["properties"] = {f: RULES[f].schema() for f in FAMILIES} | {"fixed": {
+        "type": "array", "items": {"type": "number", "minimum": 0, "maximum": 1}, "minItems": 1,
+        "description": "values of w"}}
 
     def set_defaults(validator, properties, instance, schema):
         for name, sub in properties.items():
@@ -198,6 +201,7 @@ class Plan:
         self.speculative = [m for m in self.methods if m not in BASELINES]
         self.families = [m for m in self.methods if m in FAMILIES]  # relaxed verifiers at their sweep's knob
         self.chosen = [m for m in self.speculative if m == "fixed" or m in FAMILIES]  # a sweep chooses their setting
+        self.given = {given_method(v, x): v for v in GIVEN for x in c["given"].get(v, [])}  # method: verifier
         self.lambda_tasks = c["lambda_sweep"]["tasks"]
         self.transfer_heads = sorted({t["head"] for t in c["transfer"]})
         self.sweep_head = "dynamic" in self.speculative  # the fronts' references each sweep decodes
@@ -568,19 +572,26 @@ class Plan:
                               changes=self._head_changes(head))
                     for K in K_list]
         runs = []
-        for method, K in [(b, None) for b in self.baselines] + [(m, K) for m in self.speculative for K in K_list]:
+        for method, K in [(b, None) for b in self.baselines] + [(m, K) for m in [*self.speculative, *self.given]
+                                                                for K in K_list]:
             if timing:
                 template = TIMING_BASELINE if K is None else TIMING_RUN
             else:
                 template = BASELINE_RUN if K is None else RUN
             d = template.format(pair=pair, task=task, method=method, T=T, K=K, seed=seed)
-            runs.append(self._run(rule, d, w | {"K": K, "seed": seed}, method=method,
-                                  verifier="strict" if method == "finetuned" else method, split="eval", prompts=n,
+            verifier = "strict" if method == "finetuned" else self.given.get(method, method)
+            runs.append(self._run(rule, d, w | {"K": K, "seed": seed}, method=method, verifier=verifier,
+                                  split="eval", prompts=n,
                                   timing=timing, changes=self._method_changes(method, pair, task, T, K)))
         return runs
 
     def _method_changes(self, method: str, pair: str, task: str, T: str, K: int | None) -> dict:
-        """What a method's run changes: the fine-tuned draft, the setting its sweep chose, the task's head."""
+        """What a method's run changes: the fine-tuned draft, the setting its sweep chose or the config gives, the
+        task's head."""
+        if method in self.given:
+            value = float(method.split("-", 1)[1])
+            return {"weight": value, "mixing": "linear"} if self.given[method] == "fixed" else \
+                {"knob": value} | ({"deferral": self.sweep["deferrals"][0]} if self.given[method] == "cascade" else {})
         if method == "finetuned":
             return {"draft": DRAFT.format(pair=pair, task=task)}
         if method in self.chosen:

@@ -119,15 +119,14 @@ def test_intervals_are_over_prompts_and_speed_is_a_ratio_of_totals(tmp_path):
 
 
 def test_the_readme_metrics_section_states_the_code_definitions():
-    """One definition per metric: each ratio of totals in the README's Metrics section reads as its numerator and
-    denominator in diversed.statistics.METRICS."""
+    """One definition per metric: each ratio of totals in docs/METRICS.md reads as its numerator and denominator in
+    diversed.statistics.METRICS."""
     import re
     from pathlib import Path
 
     from diversed import statistics
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## Metrics", 1)[1].split("\n## ", 1)[0]
+    section = (Path(__file__).resolve().parent.parent / "docs" / "METRICS.md").read_text()
     rows = re.findall(r"^\| `(\w+)`[^|]*\| Σ `(\w+)` / Σ `(\w+)`", section, flags=re.M)
     stated = {metric: (y, x) for metric, y, x in rows}
     ratios = {m: pair for m, pair in statistics.METRICS.items() if pair}
@@ -371,3 +370,34 @@ def test_retention_states_q99_the_length_ratio_and_the_noise_floor():
     assert worse["retention %"].startswith(f"{100 * (1 - share):.1f}") and worse["Q-99"] == "no"
     assert worse["length ratio"].startswith("1.25") and worse["length in 0.9-1.1"] == "no"
     assert 0 < float(worse["resolvable margin"]) < 10  # accuracy points
+
+
+def test_the_authors_given_settings_sit_beside_the_dev_choices():
+    """#33 item 4: runs at a setting the config gives (fixed-0.7, cascade-0.5) are rows of their own in the
+    families and retention tables, named with their value, never pooled with the dev-chosen fixed / cascade; the
+    deviations row agrees once the authors' two settings are among the runs."""
+    from helpers import claim_units
+
+    from diversed.analysis.tables import families_table, retention_table
+    from diversed.report.deviations import _given_row
+
+    rows = claim_units({"autoregressive": (0, 0.5, 1), "fixed": (0.3, 0.5, 1), "fixed-0.7": (0.5, 0.4, 1),
+                        "cascade-0.5": (0.6, 0.3, 1), "dynamic": (0.7, 0.5, 2)}, prompts=40, seeds=1)
+    rows["knob"], rows["deferral"] = float("nan"), None
+    rows.loc[rows["method"] == "fixed-0.7", "weight"] = 0.7
+    rows.loc[rows["method"] == "cascade-0.5", ["knob", "deferral"]] = [0.5, "opt"]
+    table = families_table(rows).set_index("method")
+    assert list(table.index) == ["Static ensemble (fixed w)", "Static ensemble (fixed w), w = 0.7 (given)",
+                                 "Speculative cascade, alpha = 0.5 (given)", "DIVERSED"]
+    setting = table["setting (chosen on dev, or given)"]
+    assert setting.tolist() == ["w = 0.5 (linear)", "w = 0.7 (linear), given", "0.5 (opt), given",
+                                "learned w (head)"]
+    given = table.loc["Static ensemble (fixed w), w = 0.7 (given)", "acceptance %"]
+    assert abs(float(given.split()[0]) - 50) < 3 and abs(float(table.iloc[0]["acceptance %"].split()[0]) - 30) < 3
+    assert "Speculative cascade, alpha = 0.5 (given)" in set(retention_table(rows.assign(length=40))["method"])
+
+    own = pd.DataFrame({"method": ["fixed", "cascade", "fixed-0.7", "cascade-0.5"], "weight": [0.9, None, 0.7, None],
+                        "knob": [None, 0.1, None, 0.5]})
+    _, _, this, agrees = _given_row(own)
+    assert agrees and this == "cascade 0.1 (dev); cascade 0.5 (given); fixed 0.7 (given); fixed 0.9 (dev)"
+    assert _given_row(own.iloc[:2])[3] is False and _given_row(own.iloc[:0])[3] is None

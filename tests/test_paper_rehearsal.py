@@ -1,4 +1,5 @@
-"""The paper reproduction rehearsed end to end, offline: config/paper.yaml with config/paper-gemma.yaml layered, run
+"""The paper reproduction rehearsed end to end, offline: config/paper.yaml with config/paper-gemma.yaml and
+config/paper-lambda.yaml layered, run
 by Snakemake on tiny random checkpoints of the paper pairs' classes and on local files in the hub datasets' row
 formats, trimmed to the jobs that each test something distinct: the three pairs' classes, every job type of the
 paper DAG at least once (and train_head, which the paper DAG does not need), every method, the transfer between
@@ -8,6 +9,7 @@ in tests/test_tasks.py; the full paper DAG's structure in tests/test_workflow.py
 from __future__ import annotations
 
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -52,6 +54,8 @@ def rehearsal_config(wd, build: bool = True) -> dict:
     config = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
     assert set(config["pairs"]) == {"llama", "qwen"}  # the pairs of the paper's tables; Gemma 3 is opt-in
     config["pairs"] |= yaml.safe_load((ROOT / "config" / "paper-gemma.yaml").read_text())["pairs"]
+    assert config["lambda_sweep"]["tasks"] == [] and config["given"] == {"fixed": [0.7], "cascade": [0.5]}
+    config["lambda_sweep"] |= yaml.safe_load((ROOT / "config" / "paper-lambda.yaml").read_text())["lambda_sweep"]
     assert set(config["pairs"]) == set(PAIRS) and {(t["head"], t["eval"]) for t in config["transfer"]} == {
         ("cnndm", "gsm8k"), ("gsm8k", "cnndm")}
     for name, kind in PAIRS.items():
@@ -81,7 +85,7 @@ def test_the_rehearsal_runs_every_job_type_of_the_paper_dag(tmp_path):
     aside: its sources are local), and train_head too, which the paper DAG never needs."""
     from diversed.plan import Plan, load
 
-    paper = load(ROOT / "config" / "paper.yaml", ROOT / "config" / "paper-gemma.yaml").counts()
+    paper = load(*(ROOT / "config" / f for f in ("paper.yaml", "paper-gemma.yaml", "paper-lambda.yaml"))).counts()
     counts = Plan(rehearsal_config(tmp_path, build=False)).counts()
     assert set(paper) - {"fetch_sources"} <= set(counts) and "train_head" in counts, counts
     assert sum(counts.values()) < sum(paper.values()) / 4, counts
@@ -122,7 +126,7 @@ def test_every_table_figure_and_the_report(rehearsal):
 def test_every_pair_task_method_and_temperature_ran_and_was_scored(rehearsal):
     wd, config = rehearsal
     runs = pd.read_csv(wd / "results" / "tables" / "runs.csv")
-    methods = len(config["methods"])
+    methods = len(config["methods"]) + sum(map(len, config["given"].values()))  # fixed-0.7 and cascade-0.5 too
     # every method decoded for quality (batched) and timed (batch 1, interleaved), and the transfer runs
     assert len(runs) == 2 * 3 * 2 * methods + 3 * len(config["transfer"])
     assert runs["timing"].sum() == 3 * 2 * methods
@@ -131,7 +135,8 @@ def test_every_pair_task_method_and_temperature_ran_and_was_scored(rehearsal):
     assert batched["gemma"] == {16}  # its own rows (paper-gemma.yaml)
     assert set(runs["scoring"]) == {"authors"}  # cut at the stop markers, "#### N", ROUGE unstemmed
     assert set(runs["pair"]) == set(PAIRS) and set(runs["task"]) == set(TASKS)
-    assert set(runs["method"]) == set(config["methods"]) and set(runs["temperature"]) == {1.0}
+    assert set(runs["method"]) == set(config["methods"]) | {"fixed-0.7", "cascade-0.5"}
+    assert set(runs["temperature"]) == {1.0}
     assert runs["quality"].notna().all()
     table1 = pd.read_csv(wd / "results" / "tables" / "table1.csv")
     assert set(table1["pair"]) == set(PAIRS)
@@ -196,3 +201,51 @@ def test_decodes_and_training_ran_with_the_authors_settings(rehearsal):
     assert (lam["chosen"] == "yes").sum() == len(swept) and set(lam["dev prompts"]) == {2}
     drafts = [json.loads(p.read_text()) for p in (wd / "resources" / "drafts").rglob("distill_manifest.json")]
     assert drafts and all(d["config"]["finetune"] == "sft" for d in drafts)
+
+
+@pytest.mark.slow
+def test_the_authors_settings_ran_beside_the_dev_choices(rehearsal):
+    """#33 items 4 and 7: the static ensemble at w = 0.7 (linear) and the cascade at 0.5 (the config's deferral)
+    decoded every eval setting as given, beside fixed and cascade at their dev sweeps' choices; the families table
+    and the deviations row show them."""
+    wd, _ = rehearsal
+    runs = pd.read_csv(wd / "results" / "tables" / "runs.csv")
+    quality = runs[~runs["timing"]]
+    given = {m: quality[quality["method"] == m] for m in ("fixed-0.7", "cascade-0.5")}
+    settings = len(PAIRS) * len(TASKS)
+    assert all(len(g) == settings for g in given.values())
+    assert set(given["fixed-0.7"]["weight"]) == {0.7} and set(given["fixed-0.7"]["mixing"]) == {"linear"}
+    assert set(given["cascade-0.5"]["knob"]) == {0.5} and set(given["cascade-0.5"]["deferral"]) == {"opt"}
+    assert len(quality[quality["method"] == "fixed"]) == len(quality[quality["method"] == "cascade"]) == settings
+    families = pd.read_csv(wd / "results" / "tables" / "families.csv")
+    assert (families["method"] == "Static ensemble (fixed w), w = 0.7 (given)").sum() == settings
+    report = (wd / "results" / "REPORT.md").read_text()
+    row = next(line for line in report.splitlines() if line.startswith("| static ensemble and cascade settings"))
+    assert "fixed 0.7 (given)" in row and "cascade 0.5 (given)" in row and row.rstrip(" |").endswith("yes")
+
+
+@pytest.mark.slow
+def test_heads_train_and_decode_with_logit_mixing_and_runs_rescore_as_the_authors(rehearsal, tmp_path):
+    """#33 item 7: each head's manifest records the authors' logit mixing, and DIVERSED decoded with it; a paper
+    run's GSM8K completions that run on into an invented next question score as the authors score them
+    (`diversed score`, no decoding): right under authors (cut at "Question:", then "#### N"), wrong under standard
+    (the run-on "answer is 7")."""
+    from diversed.cli import main
+
+    wd, _ = rehearsal
+    heads = [json.loads(p.read_text()) for p in (wd / "results" / "heads").rglob("manifest.json")]
+    assert heads and all(h["config"]["mixing"] == "logit" for h in heads)
+    dynamic = [json.loads(p.read_text()) for p in (wd / "results" / "runs").rglob("dynamic*/*/manifest.json")]
+    assert dynamic and all(m["decoding"]["mixing"] == "logit" for m in dynamic)
+    run = tmp_path / "run"
+    shutil.copytree(next((wd / "results" / "runs" / "llama" / "gsm8k" / "strict").iterdir()), run)
+    rows = [json.loads(line) for line in (run / "generations.jsonl").read_text().splitlines()]
+    for r in rows:
+        answer = r["reference"].split("####")[-1].strip()
+        r["completion"] = f" He has {answer}.\n#### {answer}\n\nQuestion: Sam has 7 pens. The answer is 7"
+    (run / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    quality = {}
+    for scoring in ("authors", "standard"):
+        main(["score", str(run), "--scoring", scoring])
+        quality[scoring] = json.loads((run / "scores.json").read_text())["quality"]
+    assert quality == {"authors": 1.0, "standard": 0.0}

@@ -38,18 +38,42 @@ def commands(plan: Plan, rule: str, flag: str) -> list[str]:
 # ------------------------------------------------------------------------------------------ the plan's table
 
 
-@pytest.mark.parametrize("extra,pairs", [((), 2), (("paper-gemma.yaml",), 3)])
+@pytest.mark.parametrize("extra,pairs", [((), 2), (("paper-gemma.yaml",), 3), (("paper-lambda.yaml",), 2)])
 def test_paper_config_plans_its_full_dag(extra, pairs):
-    """The two pairs of the paper's tables; Gemma 3 layered on top (opt-in) adds a third with every other setting."""
+    """The two pairs of the paper's tables; Gemma 3 layered on top (opt-in) adds a third with every other setting;
+    lambda at the authors' 5%, or chosen on dev per task with config/paper-lambda.yaml layered on top."""
     counts = paper(*extra).counts()
-    # one decode job per pair x 4 tasks x 2 temperatures x 3 seeds (7 runs each), + pairs x 2 transfers x 3 seeds
+    # one decode job per pair x 4 tasks x 2 temperatures x 3 seeds (9 runs each), + pairs x 2 transfers x 3 seeds
     assert counts["decode"] == pairs * 4 * 2 * 3 and counts["decode_transfer"] == pairs * 2 * 3
     assert counts["sweep"] == pairs * 4 * 2 + pairs * 2  # pairs x 4 tasks x 2 T at K = 5, + pairs x 2 figure K
     assert counts["time"] == counts["time_sweep"] == pairs * 4 * 2  # one job per (pair, task, T): every method
-    # every task's lambda chosen on dev: a head per value, and one sweep_lambda, per pair and task
-    assert "train_head" not in counts and counts["distill_draft"] == pairs * 4
-    assert counts["train_head_lambda"] == pairs * 4 * 3 and counts["sweep_lambda"] == pairs * 4
+    assert counts["distill_draft"] == pairs * 4
+    if "paper-lambda.yaml" in extra:  # every task's lambda chosen on dev: a head per value and a sweep_lambda
+        assert "train_head" not in counts
+        assert counts["train_head_lambda"] == pairs * 4 * 3 and counts["sweep_lambda"] == pairs * 4
+    else:
+        assert counts["train_head"] == pairs * 4 and "train_head_lambda" not in counts and "sweep_lambda" not in counts
+        assert {j.train.acceptance_weight for j in paper(*extra).of("train_head")} == {0.05}
     assert counts["fetch_sources"] == counts["aggregate"] == counts["plot"] == counts["report"] == 1
+
+
+def test_paper_config_runs_the_authors_settings_beside_the_dev_choices():
+    """#33 item 4: the static ensemble at w = 0.7 (linear) and cascades at 0.5 (the paper's deferral rule) decode
+    every eval setting as given, quality and timing alike, beside fixed and cascade at their sweeps' choices."""
+    plan = paper()
+    for job in plan.of("decode") + plan.of("time"):
+        runs = {r.method: r for r in job.runs}
+        assert {"fixed", "cascade", "fixed-0.7", "cascade-0.5"} <= set(runs), job.wildcards
+        assert runs["fixed-0.7"].verifier == "fixed" and runs["fixed-0.7"].changes == {"weight": 0.7,
+                                                                                      "mixing": "linear"}
+        assert runs["cascade-0.5"].changes == {"knob": 0.5, "deferral": "opt"}
+        assert "weight_file" in runs["fixed"].changes and "weight_file" in runs["cascade"].changes
+        assert "weight=0.7 mixing=linear label:method=fixed-0.7" in job.flags["runs"]
+        assert runs["fixed-0.7"].dir.split("/")[4] == "fixed-0.7"
+    # a given setting reads no sweep's choice
+    plan = smoke(methods=["autoregressive", "strict"], given={"fixed": [0.5], "lenient": [0.3]})
+    assert "weights" not in plan.of("decode")[0].inputs and {r.method for r in plan.of("decode")[0].runs} == {
+        "autoregressive", "strict", "fixed-0.5", "lenient-0.3"}
 
 
 def test_default_config_plan():
@@ -146,6 +170,8 @@ def test_sweeps_decode_the_dev_split():
     ({"methods": ["strict", "typical"]}, "sweep.families"),
     ({"sweep": {"families": {"topk": [1.5]}}}, "integer"),
     ({"execution": {"timed_capture": "graph"}}, "needs a CUDA device; pair.s. tiny run on the CPU"),
+    ({"given": {"fixed": [1.5]}}, "given/fixed/0"),
+    ({"given": {"dynamic": [0.5]}}, "dynamic"),
 ])
 def test_bad_config_is_refused(change, message):
     with pytest.raises(ValueError, match=message):
@@ -171,10 +197,10 @@ def test_timed_jobs_take_their_own_capture():
     without timed_capture every job takes execution.capture."""
     captures = {}
     for job in load(ROOT / "config" / "paper.yaml").jobs:
-        if job.rule in ("decode", "decode_transfer", "sweep", "time", "time_sweep", "train_head_lambda"):
+        if job.rule in ("decode", "decode_transfer", "sweep", "time", "time_sweep", "train_head"):
             captures.setdefault(job.rule, set()).add(job.flags["execution"])
     assert captures["time"] == captures["time_sweep"] == {"--capture graph"}
-    assert captures["decode"] == captures["sweep"] == captures["train_head_lambda"] == {"--capture none"}
+    assert captures["decode"] == captures["sweep"] == captures["train_head"] == {"--capture none"}
     assert {j.flags["execution"] for j in smoke().jobs if j.rule in ("time", "decode")} == {"--capture none"}
 
 
@@ -197,7 +223,7 @@ def test_paper_config_fetches_every_hub_source_before_any_gpu_job():
     """Regression: the hub models (two of them gated) and datasets were first downloaded by 800 racing GPU jobs."""
     plan = paper("paper-gemma.yaml")
     gpu_jobs = [j for j in plan.jobs if j.rule in MODEL_RULES]
-    assert len(gpu_jobs) == 228 and all(j.inputs["sources"] == "resources/sources.json" for j in gpu_jobs)
+    assert len(gpu_jobs) == 192 and all(j.inputs["sources"] == "resources/sources.json" for j in gpu_jobs)
     assert all(j.gpu == 1 for j in gpu_jobs)
     (fetch,) = plan.of("fetch_sources")
     for source in ("meta-llama/Llama-3.1-8B-Instruct", "google/gemma-3-4b-it", "Qwen/Qwen3-0.6B"):
@@ -243,7 +269,7 @@ def test_cluster_time_limits_cover_twice_the_longest_job_and_fit_a_partition():
 
     profile = yaml.safe_load((ROOT / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
     assert profile["retries"] >= 1 and profile["keep-going"] is True
-    computed = longest_job_minutes(paper("paper-gemma.yaml"))
+    computed = longest_job_minutes(paper("paper-gemma.yaml", "paper-lambda.yaml"))
     for rule in MODEL_RULES:
         minutes = profile["set-resources"][rule]["runtime"]
         assert 2 * computed[PRICED_AS.get(rule, rule)] <= minutes <= 24 * 60, (rule, minutes, computed)
@@ -332,7 +358,7 @@ def test_paper_dry_run_needs_no_ml_stack_and_parses_in_seconds(tree, tmp_path):
                            "config/paper-gemma.yaml"], cwd=tree, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert sum(jobs(done.stdout).values()) == 233 and seconds < 5, seconds
+    assert sum(jobs(done.stdout).values()) == 197 and seconds < 5, seconds
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from diversed import statistics
-from diversed.decoding.settings import FAMILIES, METHODS
+from diversed.decoding.settings import FAMILIES, METHODS, method_name, method_verifier
 from diversed.runs.run import Run, trained
 from diversed.runs.sweep import COLUMNS as SWEEP_COLUMNS
 from diversed.statistics import NONE, Estimate
@@ -298,12 +298,19 @@ def setting_text(units: pd.DataFrame) -> str:
     """A family's setting as its runs record it: w and mixing, or knob (and deferral); "strict" where its sweep
     kept strict."""
     r = units.iloc[0]
-    if r["method"] == "fixed":
+    given = ", given" if r["method"] != method_verifier(r["method"]) else ""
+    if method_verifier(r["method"]) == "fixed":
         kept = pd.isna(r["weight"]) or r["weight"] == 1.0
-        return "strict (w = 1)" if kept else f"w = {r['weight']:g} ({r['mixing']})"
+        return "strict (w = 1)" if kept and not given else f"w = {r['weight']:g} ({r['mixing']}){given}"
     if pd.isna(r["knob"]):
         return "strict (none kept quality)"
-    return f"{r['knob']:g}" + (f" ({r['deferral']})" if isinstance(r["deferral"], str) else "")
+    return f"{r['knob']:g}" + (f" ({r['deferral']})" if isinstance(r["deferral"], str) else "") + given
+
+
+def given_methods(units: pd.DataFrame) -> tuple[str, ...]:
+    """The methods run at a setting the config gives (fixed-0.7, cascade-0.5), in the order of their verifiers."""
+    found = {m for m in units["method"].unique() if m != method_verifier(m) and "@" not in m}
+    return tuple(sorted(found, key=lambda m: (FRONT_METHODS.index(method_verifier(m)), m)))
 
 
 def versus_target(units: pd.DataFrame, methods: tuple[str, ...]):
@@ -323,11 +330,12 @@ def families_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.
     evaluated on the eval prompts beside DIVERSED and the target alone, per pair/task/T/K:
     acceptance %, quality, and quality minus the target's (paired over prompts), each ± its 95% half-width."""
     rows = []
-    for (pair, task, T, K), method, m, target in versus_target(units, (*FRONT_METHODS, "dynamic")):
+    for (pair, task, T, K), method, m, target in versus_target(units, (*FRONT_METHODS, *given_methods(units),
+                                                                       "dynamic")):
         spec, (scale, digits) = metric_spec(m["metric"].iloc[0]), quality_scale(m["metric"].iloc[0])
         vs = statistics.quality_gain(m, target, spec) if len(target) else NONE
         rows.append({"pair": pair, "task": task, "temperature": T, "K": K,
-                     "method": METHOD_NAMES[method], "setting (chosen on dev)": "learned w (head)"
+                     "method": method_name(method), "setting (chosen on dev, or given)": "learned w (head)"
                      if method == "dynamic" else setting_text(m),
                      "acceptance %": statistics.estimate(m, "draft_acceptance_rate").text(100, 1),
                      "quality": quality(m, runs).text(scale, digits),
@@ -350,7 +358,8 @@ def retention_table(units: pd.DataFrame) -> pd.DataFrame:
     power). Strict speculative decoding is lossless: its row is the noise floor of these prompts. A fidelity or
     corpus metric has no per-prompt ratio to state ("–")."""
     rows = []
-    for (pair, task, T, K), method, m, target in versus_target(units, ("strict", *FRONT_METHODS, "dynamic")):
+    for (pair, task, T, K), method, m, target in versus_target(units, ("strict", *FRONT_METHODS,
+                                                                       *given_methods(units), "dynamic")):
         spec = metric_spec(m["metric"].iloc[0])
         if target.empty or spec.fidelity or spec.corpus:
             continue
@@ -361,7 +370,7 @@ def retention_table(units: pd.DataFrame) -> pd.DataFrame:
         q99 = kept.known and kept.value >= Q99 and statistics.noninferior(gain, spec.tolerance).verdict() == \
             statistics.HOLDS
         rows.append({"pair": pair, "task": task, "temperature": T, "K": K,
-                     "method": METHOD_NAMES[method] + (" (lossless: noise floor)" if method == "strict" else ""),
+                     "method": method_name(method) + (" (lossless: noise floor)" if method == "strict" else ""),
                      "retention %": kept.text(100, 1), "retention lower bound %": _number(100 * kept.low, 1),
                      "Q-99": "yes" if q99 else "no", "quality - target": gain.text(scale, digits, sign=True),
                      "tolerance": f"{spec.tolerance * scale:g}",
@@ -486,8 +495,9 @@ def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str 
                                                                 "target-only, acceptance %, tau, bias TV, quality, "
                                                                 "fidelity")
     paths += write_table(families_table(quality, runs), out / "families", "Relaxed verifiers, each at the setting "
-                         "its dev sweep chose (the largest acceptance its rule admits against strict on dev), on the "
-                         "eval prompts: acceptance %, quality, quality minus the target's")
+                         "its dev sweep chose (the largest acceptance its rule admits against strict on dev) and at "
+                         "the settings the config gives, on the eval prompts: acceptance %, quality, quality minus "
+                         "the target's")
     paths += write_table(retention_table(quality), out / "retention", "Quality retention against the target alone "
                          "(MLPerf-style: Q-99 = at least 99% of its quality and the difference shown within the task's "
                          "tolerance; output length within 0.9-1.1); strict SD is lossless: its row is the noise floor")

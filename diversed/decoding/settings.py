@@ -92,6 +92,29 @@ FAMILIES = tuple(v for v, rule in RULES.items() if rule.knob)  # swept by their 
 # strict with the fine-tuned draft
 METHODS: dict[str, str] = {**BASELINES, "strict": RULES["strict"].label, "finetuned": "SD with fine-tuned draft",
                            **{v: r.label for v, r in RULES.items()}}
+GIVEN = ("fixed", *FAMILIES)  # the verifiers a config may also run at a setting it gives (workflow key `given`)
+
+
+def given_method(verifier: str, value: float) -> str:
+    """The method label of a verifier run at a setting the config gives rather than its sweep chooses:
+    fixed-0.7 (w = 0.7), cascade-0.5 (alpha = 0.5)."""
+    if verifier not in GIVEN:
+        raise ValueError(f"only {', '.join(GIVEN)} run at a given setting, not {verifier!r}")
+    return f"{verifier}-{float(value):g}"
+
+
+def method_verifier(method: str) -> str:
+    """The verifier of a method label: fixed-0.7 -> fixed, dynamic@cnndm -> dynamic, finetuned -> finetuned."""
+    return method.split("@")[0].split("-")[0]
+
+
+def method_name(method: str) -> str:
+    """A method's name in tables, figures and the report; a given setting's with its value."""
+    v = method_verifier(method)
+    if method == v or "-" not in method:
+        return METHODS.get(method, method)
+    knob = "w" if v == "fixed" else RULES[v].knob
+    return f"{METHODS[v]}, {knob} = {method.split('-', 1)[1]} (given)"
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,21 @@ def _training_rows(heads: pd.DataFrame, trained: pd.DataFrame) -> list[tuple]:
          _values("whole" if x is None else f"last {x} tokens" for x in cut), cut == {512} if len(trained) else None)]
 
 
+def _given_row(own: pd.DataFrame) -> tuple:
+    """The static ensemble's and the cascade's settings: the authors' (w = 0.7, 0.5) among the runs, run as given
+    (methods fixed-0.7, cascade-0.5), beside what the dev sweeps chose."""
+    def setting(method: str) -> str:
+        g = own[own["method"] == method]
+        return f"{method.split('-')[0]} {_values(g['weight'] if method.startswith('fixed') else g['knob'])}"
+
+    methods = [m for m in own["method"].unique() if m.split("-")[0] in ("fixed", "lenient", "cascade")]
+    given = {m for m in methods if "-" in m}
+    return ("static ensemble and cascade settings", "w = 0.7 (draft weight 0.3) and cascade lenience 0.5 (the "
+            "authors' README); lenient decoding's are not public",
+            "; ".join(sorted(setting(m) + (" (given)" if m in given else " (dev)") for m in methods)) or "–",
+            {"fixed-0.7", "cascade-0.5"} <= given if methods else None)
+
+
 def settings(runs: pd.DataFrame, trained: pd.DataFrame) -> list[dict]:
     """One row per setting: setting, paper (value and source), this run, agrees (yes / no / the paper is silent).
     runs, trained: the aggregated runs.csv and trained.csv."""
@@ -80,7 +95,6 @@ def settings(runs: pd.DataFrame, trained: pd.DataFrame) -> list[dict]:
     temps = {float(t) for t in own["temperature"]}
     ks = {int(k) for k in quality["K"].dropna()}
     evals = own[own["split"] == "eval"]
-    fixed, cascade = (own[own["method"] == m] for m in ("fixed", "cascade"))
     head_settings = {(r.acceptance_term, r.acceptance_weight) for r in heads.itertuples()}
     training = {(r.lr, r.batch_size, r.epochs, r.prompts) for r in heads.itertuples()}
     rows = [
@@ -117,12 +131,7 @@ def settings(runs: pd.DataFrame, trained: pd.DataFrame) -> list[dict]:
          "acceptance its rule admits against strict (sweep.select)", "dev-split sweep", None),
         ("MBPP eval split", "validation (authors' code)", "test" if (quality["task"] == "mbpp").any() else "–",
          False if (quality["task"] == "mbpp").any() else None),
-        ("static ensemble and cascade settings", "w = 0.7 (draft weight 0.3) and cascade lenience 0.5 (the authors' "
-         "README); lenient decoding's are not public",
-         _values([f"fixed {_values(fixed['weight'])}" for _ in fixed.head(1).index] + [
-             f"{m} {_values(quality.loc[quality['method'] == m, 'knob'])}"
-             for m in ("lenient", "cascade") if (quality["method"] == m).any()]),
-         (set(fixed["weight"]) == {0.7} and set(cascade["knob"]) <= {0.5}) if len(fixed) else None),
+        _given_row(own),
     ]
     return [{"setting": s, "paper (source)": p, "this run": v,
              "agrees": SILENT if a is None else "yes" if a else "**no**"} for s, p, v, a in rows]

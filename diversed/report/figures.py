@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from diversed.analysis.tables import METHOD_NAMES, is_timing, quality, quality_units, read_units, timed_units
-from diversed.decoding.settings import RULES
+from diversed.decoding.settings import RULES, method_name, method_verifier
 from diversed.utils import atomic_path
 
 METHODS = tuple(METHOD_NAMES)  # the order of every legend (settings.METHODS)
@@ -159,21 +159,29 @@ def _dev_panel(ax, s: pd.DataFrame) -> None:
            "tokens/s × the target alone (batch 1, dev split)", ylabel=s["metric"].iloc[0])
 
 
+def _legend_order(method: str) -> tuple[int, str]:
+    """Methods in the order of METHODS, a given setting (fixed-0.7) after its verifier's chosen one."""
+    v = method_verifier(method)
+    return (METHODS.index(v) if v in METHODS else len(METHODS), method)
+
+
 def quality_vs_time(units: pd.DataFrame, runs: pd.DataFrame, sweeps: pd.DataFrame, stem: Path,
                     temperature: float) -> list[Path]:
     """Quality vs time per sample: per task, the methods on the eval prompts (target only, draft only, SD, the
-    fine-tuned draft, the fixed w, DIVERSED and each relaxed family at its chosen setting, with 95% intervals)
+    fine-tuned draft, the fixed w, DIVERSED and each relaxed family at its chosen setting and at the settings the
+    config gives (hollow), with 95% intervals)
     and, on two panels of their own, every family's sweep on the dev prompts with its front, beside DIVERSED and
     the target alone on the same prompts: quality against acceptance, and against tokens/s at batch 1."""
     fig, panels = _panels(quality_vs_time_points(units, runs, sweeps, temperature), f" (T = {temperature:g})")
     for ax, _, _, g in panels:
         if (g["method"] == "sweep").any():
             _dev_panel(ax, g)
-        for method in sorted(set(g["method"]) - {"sweep"}, key=lambda m: (METHODS + (m,)).index(m)):
+        for method in sorted(set(g["method"]) - {"sweep"}, key=_legend_order):
             r = g[g["method"] == method]
             err = [(r["quality"] - r["quality_low"]).fillna(0), (r["quality_high"] - r["quality"]).fillna(0)]
-            ax.errorbar(r["x"], r["quality"], yerr=err, fmt=MARKERS.get(method, "o"), ms=8,
-                        c=COLORS.get(method, "k"), label=METHOD_NAMES.get(method, method), zorder=3, capsize=3)
+            v = method_verifier(method)  # a given setting (fixed-0.7): its verifier's marker, hollow
+            ax.errorbar(r["x"], r["quality"], yerr=err, fmt=MARKERS.get(v, "o"), ms=8, c=COLORS.get(v, "k"),
+                        mfc="none" if v != method else None, label=method_name(method), zorder=3, capsize=3)
             ax.set(xlabel="seconds per sample (timed at batch 1)", ylabel=g["metric"].iloc[0])
         ax.grid(alpha=0.3)
     _legend(fig)
