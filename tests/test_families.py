@@ -258,7 +258,7 @@ def test_relaxed_families_accept_more_than_strict(target, draft, verifier, knob)
     ({"verifier": "lenient"}, r"verifier 'lenient' needs --knob \(lenience l, in \[0, 1\]\)"),
     ({"verifier": "lenient", "knob": 1.5}, r"lenient's knob lenience l must be in \[0, 1\], got 1.5"),
     ({"verifier": "topk", "knob": 2.5}, r"topk's knob k must be an integer in \[1, inf\], got 2.5"),
-    ({"verifier": "strict", "knob": 0.5}, "knob is only used by the verifiers cascade, lenient, typical, topk, fly"),
+    ({"verifier": "strict", "knob": 0.5}, "knob is only used by the verifiers cascade, lenient, typical, topk, ears"),
     ({"verifier": "fly", "knob": 0.3, "K": 1}, r"verifier 'fly' needs K >= 2 \(its window is min\(6, K - 1\)\)"),
     ({"verifier": "cascade", "knob": 0.1, "deferral": "max"}, "unknown deferral rule 'max'; allowed: chow, diff, opt"),
     ({"verifier": "fixed", "weight": 0.5, "deferral": "opt"}, "deferral is only used by the 'cascade' verifier"),

@@ -80,6 +80,10 @@ RULES: dict[str, Rule] = {
                     source="Medusa (Cai et al. 2024), 3.3.1"),  # p(x) > min(epsilon, sqrt(epsilon) exp(-H(p)))
     "topk": Rule("Top-k acceptance", None, "topk", knob="k", low=1, high=INF, integer=True, marker=">",
                  source="AutoJudge's baseline (Garipov et al. 2025)"),  # x among p's top k
+    # the K drafts verified jointly: an exact sampler of p that accepts at least as many tokens as strict on average
+    "block": Rule("Block verification", None, "block", marker="p", source="Sun et al., ICLR 2025"),
+    # u <= p(x) / q(x) + beta (1 - max p): the bar drops where the target is unsure; beta = 0 is strict
+    "ears": Rule("EARS", None, "ears", knob="beta", high=INF, marker="d", source="EARS, arXiv 2512.13194"),
     # a strict rejection deferred where the target's top-3 entropy >= the threshold and the next W drafts pass
     "fly": Rule("FLy", None, "fly", knob="entropy threshold", high=INF, marker="h",
                 source="FLy, as vLLM's v1/spec_decode/fly.py"),

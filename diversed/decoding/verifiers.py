@@ -86,7 +86,7 @@ def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return 0.5 * (a - b).abs().sum(dim=-1)
 
 
-TESTS = ("ensemble", "lenient", "typical", "topk", "fly")  # how verify_rows tests a draft (settings.RULES picks one)
+TESTS = ("ensemble", "lenient", "typical", "topk", "ears", "block", "fly")  # verify_rows' tests (settings.RULES')
 
 
 def entropy(p: torch.Tensor) -> torch.Tensor:
@@ -157,6 +157,33 @@ def _fly(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, r: torch.
     return native | deferred
 
 
+def block_test(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, k: torch.Tensor,
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block verification (Sun et al., "Block Verification Accelerates Speculative Decoding", ICLR 2025, Alg. 2): the
+    k drafts of a row tested jointly. draft_tokens [R, K], q [R, K, V], p [R, K + 1, V], k [R] -> (h [R, K], the
+    probability of stopping after draft i + 1, and stop [R, K, V], what the next token is drawn from (unnormalised)
+    after i accepted drafts, i < k). With P_0 = 1 and P_i = min(1, P_{i-1} p_i(x_i) / q_i(x_i)) (the block's own
+    acceptance weight after i drafts), m_i = sum_v min(P_i p_{i+1}(v), q_{i+1}(v)):
+        h_i = (P_i - m_i) / (1 - m_i) for i < k,  h_k = P_k;  stop_i = max(0, P_i p_{i+1} - q_{i+1}).
+    The step keeps tau = max{i : u_i <= h_i} drafts (0 if none), then draws from norm(stop_tau), or p_{k+1} at
+    tau = k. An exact sampler of p that accepts at least as many tokens as strict in expectation (their Theorem 2);
+    not draw for draw: with the same uniforms, strict may keep a draft that block verification drops."""
+    R, K, V = q.shape
+    at = torch.arange(K, device=q.device)
+    live = at < k[:, None]  # [R, K]
+    p_x, q_x = p[:, :K].gather(-1, draft_tokens[..., None])[..., 0], q.gather(-1, draft_tokens[..., None])[..., 0]
+    log_ratio = torch.where(live, p_x.log() - q_x.clamp_min(torch.finfo(q.dtype).tiny).log(), 0.0)  # [R, K]
+    walk = log_ratio.cumsum(1)  # [R, K]: log of the unclipped product; P_i = exp(walk_i - max(0, max_{j<=i} walk_j))
+    P = (walk - walk.cummax(1).values.clamp_min(0)).exp()  # [R, K]: P_1 .. P_K
+    P_from0 = torch.cat([P.new_ones(R, 1), P], 1)  # [R, K + 1]: P_0 .. P_K
+    stop = (P_from0[:, :K, None] * p[:, :K] - q).clamp_min(0)  # [R, K, V]: after 0 .. K - 1 drafts
+    stop = torch.where(stop.sum(-1, keepdim=True) <= torch.finfo(p.dtype).tiny, p[:, :K], stop)  # nothing left: p
+    m = torch.minimum(P[..., None] * p[:, 1:], torch.cat([q[:, 1:], q.new_zeros(R, 1, V)], 1)).sum(-1)  # [R, K]
+    inner = torch.where(1 - m > 1e-12, (P - m) / (1 - m).clamp_min(1e-12), 0.0).clamp(0, 1)  # [R, K]: i < k
+    h = torch.where(at + 1 == k[:, None], P, inner)
+    return torch.where(live, h, 0.0), stop
+
+
 def _strict_residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """norm(max(0, p - q)) unnormalised, [..., V]; p where it has no mass (p == q up to rounding: a draw from p is
     then exact)."""
@@ -184,8 +211,18 @@ def _test(test: str, knob: float | None, draft_tokens: torch.Tensor, q: torch.Te
     argmax p.
     typical (Cai et al. 2024, Medusa, section 3.3.1, epsilon = knob): accept x when p(x) > min(epsilon, sqrt(epsilon)
     exp(-H(p))), else draw from p. topk (the top-k baseline of Garipov et al. 2025, AutoJudge; k = knob): accept x
-    when it is among p's k most likely tokens (ties kept), else draw from p; k = 1 under greedy is strict greedy."""
+    when it is among p's k most likely tokens (ties kept), else draw from p; k = 1 under greedy is strict greedy.
+    ears (EARS, arXiv 2512.13194, beta = knob): accept x when u <= p(x) / q(x) + beta (1 - max p), a bar lowered
+    where the target is unsure; the correction is Algorithm 1's; beta = 0 is strict. Greedy (our reading: q a point
+    mass on x): accept while p(x) >= max p - beta (1 - max p), correction argmax p; beta = 0 is strict greedy."""
     p_x, q_x = p.gather(-1, draft_tokens[..., None])[..., 0], q.gather(-1, draft_tokens[..., None])[..., 0]  # [R, K]
+    if test == "ears":
+        slack = knob * (1 - p.max(-1).values)  # [R, K]: beta (1 - max p)
+        a = (p / q.clamp_min(torch.finfo(p.dtype).tiny) + slack[..., None]).clamp(max=1.0)  # [R, K, V]
+        stop = _strict_residual(p, q)
+        if r is None:
+            return p_x >= p.max(-1).values - slack, p, _emitted(q, a, stop)
+        return r * q_x < p_x + slack * q_x, stop, _emitted(q, a, stop)
     if test == "lenient":
         lq = knob * q
         a = torch.where(lq < p, 1.0, p / lq.clamp_min(torch.finfo(p.dtype).tiny))  # [R, K, V]: min(1, p / (l q))
@@ -271,7 +308,16 @@ def verify_rows(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, w:
     k_t = index(tuple(k), dev)  # [R]
     live = torch.arange(K, device=dev) < k_t[:, None]  # [R, K]: the positions each row drafted
     r = None if greedy else draws.uniform(VERIFY, K)  # [R, K] float64: position i's uniform, the same at any K
-    if test == "fly":
+    n = None  # the first rejection, unless the test sets it
+    if test == "block" and not greedy:  # greedy: strict's test (the only exact one)
+        h, stop_dist = block_test(draft_tokens, q, p, k_t)
+        kept = (r <= h) * torch.arange(1, K + 1, device=dev)  # [R, K]: i where u_i <= h_i
+        n = torch.cat([kept.new_zeros(R, 1), kept], 1).amax(1)  # [R]: the last such i, else 0 (also when K = 0)
+        nu = p[:, :K]  # an exact sampler of p: no bias
+    elif test == "block":
+        nu = stop_dist = p[:, :K]
+        accepted = draft_tokens == p[:, :K].argmax(-1)
+    elif test == "fly":
         accepted = _fly(draft_tokens, q, p[:, :K], r, k_t, knob, criterion.window)
         stop_dist = p[:, :K] if greedy else _strict_residual(p[:, :K], q)
         nu = torch.full_like(q, math.nan)  # no per-position distribution to compare with p
@@ -281,7 +327,8 @@ def verify_rows(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, w:
         nu = ensemble(p[:, :K], q, w, mixing, log_p=None if log_p is None else log_p[:, :K], log_q=log_q,
                       check=False)  # [R, K, V]
         accepted, stop_dist = _ensemble_test(draft_tokens, q, p[:, :K], nu, r, mixing)
-    n = (accepted & live).long().cumprod(dim=1).sum(dim=1)  # [R]: first rejection, k if none
+    if n is None:
+        n = (accepted & live).long().cumprod(dim=1).sum(dim=1)  # [R]: first rejection, k if none
     at = torch.arange(K + 1, device=dev)[None, :, None]  # [1, K + 1, 1]
     # row n of each: stop_dist where n < k, the bonus p_{k+1} at n = k
     rows = torch.where(at < k_t[:, None, None], torch.cat([stop_dist, q.new_zeros(R, 1, V)], 1), p)  # [R, K+1, V]

@@ -35,7 +35,9 @@ def _sampling(run) -> str:
 
 def _column(df: pd.DataFrame, name: str, default) -> pd.Series:
     """A table's column, its gaps (and the whole column, in a table written before it existed) at default."""
-    return df[name].fillna(default) if name in df else pd.Series(default, index=df.index)
+    if name not in df:
+        return pd.Series(default, index=df.index)
+    return df[name].astype(object).where(df[name].notna(), default)  # object: a text default in a float column
 
 
 def _scoring_rows(own: pd.DataFrame) -> list[tuple]:
