@@ -318,6 +318,8 @@ def verify_on_device(
     log_q: torch.Tensor | None = None,
     test: str = "ensemble",
     knob: float | None = None,
+    knob2: float | None = None,
+    deferral: str = "chow",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """verify() without a host sync: (n_accepted [] long, next_token [] long, bias_tv [K + 1]) on the device.
 
@@ -335,7 +337,8 @@ def verify_on_device(
     logs = tuple(None if x is None else x[None] for x in (log_p, log_q))
     draws = draws if draws is not None else (stream or Stream(0)).next()
     n, next_token, bias = verify_rows(draft_tokens[None], q[None], p[None], w[None], [K], draws=draws,
-                                      criterion=Criterion(test, mixing, greedy, knob), logs=logs)
+                                      criterion=Criterion(test, mixing, greedy, knob, knob2=knob2, deferral=deferral),
+                                      logs=logs)
     return n[0], next_token[0], bias[0]
 
 

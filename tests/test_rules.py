@@ -1,5 +1,6 @@
 """The acceptance rules published after the first families (settings.RULES): block verification, exact for p, checked
-by enumerating every draft block of a prefix-dependent pair, and EARS, checked against its formula. Each rule's
+by enumerating every draft block of a prefix-dependent pair; EARS, fuzzy SD, SGLang's thresholds, mentored decoding,
+the token-specific cascade and top-k's margin, each against its formula written here from its paper. Each rule's
 identity with strict, its acceptance against a direct computation, its emitted distribution (chi-square, with a
 power check), and batch invariance."""
 
@@ -10,12 +11,20 @@ import math
 
 import pytest
 import torch
-from helpers import row_draws, verify
+from helpers import row_draws, verify, verify_many
 from test_families import PROMPTS, binomial_ok, decode, first_position, related
 from test_verifiers import DRAWS, V, chi_square_ok, random_dists
 
 from diversed.decoding.rng import Stream
-from diversed.decoding.verifiers import Criterion, block_test, total_variation, verify_rows
+from diversed.decoding.verifiers import (
+    Criterion,
+    block_test,
+    js_divergence,
+    kl_divergence,
+    mentored_target,
+    total_variation,
+    verify_rows,
+)
 
 # ------------------------------------------------------------------------------------------ block verification
 
@@ -167,11 +176,138 @@ def test_ears_at_beta_0_is_strict_draw_for_draw():
         assert verify(second[None], q[:1], p[:2], 1.0, greedy=True, test="ears", knob=beta).n_accepted == n
 
 
+# ------------------------------------------------------------------------------------------ the other new rules
+
+
+def accepts_as(q, p, a, emitted, seed, **kw):
+    """Drafts x ~ q at the first position, through verify_rows: the acceptance sum q a (binomial) and the emitted
+    distribution (chi-square), which is not p (the rule is lossy here: the check has power); and the step's bias."""
+    x, n, nxt = verify_many(q, p, 1.0, DRAWS, seed, **kw)
+    counts = torch.bincount(torch.where(n > 0, x[:, 0], nxt), minlength=V).float()
+    expected = float((q[0] * a).sum())
+    assert binomial_ok(int(n.sum()), DRAWS, expected), (int(n.sum()) / DRAWS, expected)
+    assert chi_square_ok(counts, emitted) and not chi_square_ok(counts, p[0])
+    v = verify(torch.tensor([0]), q, p, 1.0, stream=Stream(0), **kw)
+    assert float(v.bias_tv[0]) == pytest.approx(float(total_variation(emitted, p[0])), abs=1e-5)
+
+
+def test_token_cascade_follows_its_rule():
+    """Narasimhan et al.'s token-specific deferral: tokens with p(v) >= (1 - alpha) max p are kept as q proposes
+    them, the rest of q's mass goes to p; a draft is accepted with min(1, pi / q)."""
+    p = random_dists(100, 2, sharp=1.5)
+    q = related(p[:1], 101)
+    alpha = 0.6
+    kept = (p[0] >= (1 - alpha) * p[0].max()).float()
+    pi = q[0] * kept + (q[0] * (1 - kept)).sum() * p[0]
+    assert 0 < kept.sum() < V
+    accepts_as(q, p, torch.minimum(torch.ones(V), pi / q[0]), pi, 6, deferral="token", knob=alpha)
+
+
+def test_topk_margin_follows_its_rule():
+    """TensorRT-LLM's relaxed acceptance: x in p's top k and p(x) >= r max p; r = 0 is the top k alone."""
+    p = random_dists(102, 2, sharp=1.0)
+    q = related(p[:1], 103)
+    k, r = 4, 0.5
+    a = torch.zeros(V)
+    a[p[0].argsort(descending=True)[:k]] = 1.0
+    a *= (p[0] >= r * p[0].max()).float()
+    assert 0 < a.sum() < k  # the margin drops some of the top k
+    accepts_as(q, p, a, q[0] * a + (1 - (q[0] * a).sum()) * p[0], 7, test="topk", knob=k, knob2=r)
+    gd = torch.Generator().manual_seed(12)
+    for seed in range(200):
+        x = torch.multinomial(q[0], 1, generator=gd)
+        plain = verify(x, q, p, 1.0, stream=Stream(seed), test="topk", knob=k)
+        zero = verify(x, q, p, 1.0, stream=Stream(seed), test="topk", knob=k, knob2=0.0)
+        assert (plain.n_accepted, plain.next_token) == (zero.n_accepted, zero.next_token)
+
+
+def test_js_and_kl_divergences_are_scipys():
+    from scipy.spatial.distance import jensenshannon
+    from scipy.stats import entropy
+
+    p, q = random_dists(104, 3), random_dists(105, 3)
+    pairs = list(zip(p.tolist(), q.tolist(), strict=True))
+    assert js_divergence(p, q).tolist() == pytest.approx([jensenshannon(a, b) ** 2 for a, b in pairs], abs=1e-6)
+    assert kl_divergence(p, q).tolist() == pytest.approx([entropy(a, b) for a, b in pairs], abs=1e-5)
+
+
+def test_fuzzy_accepts_outright_below_its_bound_and_is_strict_above():
+    p = random_dists(106, 2, sharp=1.0)
+    q = related(p[:1], 107, noise=0.5)
+    js = float(js_divergence(p[0], q[0]))
+    accepts_as(q, p, torch.ones(V), q[0], 8, test="fuzzy", knob=js * 1.01)  # every draft, the draft's q emitted
+    _, n, _ = verify_many(q, p, 1.0, DRAWS, 9, test="fuzzy", knob=js * 0.99)  # strict's acceptance
+    assert binomial_ok(int(n.sum()), DRAWS, float(torch.minimum(p[0], q[0]).sum()))
+    K = 4
+    q, p = random_dists(108, K), random_dists(109, K + 1)
+    gd = torch.Generator().manual_seed(13)
+    for seed in range(200):  # T = 0: strict draw for draw
+        draft = torch.multinomial(q, 1, generator=gd)[:, 0]
+        strict = verify(draft, q, p, 1.0, stream=Stream(seed))
+        fuzzy = verify(draft, q, p, 1.0, stream=Stream(seed), test="fuzzy", knob=0.0)
+        assert (fuzzy.n_accepted, fuzzy.next_token) == (strict.n_accepted, strict.next_token)
+
+
+def threshold_rule(q, p, t_acc, t_single):
+    """SGLang's rule written out: a(x) = 1 where p(x) >= t_single, else min(1, p(x) / t_acc); after rejecting x,
+    y ~ p(y) / (1 - p(x)) over y != x; the emitted distribution summed over x ~ q."""
+    a = torch.where(p >= t_single, torch.ones_like(p), torch.clamp(p / t_acc, max=1.0))
+    emitted = q * a
+    for x in range(V):
+        rest = p.clone()
+        rest[x] = 0
+        emitted = emitted + q[x] * (1 - a[x]) * rest / rest.sum()
+    return a, emitted
+
+
+def test_threshold_follows_sglangs_rule_and_is_exact_at_one():
+    p = random_dists(110, 2, sharp=1.0)
+    q = related(p[:1], 111)
+    a, emitted = threshold_rule(q[0], p[0], 0.3, 0.2)
+    accepts_as(q, p, a, emitted, 10, test="threshold", knob=0.3, knob2=0.2)
+    a, emitted = threshold_rule(q[0], p[0], 1.0, 1.0)
+    assert torch.allclose(emitted, p[0], atol=1e-6) and torch.allclose(a, p[0])  # exact, accepting p(x)
+    x, n, nxt = verify_many(q, p, 1.0, DRAWS, 11, test="threshold", knob=1.0)
+    counts = torch.bincount(torch.where(n > 0, x[:, 0], nxt), minlength=V).float()
+    assert chi_square_ok(counts, p[0]) and binomial_ok(int(n.sum()), DRAWS, float((q[0] * p[0]).sum()))
+    assert float((q[0] * p[0]).sum()) < float(torch.minimum(q[0], p[0]).sum())  # less than strict
+
+
+def test_mentored_target_is_the_best_within_its_kl_budget():
+    """Over 200,000 random distributions of three tokens, none within KL(pi || p) <= D accepts more (sum min(q, pi))
+    than mentored_target's, which lies within the budget and is reached by the search (within 1e-3)."""
+    g = torch.Generator().manual_seed(14)
+    for seed, budget in ((0, 0.02), (1, 0.1), (2, 0.3)):
+        p, q = (torch.randn(2, 3, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 1.5).softmax(-1)
+        pi = mentored_target(p, q, budget)
+        assert float(pi.sum()) == pytest.approx(1.0) and float(kl_divergence(pi, p)) <= budget + 1e-6
+        ours = float(torch.minimum(q, pi).sum())
+        others = torch.distributions.Dirichlet(torch.ones(3, dtype=torch.float64)).sample((200_000,))
+        torch.manual_seed(int(torch.randint(0, 10_000, (1,), generator=g)))
+        inside = others[kl_divergence(others, p.expand_as(others)) <= budget]
+        best = float(torch.minimum(q, inside).sum(-1).max())
+        assert best <= ours + 1e-9 and best > ours - 1e-3, (budget, best, ours)
+        assert float(torch.minimum(q, p).sum()) < ours <= 1  # above strict's, at most every draft
+    p = random_dists(112, 1, sharp=1.0)
+    assert torch.equal(mentored_target(p, random_dists(113, 1), 0.0), p)
+    assert torch.allclose(mentored_target(p, related(p, 114, 0.1), 10.0), related(p, 114, 0.1), atol=1e-5)
+
+
+def test_mentored_decoding_samples_its_target():
+    p = random_dists(115, 2, sharp=1.0)
+    q = related(p[:1], 116)
+    pi = mentored_target(p[:1], q, 0.05)[0]
+    accepts_as(q, p, torch.minimum(torch.ones(V), pi / q[0]), pi, 12, test="mentored", knob=0.05)
+
+
 # ------------------------------------------------------------------------------------------ every new rule
 
 
-@pytest.mark.parametrize("test,knob", [("block", None), ("ears", 0.5)])
-def test_rows_of_a_new_rule_draw_as_batches_of_one(test, knob):
+@pytest.mark.parametrize("criterion", [Criterion("block"), Criterion("ears", knob=0.5), Criterion("fuzzy", knob=0.05),
+                                       Criterion("threshold", knob=0.5, knob2=0.8), Criterion("mentored", knob=0.1),
+                                       Criterion("topk", knob=3, knob2=0.2), Criterion(knob=0.3, deferral="token")],
+                         ids=lambda c: c.test if c.deferral == "chow" else c.deferral)
+def test_rows_of_a_new_rule_draw_as_batches_of_one(criterion):
     """verify_rows over rows with their own k equals each row alone."""
     R, K = 3, 4
     q = torch.stack([random_dists(160 + r, K) for r in range(R)])
@@ -180,27 +316,33 @@ def test_rows_of_a_new_rule_draw_as_batches_of_one(test, knob):
                          for r in range(R)])
     k = [4, 2, 3]
     for seed in range(20):
-        n, nxt, _ = verify_rows(draft, q, p, torch.ones(R, K), k, criterion=Criterion(test, knob=knob),
-                                draws=row_draws(seed, R))
+        n, nxt, _ = verify_rows(draft, q, p, torch.ones(R, K), k, criterion=criterion, draws=row_draws(seed, R))
         for r in range(R):
             one = verify_rows(draft[r:r + 1, :k[r]], q[r:r + 1, :k[r]], torch.cat([p[r:r + 1, :k[r]],
                               p[r:r + 1, k[r]:k[r] + 1]], 1), torch.ones(1, k[r]), [k[r]],
-                              criterion=Criterion(test, knob=knob), draws=row_draws(seed, R).at(r))
+                              criterion=criterion, draws=row_draws(seed, R).at(r))
             assert (int(n[r]), int(nxt[r])) == (int(one[0][0]), int(one[1][0]))
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_new_rules_on_models(target, other_draft, temperature):
-    """EARS at beta = 0 emits strict's tokens for the same seeds, block verification under greedy too; sampled,
-    block verification and EARS at beta = 1 keep more drafts than strict on the same prompts."""
+    """At the settings where each reduces to strict (EARS beta = 0, fuzzy T = 0, mentored D = 0, a token cascade
+    that always defers) the new rules emit strict's tokens for the same seeds, block verification and the thresholds
+    under greedy too; sampled, block verification decodes and the relaxed rules keep more drafts than strict."""
     def rate(gens):
         return sum(sum(g.accepted) for g in gens) / sum(sum(g.drafted) for g in gens)
 
     strict = decode(target, other_draft, "strict", temperature)
-    assert [g.tokens for g in decode(target, other_draft, "ears", temperature, knob=0.0)] == [g.tokens for g in strict]
+    tokens = [g.tokens for g in strict]
+    for verifier, kw in (("ears", {"knob": 0.0}), ("fuzzy", {"knob": 0.0}), ("mentored", {"knob": 0.0}),
+                         ("cascade", {"knob": -1e9, "deferral": "token"})):
+        assert [g.tokens for g in decode(target, other_draft, verifier, temperature, **kw)] == tokens, verifier
     block = decode(target, other_draft, "block", temperature)
     if temperature == 0.0:
-        assert [g.tokens for g in block] == [g.tokens for g in strict]
-    else:
-        assert rate(decode(target, other_draft, "ears", 1.0, knob=1.0)) > rate(strict)
-        assert len(block) == len(PROMPTS) and all(g.tokens for g in block)
+        assert [g.tokens for g in block] == tokens
+        assert [g.tokens for g in decode(target, other_draft, "threshold", 0.0, knob=0.5)] == tokens
+        return
+    assert len(block) == len(PROMPTS) and all(g.tokens for g in block)
+    for verifier, kw in (("ears", {"knob": 1.0}), ("fuzzy", {"knob": 0.6}), ("mentored", {"knob": 0.5}),
+                         ("threshold", {"knob": 0.002}), ("cascade", {"knob": 0.9, "deferral": "token"})):
+        assert rate(decode(target, other_draft, verifier, 1.0, **kw)) > rate(strict), verifier

@@ -359,7 +359,7 @@ def verify_step(block: Block, scored: Scored, w: torch.Tensor, ks: list[int], ro
     sampling = decoding.sampling
     if decoding.synthetic_acceptance is None:
         criterion = Criterion(RULES[decoding.verifier].test, decoding.mixing, sampling.greedy, decoding.knob,
-                              fly_window(decoding.K))
+                              fly_window(decoding.K), decoding.knob2, decoding.deferral)
         logs = (scored.log_p, block.log_q) if decoding.mixing == "logit" else None
         n, next_token, bias = verify_rows(block.tokens, q, p, w, ks, draws=block.draws, criterion=criterion,
                                           logs=logs)  # [R], [R], [R, kmax + 1]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from diversed.utils import option
 
 MIXINGS = ("linear", "logit")  # nu = w p + (1 - w) q, or the softmax of w log p + (1 - w) log q
-DEFERRALS = ("chow", "diff", "opt")  # speculative cascades' deferral rules (verifiers.defer)
+DEFERRALS = ("chow", "diff", "opt", "token")  # speculative cascades' deferral rules (verifiers.defer, token_cascade)
 CAPTURES = ("none", "graph", "compile")  # the fast path's fixed-shape steps: eager, CUDA graphs, torch.compile
 DTYPES = ("float32", "bfloat16", "float16", "float64")  # a pair's weights (models.DTYPES: the torch dtypes)
 EMBEDDED_DRAFTS = {"embedded": "distilled", "embedded-weak": "truncated"}  # the embedded pair's drafts
@@ -31,7 +31,8 @@ class Rule:
     label: its name in tables, figures and the report; weight: the ensemble weight w [R, k] it verifies against,
     by name in verifiers.WEIGHTS (None: it tests drafts another way); test: how verifiers.verify_rows tests a
     draft (verifiers.TESTS); knob: what Decoding.knob sets (None: no knob; a rule with a knob is a sweep family,
-    its setting chosen on dev) with the range it must lie in; marker: its marker in the figures; source:
+    its setting chosen on dev) with the range it must lie in; knob2: what Decoding.knob2 sets, a second setting
+    (None: none; a sweep leaves it at its default) with its range; marker: its marker in the figures; source:
     the paper it comes from."""
 
     label: str
@@ -41,6 +42,9 @@ class Rule:
     low: float = 0.0
     high: float = 1.0
     integer: bool = False
+    knob2: str | None = None
+    low2: float = 0.0
+    high2: float = 1.0
     marker: str = "o"
     source: str = ""
 
@@ -56,6 +60,16 @@ class Rule:
                 self.integer and x != int(x)):
             raise ValueError(f"{verifier}'s knob {self.knob} must be {'an integer ' if self.integer else ''}in "
                              f"[{self.low:g}, {self.high:g}], got {x!r}")
+
+    def check_knob2(self, verifier: str, x) -> None:
+        """Raise unless x is None or a valid second setting of this rule."""
+        if x is None:
+            return
+        if self.knob2 is None:
+            raise ValueError(f"knob2 is only used by the verifiers {', '.join(v for v, r in RULES.items() if r.knob2)}"
+                             f", not {verifier!r}")
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not self.low2 <= x <= self.high2:
+            raise ValueError(f"{verifier}'s knob2 {self.knob2} must be in [{self.low2:g}, {self.high2:g}], got {x!r}")
 
     def schema(self) -> dict:
         """The JSON schema of this family's knob values in a workflow config (sweep.families.<verifier>)."""
@@ -78,12 +92,22 @@ RULES: dict[str, Rule] = {
                     source="Leviathan et al. 2023, A.5"),  # min(1, p / (l q)); l = 1 is strict
     "typical": Rule("Typical acceptance", None, "typical", knob="epsilon", marker="<",
                     source="Medusa (Cai et al. 2024), 3.3.1"),  # p(x) > min(epsilon, sqrt(epsilon) exp(-H(p)))
-    "topk": Rule("Top-k acceptance", None, "topk", knob="k", low=1, high=INF, integer=True, marker=">",
-                 source="AutoJudge's baseline (Garipov et al. 2025)"),  # x among p's top k
+    # x among p's top k and p(x) >= r max p (TensorRT-LLM's relaxed acceptance; r = 0: the top k alone)
+    "topk": Rule("Top-k acceptance", None, "topk", knob="k", low=1, high=INF, integer=True, knob2="margin r",
+                 marker=">", source="AutoJudge's baseline (Garipov et al. 2025); TensorRT-LLM's margin"),
     # the K drafts verified jointly: an exact sampler of p that accepts at least as many tokens as strict on average
     "block": Rule("Block verification", None, "block", marker="p", source="Sun et al., ICLR 2025"),
     # u <= p(x) / q(x) + beta (1 - max p): the bar drops where the target is unsure; beta = 0 is strict
     "ears": Rule("EARS", None, "ears", knob="beta", high=INF, marker="d", source="EARS, arXiv 2512.13194"),
+    # drafts accepted outright where JS(p, q) <= T, else strict's test at that position; T = 0 is strict
+    "fuzzy": Rule("Fuzzy SD", None, "fuzzy", knob="JS bound T", high=INF, marker="8",
+                  source="Fuzzy Speculative Decoding, ACL Findings 2025"),
+    # speculative sampling towards the pi of largest acceptance with KL(pi || p) <= D; D = 0 is strict
+    "mentored": Rule("Mentored decoding", None, "mentored", knob="KL budget D", high=INF, marker="H",
+                     source="mentored decoding (lossy SD, 2023)"),
+    # p(x) >= t_single, else accept with probability min(1, p(x) / t_acc); the correction p without x
+    "threshold": Rule("Acceptance thresholds", None, "threshold", knob="t_acc", low=1e-6, knob2="t_single",
+                      marker="X", source="SGLang's speculative acceptance thresholds"),
     # a strict rejection deferred where the target's top-3 entropy >= the threshold and the next W drafts pass
     "fly": Rule("FLy", None, "fly", knob="entropy threshold", high=INF, marker="h",
                 source="FLy, as vLLM's v1/spec_decode/fly.py"),
@@ -154,7 +178,8 @@ class Decoding:
 
     verifier: one of VERIFIERS; K: draft length; weight: w of the fixed verifier; mixing: how nu mixes p and q;
     knob: the setting of a verifier whose rule has one (RULES: cascade's alpha, lenient's l, typical's epsilon,
-    topk's k, fly's entropy threshold); deferral: cascade's deferral rule (DEFERRALS);
+    topk's k, EARS' beta, ...); knob2: a rule's second setting (topk's margin r, threshold's t_single; None: its
+    default); deferral: cascade's deferral rule (DEFERRALS);
     eos_token_id: the ids that end a sequence (None: the target's generation config's; () never stops);
     synthetic_acceptance = a replaces verification by accepting each draft with probability a (timing at real
     sizes with random weights: verifiers.synthetic_rows)."""
@@ -166,6 +191,7 @@ class Decoding:
     weight: float | None = None
     mixing: str = "linear"
     knob: float | None = None
+    knob2: float | None = None
     deferral: str = "chow"
     eos_token_id: tuple[int, ...] | None = None
     synthetic_acceptance: float | None = None
@@ -187,6 +213,9 @@ class Decoding:
         self._check_weight()
         if v in RULES:
             RULES[v].check_knob(v, self.knob)
+            RULES[v].check_knob2(v, self.knob2)
+        elif self.knob2 is not None:
+            raise ValueError(f"knob2 is only used by speculative verifiers, not {v!r}")
         elif self.knob is not None:
             raise ValueError(f"knob is only used by the verifiers {', '.join(FAMILIES)}, not {v!r}")
         if v == "fly" and isinstance(self.K, int) and self.K < 2:

@@ -86,7 +86,8 @@ def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return 0.5 * (a - b).abs().sum(dim=-1)
 
 
-TESTS = ("ensemble", "lenient", "typical", "topk", "ears", "block", "fly")  # verify_rows' tests (settings.RULES')
+# verify_rows' tests (settings.RULES'): against an ensemble, or another rule
+TESTS = ("ensemble", "lenient", "typical", "topk", "ears", "fuzzy", "threshold", "mentored", "block", "fly")
 
 
 def entropy(p: torch.Tensor) -> torch.Tensor:
@@ -98,8 +99,12 @@ def defer(p: torch.Tensor, q: torch.Tensor, alpha: float, rule: str = "chow") ->
     """Speculative cascades' deferral delta(q, p) in {0, 1} at each position: p, q [..., V] -> [...] float, 1 where
     the cascade defers to the target (Narasimhan et al., "Faster Cascades via Speculative Decoding", ICLR 2025,
     section 4). chow: max q < 1 - alpha; diff: max q < max p - alpha; opt: max q < max p - alpha TV(p, q).
-    Speculative sampling towards pi = (1 - delta) q + delta p is the ensemble with w = delta."""
+    Speculative sampling towards pi = (1 - delta) q + delta p is the ensemble with w = delta. token (their
+    token-specific cascade): the draft mass deferred, sum_v q(v) [p(v) < (1 - alpha) max p], recorded as w; its pi
+    is token_cascade's."""
     q_max, p_max = q.max(dim=-1).values, p.max(dim=-1).values
+    if rule == "token":
+        return (q * token_deferred(p, alpha)).sum(-1)
     if rule == "chow":
         bar = 1 - alpha
     elif rule == "diff":
@@ -109,6 +114,66 @@ def defer(p: torch.Tensor, q: torch.Tensor, alpha: float, rule: str = "chow") ->
     else:
         raise ValueError(f"unknown deferral rule {rule!r}; allowed: {', '.join(DEFERRALS)}")
     return (q_max < bar).float()
+
+
+def token_deferred(p: torch.Tensor, alpha: float) -> torch.Tensor:
+    """The token-specific cascade's deferral of each token: [p(v) < (1 - alpha) max p], p [..., V] -> [..., V]."""
+    return (p < (1 - alpha) * p.max(-1, keepdim=True).values).float()
+
+
+def token_cascade(p: torch.Tensor, q: torch.Tensor, alpha: float) -> torch.Tensor:
+    """The target of the token-specific speculative cascade (Narasimhan et al., ICLR 2025, section 5): a draft token
+    the target finds plausible (p(v) >= (1 - alpha) max p) is kept as q proposes it, the mass of the others goes to
+    p: pi = q (1 - delta) + (sum_v q delta) p, p, q [..., V] -> [..., V]. alpha -> -inf: p (strict); 1: q."""
+    delta = token_deferred(p, alpha)
+    return q * (1 - delta) + (q * delta).sum(-1, keepdim=True) * p
+
+
+def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Jensen-Shannon divergence in nats of rows: [..., V] x [..., V] -> [...] (at most ln 2)."""
+    m = (p + q) / 2
+
+    def kl(a: torch.Tensor) -> torch.Tensor:
+        return (a * torch.where(a > 0, a.log() - m.clamp_min(torch.finfo(m.dtype).tiny).log(), 0.0)).sum(-1)
+    return (kl(p) + kl(q)) / 2
+
+
+def kl_divergence(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """KL(a || b) in nats of rows (inf where a has mass b lacks): [..., V] x [..., V] -> [...]."""
+    return (a * torch.where(a > 0, a.log() - b.log(), 0.0)).sum(-1)
+
+
+MENTORED_STEPS = 24  # bisection steps of each of mentored_target's two searches (2^-24 of their log ranges)
+
+
+def mentored_target(p: torch.Tensor, q: torch.Tensor, budget: float) -> torch.Tensor:
+    """Mentored decoding's target (lossy speculative decoding, 2023): of the distributions pi with KL(pi || p) <=
+    budget, the one speculative sampling accepts most often (sum_v min(q, pi)), p, q [..., V] -> [..., V].
+
+    Derivation (ours; the write-up gives no closed form): maximising sum_v min(q, pi) - lambda KL(pi || p) - mu
+    (sum pi - 1), a token with pi < q has pi = c1 p and one with pi > q has pi = c2 p, with c1 / c2 = e^(1/lambda);
+    so pi = clip(q, c p, rho c p) for a rho >= 1. For a rho, c in [1/rho, 1] makes pi sum to 1 (bisection in log
+    c); KL(pi || p) grows with rho from 0 (rho = 1: pi = p) towards KL(q || p) (pi = q), so rho is the largest with
+    KL <= budget (bisection in log rho up to e^30). budget 0 is p itself: strict."""
+    if budget == 0:
+        return p
+
+    def normalised(rho: torch.Tensor) -> torch.Tensor:  # rho [..., 1] -> pi [..., V] summing to 1
+        lo, hi = -rho.log(), torch.zeros_like(rho)  # log c
+        for _ in range(MENTORED_STEPS):
+            mid = (lo + hi) / 2
+            total = torch.minimum(torch.maximum(q, mid.exp() * p), rho * mid.exp() * p).sum(-1, keepdim=True)
+            lo, hi = torch.where(total < 1, mid, lo), torch.where(total < 1, hi, mid)
+        c = hi.exp()
+        pi = torch.minimum(torch.maximum(q, c * p), rho * c * p)
+        return pi / pi.sum(-1, keepdim=True)
+
+    lo, hi = torch.zeros_like(p[..., :1]), torch.full_like(p[..., :1], 30.0)  # log rho
+    for _ in range(MENTORED_STEPS):
+        mid = (lo + hi) / 2
+        inside = kl_divergence(normalised(mid.exp()), p)[..., None] <= budget
+        lo, hi = torch.where(inside, mid, lo), torch.where(inside, hi, mid)
+    return normalised(lo.exp())
 
 
 def typical_threshold(p: torch.Tensor, epsilon: float) -> torch.Tensor:
@@ -199,7 +264,7 @@ def _emitted(q: torch.Tensor, a: torch.Tensor, stop: torch.Tensor) -> torch.Tens
 
 
 def _test(test: str, knob: float | None, draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor,
-          r: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+          r: torch.Tensor | None, knob2: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A test other than the ensemble's: draft_tokens [R, K], q [R, K, V], p [R, K, V] (the drafted positions),
     r [R, K] uniforms (None: greedy) -> (accepted [R, K] bool, stop [R, K, V] what the correction is drawn from
     (unnormalised), nu [R, K, V] the distribution a sampled step emits at each position, for bias_tv).
@@ -211,11 +276,28 @@ def _test(test: str, knob: float | None, draft_tokens: torch.Tensor, q: torch.Te
     argmax p.
     typical (Cai et al. 2024, Medusa, section 3.3.1, epsilon = knob): accept x when p(x) > min(epsilon, sqrt(epsilon)
     exp(-H(p))), else draw from p. topk (the top-k baseline of Garipov et al. 2025, AutoJudge; k = knob): accept x
-    when it is among p's k most likely tokens (ties kept), else draw from p; k = 1 under greedy is strict greedy.
+    when it is among p's k most likely tokens (ties kept) and p(x) >= r max p (TensorRT-LLM's relaxed acceptance
+    margin, r = knob2, default 0), else draw from p; k = 1 under greedy is strict greedy.
+    fuzzy (Fuzzy Speculative Decoding, ACL Findings 2025; T = knob): a draft is accepted outright where JS(p, q) <=
+    T, else by strict's test and correction, each position by its own divergence (our reading of what follows the
+    first position over T); greedy: outright, else x == argmax p. T = 0 is strict (JS = 0 only where p = q).
+    threshold (SGLang's acceptance thresholds; t_acc = knob, t_single = knob2, default t_acc): accept x when
+    p(x) >= t_single, else with probability min(1, p(x) / t_acc); the correction is p without x (SGLang's residual
+    of a one-hot draft). At t_acc = t_single = 1 it accepts x with probability p(x) and is an exact sampler of p for
+    any q, accepting less than strict (p(x) <= min(1, p(x) / q(x))); greedy: strict greedy.
     ears (EARS, arXiv 2512.13194, beta = knob): accept x when u <= p(x) / q(x) + beta (1 - max p), a bar lowered
     where the target is unsure; the correction is Algorithm 1's; beta = 0 is strict. Greedy (our reading: q a point
     mass on x): accept while p(x) >= max p - beta (1 - max p), correction argmax p; beta = 0 is strict greedy."""
     p_x, q_x = p.gather(-1, draft_tokens[..., None])[..., 0], q.gather(-1, draft_tokens[..., None])[..., 0]  # [R, K]
+    if test == "fuzzy":
+        close = js_divergence(p, q) <= knob  # [R, K]
+        stop = _strict_residual(p, q)
+        emitted = torch.where(close[..., None], q, p)  # strict's test emits p
+        if r is None:
+            return close | (draft_tokens == p.argmax(-1)), p, emitted
+        return close | (r * q_x < p_x), stop, emitted
+    if test == "threshold":
+        return _threshold(knob, knob if knob2 is None else knob2, draft_tokens, q, p, r)
     if test == "ears":
         slack = knob * (1 - p.max(-1).values)  # [R, K]: beta (1 - max p)
         a = (p / q.clamp_min(torch.finfo(p.dtype).tiny) + slack[..., None]).clamp(max=1.0)  # [R, K, V]
@@ -234,17 +316,35 @@ def _test(test: str, knob: float | None, draft_tokens: torch.Tensor, q: torch.Te
         a = (p > typical_threshold(p, knob)[..., None]).float()  # [R, K, V]
     elif test == "topk":
         kth = p.topk(min(int(knob), p.shape[-1]), dim=-1).values[..., -1:]  # [R, K, 1]
-        a = (p >= kth).float()
+        a = ((p >= kth) & (p >= (knob2 or 0.0) * p.max(-1, keepdim=True).values)).float()
     else:
         raise ValueError(f"unknown verification test {test!r}; allowed: {', '.join(TESTS)}")
     accepted = a.gather(-1, draft_tokens[..., None])[..., 0] > 0
     return accepted, p, _emitted(q, a, p)
 
 
+def _threshold(t_acc: float, t_single: float, draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor,
+               r: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """_test's threshold rule: (accepted [R, K], stop [R, K, V] p without the draft, emitted [R, K, V]). A draft x
+    is kept with a(x), else y ~ p(y) / (1 - p(x)), y != x: the emitted pi(y) = q(y) a(y) + p(y) (S - q(y) (1 - a(y))
+    / (1 - p(y))) with S = sum_x q(x) (1 - a(x)) / (1 - p(x))."""
+    p_x = p.gather(-1, draft_tokens[..., None])[..., 0]  # [R, K]
+    a = torch.where(p >= t_single, 1.0, (p / t_acc).clamp(max=1.0))  # [R, K, V]
+    stop = p.scatter(-1, draft_tokens[..., None], 0.0)  # [R, K, V]
+    stop = torch.where(stop.sum(-1, keepdim=True) <= torch.finfo(p.dtype).tiny, p, stop)
+    moved = q * (1 - a) / (1 - p).clamp_min(torch.finfo(p.dtype).tiny)  # [R, K, V]: 0 where a = 1
+    emitted = q * a + p * (moved.sum(-1, keepdim=True) - moved)
+    if r is None:
+        return draft_tokens == p.argmax(-1), p, emitted
+    return (p_x >= t_single) | (r * t_acc < p_x), stop, emitted
+
+
 def _ensemble_test(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, nu: torch.Tensor,
                    r: torch.Tensor | None, mixing: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The test against the ensemble nu [R, K, V] of drafts [R, K] ~ q [R, K, V] (p [R, K, V] the drafted positions'),
-    r [R, K] uniforms (None: greedy) -> (accepted [R, K] bool, stop [R, K, V]: what the correction is drawn from)."""
+    r [R, K] uniforms (None: greedy) -> (accepted [R, K] bool, stop [R, K, V]: what the correction is drawn from).
+    mixing: linear draws the correction from norm(max(0, p - q)), equal to norm(max(0, nu - q)) and better
+    conditioned; any other value (logit, or "target": a nu of another form) from norm(max(0, nu - q))."""
     if r is None:
         return draft_tokens == nu.argmax(dim=-1), nu  # greedy: the correction is argmax nu_n
     nu_x, q_x = nu.gather(-1, draft_tokens[..., None])[..., 0], q.gather(-1, draft_tokens[..., None])[..., 0]
@@ -277,14 +377,17 @@ def _check_rows(q: torch.Tensor, k: list[int], draws: Draws | None, greedy: bool
 @dataclass(frozen=True)
 class Criterion:
     """How verify_rows accepts a draft. test: "ensemble" verifies against nu = ensemble(p, q, w) mixed by `mixing`;
-    the others (_test; "fly" with its window of later drafts) with knob, w unused. greedy: the temperature-0 rule
-    (no uniforms drawn, the correction an argmax)."""
+    the others (_test; "fly" with its window of later drafts) with knob and knob2, w unused; "mentored" samples
+    towards mentored_target's pi, a cascade with deferral "token" towards token_cascade's. greedy: the
+    temperature-0 rule (no uniforms drawn, the correction an argmax)."""
 
     test: str = "ensemble"
     mixing: str = "linear"
     greedy: bool = False
     knob: float | None = None
     window: int = 0
+    knob2: float | None = None
+    deferral: str = "chow"
 
 
 def verify_rows(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, w: torch.Tensor, k: list[int], *,
@@ -321,8 +424,11 @@ def verify_rows(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, w:
         accepted = _fly(draft_tokens, q, p[:, :K], r, k_t, knob, criterion.window)
         stop_dist = p[:, :K] if greedy else _strict_residual(p[:, :K], q)
         nu = torch.full_like(q, math.nan)  # no per-position distribution to compare with p
+    elif test == "mentored" or criterion.deferral == "token":  # speculative sampling towards another target
+        nu = mentored_target(p[:, :K], q, knob) if test == "mentored" else token_cascade(p[:, :K], q, knob)
+        accepted, stop_dist = _ensemble_test(draft_tokens, q, p[:, :K], nu, r, "target")
     elif test != "ensemble":
-        accepted, stop_dist, nu = _test(test, knob, draft_tokens, q, p[:, :K], r)
+        accepted, stop_dist, nu = _test(test, knob, draft_tokens, q, p[:, :K], r, criterion.knob2)
     else:
         nu = ensemble(p[:, :K], q, w, mixing, log_p=None if log_p is None else log_p[:, :K], log_q=log_q,
                       check=False)  # [R, K, V]

@@ -39,6 +39,8 @@ class RunConfig:
     head: str | None = option(None, "trained weight head (.safetensors) for the dynamic verifier")
     mixing: str = option("linear", "linear (w p + (1 - w) q) | logit (softmax of w log p + (1 - w) log q)")
     knob: float | None = option(None, "the setting of " + ", ".join(f"{v} ({RULES[v].knob})" for v in FAMILIES))
+    knob2: float | None = option(None, "a second setting: " + ", ".join(
+        f"{v} ({r.knob2})" for v, r in RULES.items() if r.knob2) + " (default: topk 0, threshold t_single = t_acc)")
     deferral: str = option("chow", "cascade's deferral rule: " + " | ".join(DEFERRALS))
     K: int = option(5, "draft length", flag="-K")
     temperature: float = option(1.0, "temperature of p and q; 0 = greedy")
@@ -67,7 +69,7 @@ class RunConfig:
             top_k, top_p = model_filters(generation_config)
         return Decoding(self.verifier, K=self.K, max_new_tokens=self.max_new_tokens,
                         sampling=Sampling(self.temperature, top_p, top_k), weight=self.weight, mixing=self.mixing,
-                        knob=self.knob, deferral=self.deferral)
+                        knob=self.knob, knob2=self.knob2, deferral=self.deferral)
 
     def validate(self) -> None:
         """Checks that need no model: fail before anything is loaded."""
