@@ -2,7 +2,8 @@
 
 Reports medians over repeats and ratios (never a bare absolute time is the claim): tokens/s relative
 to transformers' target-only `generate`, to our target-only decoding, and to transformers' assisted
-generation at the same K, plus alpha, tau and whether the greedy tokens agree.
+generation at the same K, plus alpha, tau and whether the greedy tokens agree; and every acceptance rule's
+alpha, tau and tokens/s against strict at the same K and temperature (what each rule costs and gains a step).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from diversed.decoding.engine import Networks, generate, speculative_generate, s
 from diversed.decoding.fastpath import check_capture
 from diversed.decoding.head import WeightHead
 from diversed.decoding.models import draft_vocabulary, hidden_size
-from diversed.decoding.settings import Decoding, Execution, Sampling
+from diversed.decoding.settings import RULES, Decoding, Execution, Sampling
 from diversed.decoding.stats import summarize
 from diversed.decoding.stepper import Stepper
 from diversed.utils import option, provenance, write_json, write_text
@@ -153,6 +154,12 @@ def time_prompts(fn: Callable[[list[int]], object], prompts: list[list[int]], de
     return time.perf_counter() - t0, result
 
 
+# the rules the bench times by default, each at a knob that relaxes strict (every rule of settings.RULES but the
+# ensembles', which the fixed w rows cover)
+RULE_SPECS = ("block", "cascade=0.9", "lenient=0.5", "typical=0.09", "topk=2", "ears=0.5", "fuzzy=0.1",
+              "threshold=0.5", "mentored=0.1", "fly=0.3")
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     """What `diversed bench` times (greedy, every prompt to full length); its flags are generated from these fields."""
@@ -161,6 +168,18 @@ class BenchConfig:
     max_new_tokens: int = option(64, "new tokens per prompt")
     weights: tuple[float, ...] = option((0.3, 0.5, 0.7), "the fixed verifier's weights (the batched bench: the first)")
     repeats: int = option(3, "timings of every method (the median is reported)")
+    rules: tuple[str, ...] = option(RULE_SPECS, "acceptance rules timed against strict at the same K, sampled at "
+                                                "--rules-temperature: VERIFIER or VERIFIER=KNOB")
+    rules_temperature: float = option(1.0, "the temperature of the rules' rows and of their strict reference")
+
+
+def rule_decoding(spec: str, K: int, max_new_tokens: int, temperature: float) -> Decoding:
+    """The Decoding of a rule spec of BenchConfig.rules, "block" or "ears=0.5" (checked as Decoding checks it)."""
+    verifier, _, knob = spec.partition("=")
+    if verifier not in RULES:
+        raise ValueError(f"unknown rule {verifier!r} in --rules; allowed: {', '.join(RULES)}")
+    return Decoding(verifier, K=K, max_new_tokens=max_new_tokens, eos_token_id=(), sampling=Sampling(temperature),
+                    knob=float(knob) if knob else None)
 
 
 def _methods(target: nn.Module, draft: nn.Module, config: BenchConfig, vocab_size: int | None,
@@ -174,6 +193,11 @@ def _methods(target: nn.Module, draft: nn.Module, config: BenchConfig, vocab_siz
         return lambda ids: [speculative_generate(model, draft, ids, decoding, vocab_size=vocab_size,
                                                  execution=execution)]
 
+    def rule(spec):
+        decoding = rule_decoding(spec, K, n, config.rules_temperature)
+        return lambda ids: [speculative_generate(target, draft, ids, decoding, vocab_size=vocab_size,
+                                                 execution=execution)]
+
     methods = {"hf_target": (lambda ids: hf_generate(target, ids, max_new_tokens=n), False),
                "ours_target": (ours(target), True), "ours_draft": (ours(draft), True),
                "hf_assisted_strict": (lambda ids: hf_generate(target, ids, max_new_tokens=n, draft=draft, K=K), False),
@@ -182,6 +206,8 @@ def _methods(target: nn.Module, draft: nn.Module, config: BenchConfig, vocab_siz
         methods[f"hf_assisted_fixed_w{w}"] = (
             lambda ids, w=w: hf_generate(target, ids, max_new_tokens=n, draft=draft, K=K, weight=w), False)
         methods[f"ours_fixed_w{w}"] = (ours(target, "fixed", w), True)
+    for spec in ("strict", *config.rules) if config.rules else ():
+        methods[f"rule {spec} at T={config.rules_temperature:g}"] = (rule(spec), True)
     return methods
 
 
@@ -234,8 +260,22 @@ def run_bench(target: nn.Module, draft: nn.Module, prompts: list[list[int]], con
     c, v = _speedups(rows, target, prompts[0], config.K, execution)
     return {"K": config.K, "max_new_tokens": config.max_new_tokens, "prompts": len(prompts),
             "repeats": config.repeats, "capture": execution.capture, "execution": dataclasses.asdict(execution),
-            "methods": rows, "ratios": _ratios(rows, config.weights, c, v),
+            "methods": rows, "ratios": _ratios(rows, config.weights, c, v), "rules": _rules(rows, config),
             "identical_greedy_tokens": _identical(rows, config.weights), **provenance()}
+
+
+def _rules(rows: dict[str, dict], config: BenchConfig) -> list[dict]:
+    """Each rule's alpha, tau and tokens/s, and its tokens/s and tau over strict's at the same K and temperature."""
+    if not config.rules:
+        return []
+    T = f"{config.rules_temperature:g}"
+    strict = rows[f"rule strict at T={T}"]
+    return [{"rule": spec, "temperature": config.rules_temperature, "K": config.K,
+             "draft_acceptance_rate": r["draft_acceptance_rate"], "mean_acceptance_length": r["mean_acceptance_length"],
+             "bias_tv": r["bias_tv"], "tokens_per_s": r["tokens_per_s"],
+             "tokens_per_s_vs_strict": r["tokens_per_s"] / strict["tokens_per_s"],
+             "tau_vs_strict": r["mean_acceptance_length"] / strict["mean_acceptance_length"]}
+            for spec in ("strict", *config.rules) for r in [rows[f"rule {spec} at T={T}"]]]
 
 
 def _speedups(rows: dict[str, dict], target: nn.Module, prompt: list[int], K: int,
@@ -395,6 +435,14 @@ def markdown(result: dict) -> str:
     lines += [f"| {k} | {f(v)} |" for k, v in result["ratios"].items()]
     lines += ["", "| identical greedy tokens | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in result["identical_greedy_tokens"].items()]
+    if result.get("rules"):
+        lines += ["", f"Acceptance rules, sampled at T = {result['rules'][0]['temperature']:g}, K = {result['K']} "
+                  "(one seed; x strict: the same K and temperature):", "",
+                  "| rule | alpha | tau | bias TV | tokens/s | x strict tokens/s | x strict tau |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['rule']} | {f(r['draft_acceptance_rate'])} | {f(r['mean_acceptance_length'])} | "
+                  f"{f(r['bias_tv'])} | {f(r['tokens_per_s'], '.1f')} | {f(r['tokens_per_s_vs_strict'])} | "
+                  f"{f(r['tau_vs_strict'])} |" for r in result["rules"]]
     lines += ["", "| method | tokens/s | ms/token | x hf target | x ours target | alpha | tau | ideal | efficiency | "
               "efficiency at measured v |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in result["methods"].items():

@@ -25,9 +25,17 @@ def test_bench_runs_every_method_and_agrees_with_transformers():
     target = tiny("llama")
     draft = truncated_draft(target, 1)
     result = run_bench(target, draft, [[1, 5, 7, 9], [1, 30, 31]], BenchConfig(K=3, max_new_tokens=12, weights=(0.5,),
-                       repeats=1), progress=False)
+                       repeats=1, rules=("block", "ears=0.5")), progress=False)
     assert set(result["methods"]) == {"hf_target", "ours_target", "ours_draft", "hf_assisted_strict", "ours_strict",
-                                      "hf_assisted_fixed_w0.5", "ours_fixed_w0.5"}
+                                      "hf_assisted_fixed_w0.5", "ours_fixed_w0.5", "rule strict at T=1",
+                                      "rule block at T=1", "rule ears=0.5 at T=1"}
+    rules = {r["rule"]: r for r in result["rules"]}  # #34 item 4: each rule against strict at the same K and T
+    assert list(rules) == ["strict", "block", "ears=0.5"] and rules["strict"]["tokens_per_s_vs_strict"] == 1.0
+    ears = result["methods"]["rule ears=0.5 at T=1"]
+    assert rules["ears=0.5"]["tau_vs_strict"] == pytest.approx(
+        ears["mean_acceptance_length"] / result["methods"]["rule strict at T=1"]["mean_acceptance_length"])
+    assert all(r["new_tokens"] == 24 for name, r in result["methods"].items() if name.startswith("rule"))
+    assert "| ears=0.5 |" in markdown(result) and "x strict tokens/s" in markdown(result)
     assert all(result["identical_greedy_tokens"].values()), result["identical_greedy_tokens"]
     assert result["execution"] == {"capture": "none", "fastpath": True, "threads": torch.get_num_threads()}
     strict = result["methods"]["ours_strict"]
@@ -51,6 +59,14 @@ def test_transformers_assisted_generation_uses_the_draft_vocabulary_too():
                        repeats=1), progress=False)
     assert all(result["identical_greedy_tokens"].values()), result["identical_greedy_tokens"]
     assert not draft.get_output_embeddings()._forward_hooks  # removed after each call
+
+
+def test_bench_refuses_an_unknown_rule_or_a_bad_knob_before_timing_anything():
+    target = tiny("llama")
+    for rules, message in ((("beam",), "unknown rule 'beam' in --rules"), (("lenient=2",), "lenient's knob")):
+        with pytest.raises(ValueError, match=message):
+            run_bench(target, truncated_draft(target, 1), [[1, 2]], BenchConfig(K=2, max_new_tokens=4, repeats=1,
+                      rules=rules), progress=False)
 
 
 def test_bench_refuses_a_bad_capture_before_timing_anything():

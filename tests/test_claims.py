@@ -20,6 +20,7 @@ from diversed.analysis.claims import (
     acceptance_identity,
     beyond_front,
     faster_than_sd,
+    front_optimal,
     relaxed_raises_acceptance,
     static_front,
     transfer_worse,
@@ -169,6 +170,43 @@ def test_acceptance_identity_on_real_runs(tiny_dir, tmp_path):
     assert broken.verdict == FAILS, broken.evidence
 
 
+def test_no_rule_lies_above_the_static_front_on_real_runs(tiny_dir, tmp_path):
+    """#34 item 2: the engine records TV(p, q) at every tested position (for a linear fixed w its bias is exactly
+    (1 - w) TV there); per-position rules (the fixed w, lenient, EARS) stay on or below the front 1 - TV + bias, and
+    a record that puts a rule above it (TV(p, q) claimed 1 everywhere) fails."""
+    import json
+
+    from diversed.analysis.tables import collect, prompt_table
+    from diversed.runs.evaluate import score_run
+    from diversed.runs.run import RunConfig, execute
+
+    prompts = [{"id": str(i), "prompt": f"Tell me about {i} things."} for i in range(16)]
+    runs = []
+    for verifier, kw in (("fixed", {"weight": 0.5}), ("lenient", {"knob": 0.3}), ("ears", {"knob": 0.5})):
+        cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), verifier=verifier,
+                        K=4, temperature=1.0, max_new_tokens=40, **kw)
+        runs.append(execute(cfg, prompts, tmp_path / verifier, launch=Launch(progress=False),
+                            labels={"pair": "tiny", "task": "arith", "method": verifier}))
+        score_run(runs[-1])
+    rows = [json.loads(line) for line in (runs[0] / "generations.jsonl").read_text().splitlines()]
+    for row in rows:
+        at, tested = 0, 0
+        for k, n in zip(row["drafted"], row["accepted"], strict=True):
+            for j in range(min(n + 1, k, len(row["bias_tv_per_token"]) - at)):  # the last step: cut at an EOS
+                assert row["bias_tv_per_token"][at + j] == pytest.approx(0.5 * row["tv_pq_per_position"][tested + j],
+                                                                         abs=1e-5)
+            at, tested = at + n + 1, tested + min(n + 1, k)
+        assert tested == len(row["tv_pq_per_position"])
+    claim = front_optimal(pd.DataFrame(), prompt_table(collect(runs)), 1.0)
+    assert claim.verdict == HOLDS and len(claim.settings) == 3, claim.evidence
+    for row in rows:
+        row["tv_pq_per_position"] = [1.0] * len(row["tv_pq_per_position"])  # the front at the bias alone
+    (runs[0] / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    broken = front_optimal(pd.DataFrame(), prompt_table(collect(runs)), 1.0)
+    assert broken.verdict == FAILS, broken.evidence
+    assert [s.verdict for s in broken.settings if s.name.endswith("fixed")] == [FAILS], broken.evidence
+
+
 def weights(levels: dict[str, float], within: float, rng) -> pd.DataFrame:
     rows = units({"dynamic": (0.5, 0.5, 1)}, prompts=10, tasks=tuple(levels), rng=rng)
     w = rows["task"].map(levels) + rng.uniform(-0.1, 0.1, len(rows))
@@ -192,6 +230,12 @@ def test_transferred_head_is_compared_with_the_task_own_head():
 
 
 SIMULATIONS = 1000
+
+
+def front_gaps(rng, gap: float = 0.05) -> pd.DataFrame:
+    """Two rules' prompt rows whose acceptance lies `gap` above the static front, give or take 0.1 a prompt."""
+    rows = units({"lenient": (0.5, 0.5, 1), "ears": (0.5, 0.5, 1)}, 30, rng=rng, seeds=1)
+    return rows.assign(front_gap=gap + rng.normal(0, 0.1, len(rows)))
 NOMINAL = 0.025
 SLACK = 3 * math.sqrt(NOMINAL * (1 - NOMINAL) / SIMULATIONS)
 
@@ -209,6 +253,7 @@ def null_claims():
         ("transfer", lambda rng: transfer_worse(pd.concat([
             units({"dynamic": (0.4, 0.5, 1)}, 30, rng=rng, head_task=h) for h in ("", "open")]))),
         ("w varies", lambda rng: weight_varies(weights({"a": 0.5, "b": 0.5}, 0.01, rng), 1.0)),
+        ("front optimal, at the margin", lambda rng: front_optimal(pd.DataFrame(), front_gaps(rng), 1.0)),
         # #31, defect 6: within a prompt w clearly varies, so the claim rests on the task means' omnibus test alone
         # (its p-value was halved: 5% instead of 2.5%)
         ("w varies between equal tasks", lambda rng: weight_varies(weights({"a": 0.5, "b": 0.5}, 0.05, rng), 1.0)),

@@ -111,7 +111,8 @@ def test_every_table_figure_and_the_report(rehearsal):
         for ext in ("csv", "md", "tex"):
             assert (wd / "results" / "tables" / f"{name}.{ext}").stat().st_size > 0, name
     stems = ["acceptance_vs_weight", "weight_distribution"] + [
-        f"{kind}_T{T:g}" for kind in ("quality_vs_time", "acceptance_by_position") for T in config["temperatures"]]
+        f"{kind}_T{T:g}" for kind in ("quality_vs_time", "acceptance_by_position", "acceptance_vs_bias")
+        for T in config["temperatures"]]
     expected = sorted(f"{stem}.{ext}" for stem in stems for ext in ("png", "pdf"))
     assert sorted(p.name for p in (wd / "figures").iterdir()) == expected
     report = (wd / "results" / "REPORT.md").read_text()
@@ -119,7 +120,7 @@ def test_every_table_figure_and_the_report(rehearsal):
     claims = report.split("## Claims")[1].split("## DIVERSED heads")[0]
     assert [line for line in claims.splitlines() if line.startswith("### ")] == [
         "### T = 1", "### Transfer (at the transfer runs' temperature)"]
-    assert claims.count("| **") == 9 + 1 and all(pair in claims for pair in PAIRS)  # 9 claims at T = 1, transfer
+    assert claims.count("| **") == 10 + 1 and all(pair in claims for pair in PAIRS)  # 10 claims at T = 1, transfer
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import pytest
 
 from diversed.report.figures import (
     acceptance_by_position_bars,
+    acceptance_vs_bias_points,
     acceptance_vs_weight_lines,
     quality_vs_time,
     quality_vs_time_points,
@@ -48,7 +49,7 @@ def sweeps() -> pd.DataFrame:
     return pd.DataFrame([{"pair": pair, "task": "gsm8k", "temperature": 1.0, "K": 5, "weight": w, "mixing": m,
                           "verifier": "strict" if w == 1.0 else "fixed",
                           "draft_acceptance_rate": v["alpha"] * (1 - w / 2), "seconds_per_sample": v["seconds"],
-                          "quality": v["quality"] * w, "metric": "accuracy"}
+                          "quality": v["quality"] * w, "metric": "accuracy", "bias_tv": 0.3 * (1 - w)}
                          for pair, v in PAIRS.items() for w in (0.5, 1.0) for m in ("linear", "logit")])
 
 
@@ -155,6 +156,22 @@ def test_acceptance_vs_weight_plots_one_temperature():
     assert acceptance_vs_weight_lines(sweeps, 0.1)["K"].tolist() == [5, 5]
 
 
+def test_acceptance_vs_bias_draws_every_rule_beside_the_static_front():
+    """#34 item 2: every rule's dev points at one temperature, at the K the families were swept at; the front is
+    strict with the linear fixed w."""
+    rows = [("strict", None, 1.0, "linear", 0.3, 0.0), ("fixed", None, 0.5, "linear", 0.6, 0.2),
+            ("fixed", None, 0.5, "logit", 0.55, 0.25), ("lenient", 0.5, None, "linear", 0.5, 0.2),
+            ("ears", 0.5, None, "linear", 0.45, 0.1), ("autoregressive", None, None, "linear", None, 0.0)]
+    sweeps = pd.DataFrame([{"pair": "p", "task": "arith", "K": K, "temperature": T, "verifier": v, "knob": knob,
+                            "weight": w, "mixing": m, "draft_acceptance_rate": a, "bias_tv": b}
+                           for K, T in ((5, 1.0), (3, 1.0), (5, 0.1)) for v, knob, w, m, a, b in rows
+                           if K == 5 or v in ("strict", "fixed")])
+    points = acceptance_vs_bias_points(sweeps, 1.0)
+    assert set(points["K"]) == {5} and "autoregressive" not in set(points["verifier"])
+    assert points.loc[points["front"], "verifier"].tolist() == ["strict", "fixed"]
+    assert sorted(points["verifier"]) == ["ears", "fixed", "fixed", "lenient", "strict"]
+
+
 def test_every_figure_is_written_from_the_tables(tmp_path):
     import matplotlib.image
 
@@ -164,8 +181,9 @@ def test_every_figure_is_written_from_the_tables(tmp_path):
         frame.to_csv(tables / f"{name}.csv", index=False)
     paths = write_all(tables, tmp_path / "figures", [0.1, 1.0])
     assert sorted(p.name for p in paths if p.suffix == ".png") == [
-        "acceptance_by_position_T0.1.png", "acceptance_by_position_T1.png", "acceptance_vs_weight.png",
-        "quality_vs_time_T0.1.png", "quality_vs_time_T1.png", "weight_distribution.png"]
+        "acceptance_by_position_T0.1.png", "acceptance_by_position_T1.png", "acceptance_vs_bias_T0.1.png",
+        "acceptance_vs_bias_T1.png", "acceptance_vs_weight.png", "quality_vs_time_T0.1.png", "quality_vs_time_T1.png",
+        "weight_distribution.png"]
     heights = {p.name: matplotlib.image.imread(p).shape[0] for p in paths if p.suffix == ".png"}
     for stem in ("acceptance_vs_weight", "quality_vs_time_T1", "acceptance_by_position_T1", "weight_distribution"):
         assert heights[f"{stem}.png"] > 1.8 * heights["quality_vs_time_T0.1.png"]  # a row per pair; T = 0.1: no data

@@ -43,7 +43,7 @@ def test_paper_config_plans_its_full_dag(extra, pairs):
     """The two pairs of the paper's tables; Gemma 3 layered on top (opt-in) adds a third with every other setting;
     lambda at the authors' 5%, or chosen on dev per task with config/paper-lambda.yaml layered on top."""
     counts = paper(*extra).counts()
-    # one decode job per pair x 4 tasks x 2 temperatures x 3 seeds (9 runs each), + pairs x 2 transfers x 3 seeds
+    # one decode job per pair x 4 tasks x 2 temperatures x 3 seeds (10 runs each), + pairs x 2 transfers x 3 seeds
     assert counts["decode"] == pairs * 4 * 2 * 3 and counts["decode_transfer"] == pairs * 2 * 3
     assert counts["sweep"] == pairs * 4 * 2 + pairs * 2  # pairs x 4 tasks x 2 T at K = 5, + pairs x 2 figure K
     assert counts["time"] == counts["time_sweep"] == pairs * 4 * 2  # one job per (pair, task, T): every method
@@ -55,6 +55,14 @@ def test_paper_config_plans_its_full_dag(extra, pairs):
         assert counts["train_head"] == pairs * 4 and "train_head_lambda" not in counts and "sweep_lambda" not in counts
         assert {j.train.acceptance_weight for j in paper(*extra).of("train_head")} == {0.05}
     assert counts["fetch_sources"] == counts["aggregate"] == counts["plot"] == counts["report"] == 1
+
+
+def test_paper_config_runs_block_verification_beside_strict():
+    """#34 item 3: the lossless baseline beside strict in every decode and timing job of the paper config."""
+    plan = paper()
+    for job in plan.of("decode") + plan.of("time"):
+        runs = {r.method: r for r in job.runs}
+        assert runs["block"].verifier == "block" and runs["block"].changes == {} and "strict" in runs
 
 
 def test_paper_config_runs_the_authors_settings_beside_the_dev_choices():

@@ -42,6 +42,7 @@ from diversed.decoding.verifiers import (
     fly_window,
     logits_to_logprobs,
     synthetic_rows,
+    total_variation,
     verify_rows,
 )
 
@@ -370,8 +371,9 @@ def verify_step(block: Block, scored: Scored, w: torch.Tensor, ks: list[int], ro
     candidates = torch.where(at == n[:, None], next_token[:, None], torch.cat([block.tokens, next_token[:, None]], 1))
     live = at[:kmax] < index(tuple(ks), p.device)[:, None]  # [R, kmax]
     ok = (block.ok.to(p.device) | ~live).all(1)  # [R]: the draft logits each row used
-    n, ok, ok_t, tokens, ws, bias, logprob, is_max = _to_host(
-        n, ok, scored.ok, candidates, w, bias, *_fidelity(scored.logits, candidates))
+    tv = total_variation(p[:, :kmax], q)  # [R, kmax]: TV(p, q) at each drafted position (the static front's)
+    n, ok, ok_t, tokens, ws, bias, logprob, is_max, tv = _to_host(
+        n, ok, scored.ok, candidates, w, bias, *_fidelity(scored.logits, candidates), tv)
     steps, emitted, mixes = [], [], RULES[decoding.verifier].weight is not None  # w is recorded where it mixes
     for r, k in enumerate(ks):
         _raise_if_broken([ok[r]], "draft", len(rows[r].out.drafted))
@@ -381,7 +383,8 @@ def verify_step(block: Block, scored: Scored, w: torch.Tensor, ks: list[int], ro
         steps.append(Step(drafted=k, accepted=m - 1, tokens=cand[:m],
                           weights=ws[r * kmax:r * kmax + k] if mixes else [],
                           bias_tv=bias[span][:m], target_logprob=logprob[span][:m],
-                          target_argmax=[bool(a) for a in is_max[span][:m]]))
+                          target_argmax=[bool(a) for a in is_max[span][:m]],
+                          tv_pq=tv[r * kmax:r * kmax + min(m, k)]))
         emitted.append(cand)
     return steps, emitted
 

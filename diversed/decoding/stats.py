@@ -47,6 +47,7 @@ class Step:
     bias_tv: list[float]  # per emitted token: TV(nu, p) at its position (0 for a bonus token)
     target_logprob: list[float]  # per emitted token: log p_target(token) at T = 1
     target_argmax: list[bool]  # per emitted token: is it the target's greedy choice?
+    tv_pq: list[float] = field(default_factory=list)  # per tested position (min(n + 1, k)): TV(p, q) there
 
 
 @dataclass
@@ -61,6 +62,7 @@ class Generation:
     bias_tv: list[float] = field(default_factory=list)  # per emitted token: TV(nu, p)
     target_logprob: list[float] = field(default_factory=list)  # per token: log p_target(token) at T = 1
     target_argmax: list[bool] = field(default_factory=list)  # per token: is it the target's greedy choice?
+    tv_pq: list[float] = field(default_factory=list)  # per tested position of every step: TV(p, q)
     time_draft: float = 0.0
     time_verify: float = 0.0
     time_total: float = 0.0
@@ -80,6 +82,7 @@ class Generation:
         self.bias_tv.extend(step.bias_tv[:m])
         self.target_logprob.extend(step.target_logprob[:m])
         self.target_argmax.extend(step.target_argmax[:m])
+        self.tv_pq.extend(step.tv_pq)
         return m
 
     @property

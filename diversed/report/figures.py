@@ -86,6 +86,38 @@ def acceptance_vs_weight(sweeps: pd.DataFrame, stem: Path, temperature: float) -
     return _save(fig, stem)
 
 
+def acceptance_vs_bias_points(sweeps: pd.DataFrame, temperature: float) -> pd.DataFrame:
+    """What the acceptance-vs-bias figure plots: every rule's dev sweep points at one temperature and at the K the
+    families were swept at (the smallest such K; else the smallest K), with the static front's points (strict and
+    the linear fixed w) marked front."""
+    d = sweeps[(sweeps["temperature"] == temperature) & (sweeps["verifier"] != "autoregressive")
+               & sweeps["bias_tv"].notna()]
+    if d.empty:
+        return d.assign(front=pd.Series(dtype=bool))
+    families = d[~d["verifier"].isin(["strict", "fixed", "dynamic"])]
+    K = (families if len(families) else d)["K"].min()
+    d = d[d["K"] == K]
+    return d.assign(front=(d["verifier"] == "strict") | ((d["verifier"] == "fixed") & (d["mixing"] == "linear")))
+
+
+def acceptance_vs_bias(sweeps: pd.DataFrame, stem: Path, temperature: float) -> list[Path]:
+    """Acceptance against the bias TV(emitted, p) of every rule's dev sweep points, with the static ensemble's front
+    (strict and the linear fixed w, joined): a rule above the line would beat the static ensemble's trade-off
+    (the report's claim)."""
+    fig, panels = _panels(acceptance_vs_bias_points(sweeps, temperature), f" (T = {temperature:g})")
+    for ax, _, _, g in panels:
+        front = g[g["front"]].sort_values("bias_tv")
+        ax.plot(front["bias_tv"], 100 * front["draft_acceptance_rate"], color="0.5", lw=1, label="static front",
+                zorder=1)
+        for verifier, r in g.groupby("verifier"):
+            ax.scatter(r["bias_tv"], 100 * r["draft_acceptance_rate"], marker=MARKERS.get(verifier, "o"),
+                       c=COLORS.get(verifier, "k"), s=28, label=METHOD_NAMES.get(verifier, verifier), zorder=2)
+        ax.set(xlabel="bias TV(emitted, p) per token", ylabel="acceptance rate (%)", ylim=(0, 100))
+        ax.grid(alpha=0.3)
+    _legend(fig)
+    return _save(fig, stem)
+
+
 def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     """Points not dominated by another with lower x and higher y (lower time, higher quality)."""
     pts = points.sort_values([x, y], ascending=[True, False])
@@ -247,5 +279,6 @@ def write_all(tables: str | Path, out: str | Path, temperatures: list[float],
     for t in temperatures:
         paths += quality_vs_time(units, runs, sweeps, out / f"quality_vs_time_T{t:g}", t)
         paths += acceptance_by_position(runs, out / f"acceptance_by_position_T{t:g}", t)
+        paths += acceptance_vs_bias(sweeps, out / f"acceptance_vs_bias_T{t:g}", t)
     paths += weight_distribution(weights, out / "weight_distribution")
     return paths

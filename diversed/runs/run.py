@@ -147,6 +147,7 @@ class PreparedRun:
                          "completion": self.pair.tokenizer.decode(gen.tokens, skip_special_tokens=True),
                          "tokens": gen.tokens, "prompt_tokens": len(ids), "drafted": gen.drafted,
                          "accepted": gen.accepted, "weights": gen.weights, "bias_tv_per_token": gen.bias_tv,
+                         "tv_pq_per_position": gen.tv_pq,
                          "target_logprobs": gen.target_logprob, "target_argmax": gen.target_argmax,
                          # timings live in the manifest only, so generations.jsonl is byte-identical on a rerun
                          **{k: v for k, v in gen.stats().items() if k in DETERMINISTIC_STATS}})
@@ -489,6 +490,7 @@ class Run:
                 "quality": _number(quality.get(g["prompt_hash"])),
                 "weight_sd": statistics.pstdev(weights) if weights else math.nan,
                 "identity_gap": identity_gap(g, self.config["mixing"]),
+                "front_gap": front_gap(g),
             })
         return rows
 
@@ -514,6 +516,25 @@ def identity_gap(row: dict, mixing: str) -> float:
                 predicted.append(1 - ws[j] / (1 - ws[j]) * tv[at + j])
         at += n + 1
     return statistics.fmean(observed) - statistics.fmean(predicted) if observed else math.nan
+
+
+def front_gap(row: dict) -> float:
+    """Observed acceptance minus the static front's at the same bias, over the positions a prompt tested: a draft
+    tested where the target and draft differ by TV(p, q), whose emitted token has bias b = TV(nu, p), is accepted
+    with probability at most 1 - TV(p, q) + b (whatever emits nu accepts at most sum min(q, nu) <= 1 - TV(q, nu),
+    and TV(q, nu) >= TV(p, q) - b); the static ensemble meets it with equality. nan without the record (FLy's
+    bias, the baselines, runs written before TV(p, q) was recorded)."""
+    tv_pq, bias = row.get("tv_pq_per_position"), row.get("bias_tv_per_token") or []
+    if not tv_pq:
+        return math.nan
+    observed, front, at, tested = [], [], 0, 0
+    for k, n in zip(row.get("drafted", []), row.get("accepted", []), strict=True):
+        for j in range(min(n + 1, k)):
+            if tested + j < len(tv_pq) and at + j < len(bias) and bias[at + j] == bias[at + j]:
+                observed.append(float(j < n))
+                front.append(min(1.0, 1 - tv_pq[tested + j] + bias[at + j]))
+        at, tested = at + n + 1, tested + min(n + 1, k)
+    return statistics.fmean(observed) - statistics.fmean(front) if observed else math.nan
 
 
 def _number(value) -> float:
