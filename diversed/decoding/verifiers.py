@@ -143,7 +143,7 @@ def kl_divergence(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a * torch.where(a > 0, a.log() - b.log(), 0.0)).sum(-1)
 
 
-MENTORED_STEPS = 24  # bisection steps of each of mentored_target's two searches (2^-24 of their log ranges)
+MENTORED_STEPS = 16  # bisection steps of each of mentored_target's two searches (2^-16 of their log ranges)
 
 
 def mentored_target(p: torch.Tensor, q: torch.Tensor, budget: float) -> torch.Tensor:
