@@ -12,7 +12,7 @@ from pathlib import Path
 from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, FAMILIES, MIXINGS, RULES, Execution
 from diversed.runs.settings import SELECTIONS, RunConfig
 from diversed.tasks import PROMPT_FORMATS, SCORINGS
-from diversed.training.settings import DistillConfig, HeadTrainConfig
+from diversed.training.settings import DistillConfig, HeadTrainConfig, JudgeConfig, JudgeFit
 from diversed.utils import field_type, write_json, write_text
 
 PAIR = ("target", "draft", "draft_layers", "dtype", "device")  # RunConfig's fields that name the model pair
@@ -196,6 +196,30 @@ def cmd_train_draft(a: argparse.Namespace) -> None:
     print(f"fine-tuned draft: {distill_draft(cfg, a.out, execution=_execution(a))}")
 
 
+def cmd_mine_judge(a: argparse.Namespace) -> None:
+    from diversed.training.judge import mine_judge
+    from diversed.training.settings import JudgeConfig
+    from diversed.utils import read_json
+
+    cfg = config_from_args(JudgeConfig, a)
+    cfg.validate()
+    m = read_json(mine_judge(cfg, a.out, execution=_execution(a)))
+    print(f"judge labels: {a.out} ({m['prompts']} prompts, {m['tokens']} answer tokens, {m['mismatches']} "
+          f"mismatches, {m['important']} important)")
+
+
+def cmd_train_judge(a: argparse.Namespace) -> None:
+    from diversed.training.judge import train_judge
+    from diversed.training.settings import JudgeFit
+    from diversed.utils import read_json
+
+    path = train_judge(a.labels, a.out, config_from_args(JudgeFit, a))
+    m = read_json(path.parent / "manifest.json")
+    held = m["held_out"]["auc"]
+    print(f"judge: {path} ({m['important']} of {m['mismatches']} mismatches important; held-out AUC "
+          f"{'n/a' if held is None else f'{held:.3f}'} on {m['held_out']['prompts']} prompts)")
+
+
 def _sweep_base(a: argparse.Namespace):
     """The sweep's run config before a point sets its verifier, w and mixing; checked before any model loads."""
     base = config_from_args(RunConfig, a, only=PAIR + PROMPTS + DECODING)
@@ -243,7 +267,7 @@ def cmd_sweep(a: argparse.Namespace) -> None:
     labels = _sweep_labels(a)
     families = {f: getattr(a, f) for f in FAMILIES if getattr(a, f)}
     grid = Grid(tuple(a.weights or WEIGHTS), tuple(a.mixings or MIXINGS), families, tuple(a.deferrals), a.head,
-                a.target_only)
+                a.target_only, judge=a.judge_file)
     choice = sweep_weight(_sweep_base(a), a.out, grid, tolerance=a.tolerance, select=a.select, labels=labels,
                           launch=Launch(a.batch_size, _execution(a)))
     _print_choice(a.out, choice)
@@ -463,6 +487,18 @@ def _train_parsers(sub) -> None:
         add_config_args(t, Execution)
         t.add_argument("--out", required=True, help="output folder")
         t.set_defaults(func=fn)
+    p = sub.add_parser("mine-judge", help="AutoJudge's labels: swap each draft/target mismatch of the target's greedy "
+                       "answers on a task's train prompts and see whether the answer changes (resumable)")
+    add_config_args(p, JudgeConfig, required=("task",))
+    add_config_args(p, Execution)
+    p.add_argument("--out", required=True, help="output folder (a killed job rerun on it keeps its finished prompts)")
+    p.set_defaults(func=cmd_mine_judge)
+    p = sub.add_parser("train-judge", help="AutoJudge's classifier (logistic regression on the pair's hidden states) "
+                       "from mine-judge's labels")
+    p.add_argument("--labels", required=True, help="mine-judge's output folder")
+    add_config_args(p, JudgeFit)
+    p.add_argument("--out", required=True, help="output folder: judge.safetensors and manifest.json")
+    p.set_defaults(func=cmd_train_judge)
 
 
 def _sweep_parsers(sub) -> None:
@@ -480,6 +516,7 @@ def _sweep_parsers(sub) -> None:
                    "opt (default: %(default)s)")
     p.add_argument("--head", help="also decode DIVERSED with this trained head (a reference point of the fronts)")
     p.add_argument("--target-only", action="store_true", help="also decode the target alone (the fronts' reference)")
+    p.add_argument("--judge-file", help="AutoJudge's classifier (`diversed train-judge`), which --judge's points use")
     p.add_argument("--out", required=True, help="folder of the points' runs (finished ones are kept), sweep.csv/.md "
                    "and choice.json")
     p.set_defaults(func=cmd_sweep)

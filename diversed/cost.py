@@ -188,8 +188,11 @@ def crossover(target: str, draft: str, *, K: int = 5, tau: float = 3.0, context:
     return None
 
 
-RULES = ("decode", "time", "sweep", "time_sweep", "sweep_lambda", "train_head", "distill_draft")
-PRICED_AS = {"decode_transfer": "decode", "train_head_lambda": "train_head"}  # rules priced under another's column
+RULES = ("decode", "time", "sweep", "time_sweep", "sweep_lambda", "train_head", "distill_draft", "mine_judge")
+MISMATCH = 0.3  # the share of a greedy answer's positions where the draft would choose otherwise (assumed)
+# rules priced under another's column
+PRICED_AS = {"decode_transfer": "decode", "train_head_lambda": "train_head", "decode_judged": "decode",
+             "time_judged": "time", "time_sweep_judged": "time_sweep"}
 
 
 def job_ms(plan: Plan, pair: str) -> dict[str, list[float]]:
@@ -198,8 +201,9 @@ def job_ms(plan: Plan, pair: str) -> dict[str, list[float]]:
     decodes at batch 1) costs prompts x max_new_tokens x its per-token time (the target alone, the draft alone,
     or a speculative token at TAU: token_ms), over the task's mean context; head training decodes n_train x
     epochs rollouts of max_new_tokens, batch_size at a time, through both models; the fine-tuned draft's text is
-    the target's, TEXT_BATCH prompts at a time. Transfer runs count under decode, the lambda sweep's heads under
-    train_head (PRICED_AS)."""
+    the target's, TEXT_BATCH prompts at a time; AutoJudge's mining decodes n_train greedy answers, then a MISMATCH
+    share of their positions each continued for half the budget on average, batch_size rows at a time, through the
+    target. Transfer runs count under decode, the lambda sweep's heads under train_head (PRICED_AS)."""
     p = plan.pairs[pair]
     dtype = p.get("dtype", "bfloat16")
     t, d = arch(p["target"]), arch(p["draft"])
@@ -226,6 +230,10 @@ def job_ms(plan: Plan, pair: str) -> dict[str, list[float]]:
             ctx = context(cfg.task, plan.tasks[cfg.task]["max_new_tokens"])
             ms = cfg.n_train * cfg.epochs * cfg.max_new_tokens * (
                 per_token(None, cfg.batch_size, ctx, t) + per_token(None, cfg.batch_size, ctx, d))
+        elif rule == "mine_judge":
+            n = cfg.max_new_tokens
+            ctx = context(cfg.task, n)
+            ms = cfg.n_train * n * (1 + MISMATCH * n / 2) * per_token(None, cfg.batch_size, ctx, t)
         elif rule == "distill_draft":
             ctx = context(cfg.task, plan.tasks[cfg.task]["max_new_tokens"])
             ms = cfg.n_train * cfg.max_new_tokens * per_token(None, TEXT_BATCH, ctx, t)
@@ -258,8 +266,8 @@ def disk_gb(plan: Plan, pair: str) -> float:
 
 def cost_table(plan: Plan) -> str:
     """Markdown: the computed GPU-hours of each pair by rule, and its disk."""
-    rows = ["| pair | decode | time | sweep | sweep timing | lambda sweep | train head | distill | GPU-hours | disk |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| pair | decode | time | sweep | sweep timing | lambda sweep | train head | distill | mine judge | "
+            "GPU-hours | disk |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in plan.pairs:
         h = gpu_hours(plan, name)
         rows.append(f"| {name} | " + " | ".join(f"{h[r]:.1f}" for r in RULES)

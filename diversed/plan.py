@@ -21,11 +21,11 @@ from pathlib import Path
 
 import yaml
 
-from diversed.decoding.settings import BASELINES, FAMILIES, GIVEN, METHODS, RULES, given_method
+from diversed.decoding.settings import BASELINES, FAMILIES, GIVEN, METHODS, RULES, given_method, method_verifier
 from diversed.decoding.sources import Sources, hub_model, hub_sources, hub_task, load_config
 from diversed.runs.settings import Grid, RunConfig, point_name
-from diversed.tasks import registry
-from diversed.training.settings import DistillConfig, DraftRecipe, HeadTrainConfig
+from diversed.tasks import get_task, registry
+from diversed.training.settings import DistillConfig, DraftRecipe, HeadTrainConfig, JudgeConfig, JudgeFit
 
 # Where everything lands: one template per kind of folder (T as temperature() writes it).
 RUN = "results/runs/{pair}/{task}/{method}/T{T}-K{K}-s{seed}"
@@ -38,6 +38,8 @@ LAMBDA = "results/lambda/{pair}/{task}"  # a lambda sweep: dev runs, lambda.csv,
 LAMBDA_HEAD = "results/lambda/{pair}/{task}/heads/lambda{lam}"  # a candidate head
 HEAD = "results/heads/{pair}/{task}"  # the task's head: trained at the config's lambda, or the lambda sweep's
 DRAFT = "resources/drafts/{pair}/{task}"  # the fine-tuned draft
+JUDGE = "results/judges/{pair}/{task}"  # AutoJudge's classifier (judge.safetensors, manifest.json)
+JUDGE_LABELS = "results/judges/{pair}/{task}/labels"  # its mined labels (shards/, mismatches.jsonl, manifest.json)
 MODELS = "resources/models/{pair}.json"  # prepare_models' record of a local pair
 SOURCES = "resources/sources.json"  # fetch_sources' record: every hub source is in the Hugging Face cache
 KEPT = "results/kept"  # finished quality runs of a failed decode job (generate --keep)
@@ -51,13 +53,17 @@ NUMBER = r"\d+(\.\d+)?(e-\d+)?"  # a float as str() writes it (0.1, 1.0, 1e-05):
 
 # the rules that load a pair (and claim the GPU of a CUDA pair)
 MODEL_RULES = ("decode", "decode_transfer", "time", "sweep", "time_sweep", "sweep_lambda", "train_head",
-               "train_head_lambda", "distill_draft")
+               "train_head_lambda", "distill_draft", "mine_judge", "decode_judged", "time_judged", "time_sweep_judged")
+# the decoding rules' variants on a task AutoJudge runs on: the same jobs with the judge's runs among their outputs
+JUDGED = {"decode_judged": "decode", "time_judged": "time", "time_sweep_judged": "time_sweep"}
 LOCAL_RULES = ("fetch_sources", "aggregate", "plot", "report")  # on a cluster: the submitting node
 WILDCARDS = {"fetch_sources": (), "prepare_models": ("pair",), "train_head": ("pair", "task"),
              "train_head_lambda": ("pair", "task", "lam"), "distill_draft": ("pair", "task"),
+             "mine_judge": ("pair", "task"), "train_judge": ("pair", "task"),
              "sweep": ("pair", "task", "T", "K"), "time_sweep": ("pair", "task", "T", "K"),
              "sweep_lambda": ("pair", "task"), "decode": ("pair", "task", "T", "seed"), "time": ("pair", "task", "T"),
              "decode_transfer": ("pair", "task", "head", "T", "seed"), "aggregate": (), "plot": (), "report": ()}
+WILDCARDS |= {variant: WILDCARDS[rule] for variant, rule in JUDGED.items()}
 
 
 def temperature(T) -> str:
@@ -107,7 +113,7 @@ class Job:
     threads: int | None
     gpu: int = 0
     runs: tuple[PlannedRun, ...] = ()
-    train: HeadTrainConfig | DistillConfig | None = None
+    train: HeadTrainConfig | DistillConfig | JudgeConfig | None = None
 
     @property
     def pair(self) -> str | None:
@@ -159,8 +165,9 @@ def validated(config: dict) -> dict:
         where = "/".join(map(str, e.absolute_path)) or "the config"
         raise ValueError(f"invalid config at {where}: {e.message}") from None
     check(config)
-    for key, cls in (("train_head", HeadTrainConfig), ("distill", DistillConfig)):  # the command line's defaults
-        config[key] = {k: getattr(cls, k) for k in schema["properties"][key]["properties"]} | config[key]
+    for key, cls in (("train_head", HeadTrainConfig), ("distill", DistillConfig), ("judge", JudgeFit)):  # the CLI's
+        config[key] = {k: getattr(cls, k) for k in schema["properties"][key]["properties"] if hasattr(cls, k)} | \
+            config[key]
     return config
 
 
@@ -185,8 +192,25 @@ def check(config: dict) -> None:
     for t in config["transfer"]:
         if unknown := sorted({t["head"], t["eval"]} - set(config["tasks"])):
             raise ValueError(f"transfer task(s) {', '.join(unknown)} are not among the config's tasks")
+    judged = config["judge"]["tasks"]
+    if unknown := sorted(set(judged or []) - set(config["tasks"])):
+        raise ValueError(f"judge task(s) {', '.join(unknown)} are not among the config's tasks")
+    if unscored := [t for t in judged or [] if get_task(t).metric.fidelity]:
+        raise ValueError(f"judge task(s) {', '.join(unscored)} have no references: AutoJudge's labels need a task "
+                         "whose answers are scored")
+    if "judge" in config["methods"] and not judge_tasks(config):
+        raise ValueError("method judge runs on the tasks with a checkable answer, and the config has none")
     if unknown := sorted(set(config["sweep"]["figure_tasks"]) - set(config["tasks"])):
         raise ValueError(f"sweep.figure_tasks {', '.join(unknown)} are not among the config's tasks")
+
+
+def judge_tasks(config: dict) -> list[str]:
+    """The tasks AutoJudge runs on where the config runs it: judge.tasks, by default every task with references."""
+    if "judge" not in config["methods"]:
+        return []
+    named = config["judge"]["tasks"]
+    return [t for t in config["tasks"] if t in named] if named is not None else [
+        t for t in config["tasks"] if not get_task(t).metric.fidelity]
 
 
 class Plan:
@@ -203,14 +227,15 @@ class Plan:
         self.chosen = [m for m in self.speculative if m == "fixed" or m in FAMILIES]  # a sweep chooses their setting
         self.given = {given_method(v, x): v for v in GIVEN for x in c["given"].get(v, [])}  # method: verifier
         self.lambda_tasks = c["lambda_sweep"]["tasks"]
+        self.judge_tasks = judge_tasks(c)
         self.transfer_heads = sorted({t["head"] for t in c["transfer"]})
         self.sweep_head = "dynamic" in self.speculative  # the fronts' references each sweep decodes
         self.sweep_target = "autoregressive" in self.methods
         self.hub: Sources = hub_sources(c)
         self.jobs: list[Job] = []
         self._index: dict[tuple, Job] = {}
-        for make in (self._fetch, self._prepare, self._heads, self._drafts, self._sweeps, self._decodes,
-                     self._report):
+        for make in (self._fetch, self._prepare, self._heads, self._drafts, self._judges, self._sweeps,
+                     self._decodes, self._report):
             for job in make():
                 self.jobs.append(job)
                 self._index[job.rule, tuple(sorted(job.wildcards.items()))] = job
@@ -257,7 +282,7 @@ class Plan:
             return {k: [f"{d}/{name}" for d in dirs] for k, name in
                     (("manifests", "manifest.json"), ("generations", "generations.jsonl"), ("scores", "scores.json"))}
 
-        if rule in ("decode", "time", "decode_transfer", "time_sweep"):
+        if JUDGED.get(rule, rule) in ("decode", "time", "decode_transfer", "time_sweep"):
             return each([r.dir for r in self._run_list(rule, w)])
         return {
             "fetch_sources": lambda: {"record": SOURCES},
@@ -267,6 +292,9 @@ class Plan:
             "train_head_lambda": lambda: {"head": LAMBDA_HEAD.format(**w) + "/head.safetensors",
                                           "log_csv": LAMBDA_HEAD.format(**w) + "/train_log.csv"},
             "distill_draft": lambda: {"draft": DRAFT.format(**w)},
+            "mine_judge": lambda: {"labels": JUDGE_LABELS.format(**w) + "/manifest.json"},
+            "train_judge": lambda: {"judge": JUDGE.format(**w) + "/judge.safetensors",
+                                    "manifest": JUDGE.format(**w) + "/manifest.json"},
             "sweep": lambda: {"choice": SWEEP.format(**w) + "/choice.json", "table": SWEEP.format(**w) + "/sweep.csv",
                               "markdown": SWEEP.format(**w) + "/sweep.md"},
             "sweep_lambda": lambda: {"head": HEAD.format(**w) + "/head.safetensors",
@@ -299,6 +327,22 @@ class Plan:
 
     def _head(self, pair: str, task: str) -> str:
         return HEAD.format(pair=pair, task=task) + "/head.safetensors"
+
+    def _judge(self, pair: str, task: str) -> str | None:
+        """The task's AutoJudge classifier, None where the judge does not run on it."""
+        return JUDGE.format(pair=pair, task=task) + "/judge.safetensors" if task in self.judge_tasks else None
+
+    def _judged(self, task: str, judged: bool = False) -> bool:
+        """Whether the judge runs on a task (a "{task}" pattern: as `judged` says)."""
+        return task in self.judge_tasks if task in self.tasks else judged
+
+    def _variant(self, rule: str, task: str) -> str:
+        """decode, time or time_sweep, or its *_judged variant on a task the judge runs on."""
+        return f"{rule}_judged" if task in self.judge_tasks else rule
+
+    def _families(self, task: str, judged: bool = False) -> list[str]:
+        """The families a task's sweeps and decodes run: judge only on the judge's tasks."""
+        return [f for f in self.families if f != "judge" or self._judged(task, judged)]
 
     # ------------------------------------------------------------------------------------------ flags
 
@@ -415,6 +459,26 @@ class Plan:
                       {"pair": self._pair_flags(pair), "config": self._train_flags(cfg, "distill"),
                        "execution": self._execution()}, threads=self._threads(), gpu=self._gpu(pair), train=cfg)
 
+    def _judges(self):
+        """AutoJudge per (pair, judge task): its labels mined on the train prompts, then its classifier (CPU)."""
+        fit = {k: self.config["judge"][k] for k in ("l2", "holdout", "iterations")}
+        for pair, task in itertools.product(self.pairs, self.judge_tasks):
+            p, t, w = self.pairs[pair], self.tasks[task], {"pair": pair, "task": task}
+            cfg = JudgeConfig(**{k: p[k] for k in ("target", "draft", "draft_layers", "dtype", "device")}, task=task,
+                              data_files=t["data_files"], n_train=t["n_train"], max_new_tokens=t["max_new_tokens"],
+                              prompt_format=self.config["prompt_format"], scoring=self.config["scoring"], seed=0,
+                              batch_size=self._batch(pair))
+            names = ("task", "data_files", "n_train", "max_new_tokens", "prompt_format", "scoring", "seed",
+                     "batch_size")
+            labels = self._make_outputs("mine_judge", w)["labels"]
+            yield Job("mine_judge", w, self._models(pair, task), self._make_outputs("mine_judge", w),
+                      {"pair": self._pair_flags(pair),
+                       "config": flags(JudgeConfig, **{n: getattr(cfg, n) for n in names}),
+                       "execution": self._execution(), "out": _parent(labels)},
+                      threads=self._threads(), gpu=self._gpu(pair), train=cfg)
+            yield Job("train_judge", w, {"labels": labels}, self._make_outputs("train_judge", w),
+                      {"labels": _parent(labels), "fit": flags(JudgeFit, **fit), "out": JUDGE.format(**w)}, threads=1)
+
     def _train_flags(self, cfg: HeadTrainConfig | DistillConfig, key: str) -> str:
         """A training job's flags: its task's prompts, then every setting the config's `key` section holds."""
         names = ["task", "data_files", "n_train", "prompt_format", "seed", *(["scoring"] * (key == "train_head")),
@@ -424,11 +488,12 @@ class Plan:
     def _tolerance(self) -> str:
         return flags(tolerance=self.sweep["tolerance"], select=self.sweep["select"])
 
-    def _sweep_points(self, head: str | None) -> list[dict]:
+    def _sweep_points(self, head: str | None, task: str, judge: str | None, judged: bool = False) -> list[dict]:
         s = self.sweep
-        return Grid(s["weights"], s["mixings"], {f: s["families"][f] for f in self.families}, s["deferrals"],
+        families = {f: s["families"][f] for f in self._families(task, judged)}
+        return Grid(s["weights"], s["mixings"], families, s["deferrals"],
                     head=head if self.sweep_head else None, target_only=self.sweep_target,
-                    head_mixing=self._head_mixing).points()
+                    head_mixing=self._head_mixing, judge=judge).points()
 
     def _sweep_settings(self) -> list[tuple[str, str, str, int]]:
         """(pair, task, T, K) of every sweep: each setting whose fixed w or family knob the runs read, and the
@@ -444,12 +509,14 @@ class Plan:
         s, read = self.sweep, bool(self.chosen)
         for pair, task, T, K in self._sweep_settings():
             t, w = self.tasks[task], {"pair": pair, "task": task, "T": T, "K": str(K)}
-            inputs = self._models(pair, task) | ({"head": self._head(pair, task)} if self.sweep_head else {})
-            points = self._sweep_points(inputs.get("head"))
+            inputs = self._models(pair, task) | ({"head": self._head(pair, task)} if self.sweep_head else {}) | (
+                {"judge": judge} if (judge := self._judge(pair, task)) else {})
+            points = self._sweep_points(inputs.get("head"), task, judge)
             runs = [self._point_run("sweep", f"{SWEEP.format(**w)}/{point_name(p)}", w, p, t["n_dev"]) for p in points]
             grid = " ".join([flags(weights=s["weights"], mixings=s["mixings"])]
-                            + [flags(**{f: s["families"][f]}) for f in self.families]
-                            + ([flags(deferrals=s["deferrals"])] if "cascade" in self.families else []))
+                            + [flags(**{f: s["families"][f]}) for f in self._families(task)]
+                            + ([flags(deferrals=s["deferrals"])] if "cascade" in self.families else [])
+                            + [flags(judge_file=judge)])
             yield Job("sweep", w, inputs, self._make_outputs("sweep", w),
                       {"pair": self._pair_flags(pair), "prompts": self._prompt_flags(task, "dev", t["n_dev"]),
                        "decoding": self._decoding_flags(task, T, 0, K), "grid": grid,
@@ -462,9 +529,10 @@ class Plan:
 
     def _time_sweep(self, pair: str, task: str, T: str, K: int, inputs: dict) -> Job:
         w = {"pair": pair, "task": task, "T": T, "K": str(K)}
-        runs = self._run_list("time_sweep", w, inputs.get("head"))
+        rule = self._variant("time_sweep", task)
+        runs = self._run_list(rule, w, inputs.get("head"))
         t = self.tasks[task]
-        return Job("time_sweep", w, inputs, self._make_outputs("time_sweep", w),
+        return Job(rule, w, inputs, self._make_outputs(rule, w),
                    {"pair": self._pair_flags(pair),
                     "prompts": self._prompt_flags(task, "dev", t["n_dev"], runs[0].prompts),
                     "decoding": self._decoding_flags(task, T, 0),
@@ -483,21 +551,24 @@ class Plan:
                                  for K in self.config["K"]]
         if "dynamic" in self.speculative:
             inputs["head"] = self._head(pair, task)
+        if judge := self._judge(pair, task):
+            inputs["judge"] = judge
         return inputs
 
     def _decodes(self):
         c = self.config
         for pair, task, T in itertools.product(self.pairs, self.tasks, map(temperature, c["temperatures"])):
             for seed in c["seeds"]:
-                yield self._decode_job("decode", {"pair": pair, "task": task, "T": T, "seed": str(seed)})
-            yield self._decode_job("time", {"pair": pair, "task": task, "T": T})
+                yield self._decode_job(self._variant("decode", task), {"pair": pair, "task": task, "T": T,
+                                                                       "seed": str(seed)})
+            yield self._decode_job(self._variant("time", task), {"pair": pair, "task": task, "T": T})
         for pair, t, seed in itertools.product(self.pairs, c["transfer"], c["seeds"]):
             yield self._decode_job("decode_transfer", {"pair": pair, "task": t["eval"], "head": t["head"],
                                                        "T": temperature(c["transfer_temperature"]),
                                                        "seed": str(seed)})
 
     def _decode_job(self, rule: str, w: dict[str, str]) -> Job:
-        pair, task, timing = w["pair"], w["task"], rule == "time"
+        pair, task, timing = w["pair"], w["task"], JUDGED.get(rule, rule) == "time"
         if rule == "decode_transfer":
             inputs = self._models(pair, task) | {"head": self._head(pair, w["head"])}
         else:
@@ -520,8 +591,9 @@ class Plan:
         def dirs(*rules):
             return [r.dir for job in self.jobs if job.rule in rules for r in job.runs]
 
-        scored = {"scores": dirs("decode", "decode_transfer"), "timing_scores": dirs("time"),
-                  "sweep_timing_scores": dirs("time_sweep")}
+        scored = {"scores": dirs("decode", "decode_judged", "decode_transfer"),
+                  "timing_scores": dirs("time", "time_judged"), "sweep_timing_scores": dirs("time_sweep",
+                                                                                            "time_sweep_judged")}
         inputs = {name: [f"{d}/scores.json" for d in ds] for name, ds in scored.items()} | {
             "sweeps": [job.outputs["table"] for job in self.of("sweep")],
             "lambda_sweeps": [job.outputs["table"] for job in self.of("sweep_lambda")]}
@@ -557,8 +629,9 @@ class Plan:
     def _run_list(self, rule: str, w: dict[str, str], head: str | None = None) -> list[PlannedRun]:
         """The runs of a decode, time, decode_transfer or time_sweep job at wildcards w (values, or "{name}"
         patterns): target only (and draft only) first, then each speculative method at each K."""
+        judged, rule = rule in JUDGED, JUDGED.get(rule, rule)
         if rule == "time_sweep":
-            return self._sweep_timing_runs(w, head)
+            return self._sweep_timing_runs(w, head, judged)
         pair, task, T, K_list = w["pair"], w["task"], w["T"], self.config["K"]
         timing = rule == "time"
         seed = w.get("seed", str(self.config["seeds"][0]))
@@ -572,8 +645,9 @@ class Plan:
                               changes=self._head_changes(head))
                     for K in K_list]
         runs = []
-        for method, K in [(b, None) for b in self.baselines] + [(m, K) for m in [*self.speculative, *self.given]
-                                                                for K in K_list]:
+        methods = [m for m in [*self.speculative, *self.given]
+                   if method_verifier(m) != "judge" or self._judged(task, judged)]
+        for method, K in [(b, None) for b in self.baselines] + [(m, K) for m in methods for K in K_list]:
             if timing:
                 template = TIMING_BASELINE if K is None else TIMING_RUN
             else:
@@ -588,6 +662,10 @@ class Plan:
     def _method_changes(self, method: str, pair: str, task: str, T: str, K: int | None) -> dict:
         """What a method's run changes: the fine-tuned draft, the setting its sweep chose or the config gives, the
         task's head."""
+        if method_verifier(method) == "judge":  # the given setting or the sweep's choice, with the task's judge
+            return {"judge": self._judge(pair, task)} | (
+                {"knob": float(method.split("-", 1)[1])} if method in self.given else
+                {"weight_file": SWEEP.format(pair=pair, task=task, T=T, K=K) + "/choice.json"})
         if method in self.given:
             value = float(method.split("-", 1)[1])
             return {"weight": value, "mixing": "linear"} if self.given[method] == "fixed" else \
@@ -609,14 +687,15 @@ class Plan:
         """A DIVERSED run's changes: its head, and the mixing the head is trained with where it is not linear."""
         return {"head": head} | ({"mixing": self._head_mixing} if self._head_mixing != "linear" else {})
 
-    def _sweep_timing_runs(self, w: dict[str, str], head: str | None) -> list[PlannedRun]:
+    def _sweep_timing_runs(self, w: dict[str, str], head: str | None, judged: bool = False) -> list[PlannedRun]:
         """time_sweep's runs: each point of the sweep at its K (DIVERSED with the task's head), the target alone."""
         pair, task = w["pair"], w["task"]
         t = self.tasks.get(task)
         n = 0 if t is None else min(self.sweep["n_timing"] or t["n_timing"], t["n_dev"])
         head = head or (self._head(pair, task) if self.sweep_head else None)
+        judge = self._judge(pair, task) if t is not None else JUDGE.format(**w) + "/judge.safetensors"
         return [self._point_run("time_sweep", f"{SWEEP_TIMING.format(**w)}/{point_name(p)}", w, p, n, timing=True)
-                for p in self._sweep_points(head)]
+                for p in self._sweep_points(head, task, judge, judged)]
 
     def _point_run(self, rule: str, dir: str, w: dict[str, str], point: dict, prompts: int,
                    timing: bool = False) -> PlannedRun:

@@ -73,6 +73,13 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def read_json(path: str | os.PathLike) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e.msg})") from e
+
+
 def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
     write_text(path, "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in rows))
 

@@ -195,7 +195,7 @@ def test_a_finished_run_is_scored_again_offline_under_another_scoring(greedy_run
 def test_stop_strings_end_on_the_text_of_the_newest_tokens(tiny_dir):
     from transformers import AutoTokenizer
 
-    from diversed.runs.run import stop_at
+    from diversed.decoding.engine import stop_at
 
     tok = AutoTokenizer.from_pretrained(tiny_dir / "tiny-target")
     stop = stop_at(tok, ("\n\nQuestion:",))

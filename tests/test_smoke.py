@@ -66,16 +66,20 @@ def test_smoke_config_end_to_end(smoke_run):
     # every quality and timing run of the plan, and its transfer run (the lambda sweep's are in its table only)
     quality = [r for r in plan.runs if r.rule in ("decode", "decode_transfer")]
     timed = [r for r in plan.runs if r.rule == "time"]
-    assert len(runs) == len(quality) + len(timed) == 57 and runs["timing"].sum() == 28
+    assert len(runs) == len(quality) + len(timed) == 61 and runs["timing"].sum() == 30
     assert set(runs["split"]) == {"eval"} and set(runs["method"]) == {r.method.split("@")[0] for r in quality}
     assert set(runs.loc[runs["timing"], "batch_size"]) == {1} and set(runs.loc[~runs["timing"], "batch_size"]) == {2}
     assert runs.loc[~runs["timing"], "tokens_per_s"].isna().all() and runs.loc[runs["timing"], "speedup"].notna().all()
     speed = pd.read_csv(wd / "results" / "tables" / "speed.csv")
-    assert len(speed) == 28 and set(speed["prompts"]) == {2}  # the timed prompts only
+    assert len(speed) == 30 and set(speed["prompts"]) == {2}  # the timed prompts only
     families = pd.read_csv(wd / "results" / "tables" / "families.csv")
-    assert set(families["method"]) >= {"Static ensemble (fixed w)", "Speculative cascade", "Lenient SD", "DIVERSED"}
+    assert set(families["method"]) >= {"Static ensemble (fixed w)", "Speculative cascade", "Lenient SD", "AutoJudge",
+                                       "DIVERSED"}
+    assert set(runs.loc[runs["method"] == "judge", "task"]) == {"arith"}  # AutoJudge where answers are checked
+    judge = json.loads((wd / "results" / "judges" / "tiny" / "arith" / "manifest.json").read_text())
+    assert judge["task"] == "arith" and judge["fit"]["holdout"] == 0.2  # its classifier, from its mined labels
     sweeps = pd.read_csv(wd / "results" / "tables" / "sweeps.csv")
-    assert {"cascade", "lenient", "fixed", "strict", "dynamic", "autoregressive"} <= set(sweeps["verifier"])
+    assert {"cascade", "lenient", "judge", "fixed", "strict", "dynamic", "autoregressive"} <= set(sweeps["verifier"])
     read = sweeps["K"] == 3  # the sweeps the runs read are timed at batch 1 (not the figure's K = 2 sweep)
     assert sweeps.loc[read, "speedup"].notna().all() and sweeps.loc[~read, "speedup"].isna().all()
     assert sweeps.loc[read & (sweeps["verifier"] == "autoregressive"), "speedup"].tolist() == pytest.approx([1.0] * 4)
@@ -92,7 +96,7 @@ def test_smoke_config_end_to_end(smoke_run):
     assert head["config"]["acceptance_weight"] == chosen and head["chosen"]["split"] == "dev"
     report = (wd / "results" / "REPORT.md").read_text()
     assert "Table 1" in report and "## Claims" in report
-    for name in ("static front", "Speculative cascade front", "Lenient SD front"):  # DIVERSED beyond each family's
+    for name in ("static front", "Speculative cascade front", "Lenient SD front", "AutoJudge front"):  # each one's
         assert f"DIVERSED lies beyond the {name}" in report, name
 
     # nothing changed: nothing to do
@@ -102,10 +106,12 @@ def test_smoke_config_end_to_end(smoke_run):
     config["sweep"]["weights"] = [0.25]
     (wd / "changed.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     counts = jobs(snakemake("-n", "--configfile", "changed.yaml", cwd=wd).stdout)
-    assert set(counts) == {"sweep", "time_sweep", "decode", "time", "aggregate", "plot", "report", "all"}, counts
+    decoding = ("time_sweep", "decode", "time")
+    assert set(counts) == {"sweep", *decoding, *(f"{r}_judged" for r in decoding), "aggregate", "plot", "report",
+                           "all"}, counts
     # 2 tasks x 2 temperatures + the K-figure sweep (each keeps its finished points: see test_sweep), their
-    # timing, and the decode and timing jobs whose fixed run reads a re-chosen w
-    assert counts["sweep"] == 5 and counts["time_sweep"] == 4 and counts["decode"] == 4 and counts["time"] == 4
+    # timing, and the decode and timing jobs whose fixed run reads a re-chosen w (arith's: the *_judged variants)
+    assert counts["sweep"] == 5 and all(counts[r] == counts[f"{r}_judged"] == 2 for r in decoding)
 
 
 def test_a_killed_workflow_and_a_failed_decode_job_resume_to_identical_runs(smoke_run, tmp_path):
@@ -153,7 +159,7 @@ def test_a_killed_workflow_and_a_failed_decode_job_resume_to_identical_runs(smok
     assert taken == finished and len(taken) >= 2, (taken, finished)
     # the rest decoded, or copied: a fixed w the sweep left at 1, or a family kept at strict, is strict's run id
     runs = list((wd / "results" / "runs" / "tiny" / "arith").glob("*/T1.0*-s0/manifest.json"))
-    assert len(runs) == 7  # autoregressive, strict, finetuned, fixed, dynamic, cascade, lenient
+    assert len(runs) == 8  # autoregressive, strict, finetuned, fixed, dynamic, cascade, lenient, judge
     assert decoded and len(taken) + len(decoded) + log.count(", copied") == len(runs), (decoded, taken)
     ref = smoke_run
     for rel in [Path("results/sweeps/tiny/arith/T1.0-K3/sweep.csv"), *sorted(

@@ -251,7 +251,8 @@ def test_a_family_reads_its_knob_from_the_sweeps_choice(tmp_path):
     assert with_weight_file({"verifier": "fixed"}, path) == {"verifier": "fixed", "weight": 0.5, "mixing": "logit"}
     assert with_weight_file({"verifier": "lenient"}, path) == {"verifier": "lenient", "knob": 0.3, "deferral": "chow"}
     assert with_weight_file({"verifier": "cascade"}, path)["deferral"] == "opt"
-    assert with_weight_file({"verifier": "topk"}, path) == {"verifier": "strict", "knob": None, "deferral": "chow"}
+    assert with_weight_file({"verifier": "topk"}, path) == {"verifier": "strict", "knob": None, "deferral": "chow",
+                                                                "judge": None}  # a judge file goes with it
     with pytest.raises(ValueError, match="holds no choice for the 'typical' verifier"):
         with_weight_file({"verifier": "typical"}, path)
 

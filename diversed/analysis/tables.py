@@ -74,13 +74,16 @@ def collect(run_dirs: list[str | Path]) -> pd.DataFrame:
 
 TRAINED_COLUMNS = ["kind", "path", "task", "prompts", "steps", "acceptance_term", "acceptance_weight", "lr",
                    "batch_size", "epochs", "mixing", "baseline", "relative_at_zero", "max_prompt_tokens", "scoring",
-                   "finetune", "final_mean_w", "reward_varied", "collapsed", "chosen_split", "candidates"]
+                   "finetune", "final_mean_w", "reward_varied", "collapsed", "chosen_split", "candidates",
+                   "important_share", "held_out_auc"]
 
 
 def trained_table(run_dirs: list[str | Path]) -> pd.DataFrame:
     """One row per trained artifact behind the runs (runs.run.trained): each DIVERSED head (kind "head": its
     training config, steps, final mean w, the share of steps whose rewards varied, its collapse, where its lambda
-    was chosen and among which candidates) and each fine-tuned draft (kind "draft": its objective), once."""
+    was chosen and among which candidates), each AutoJudge classifier (kind "judge": the share of its mined
+    mismatches that were important, its AUC on held-out prompts) and each fine-tuned draft (kind "draft": its
+    objective), once."""
     rows = {}
     for run_dir in run_dirs:
         for t in trained(Run(run_dir)):
@@ -98,7 +101,8 @@ def trained_table(run_dirs: list[str | Path]) -> pd.DataFrame:
                 "final_mean_w": final.get("mean_w"), "reward_varied": final.get("reward_varied"),
                 "collapsed": t.get("collapsed") or "no" if t["kind"] == "head" else None,
                 "chosen_split": chosen.get("split"),
-                "candidates": ", ".join(f"{x['lambda']:g}" for x in chosen.get("candidates", [])) or None}
+                "candidates": ", ".join(f"{x['lambda']:g}" for x in chosen.get("candidates", [])) or None,
+                "important_share": t.get("important_share"), "held_out_auc": t.get("held_out", {}).get("auc")}
     return pd.DataFrame(list(rows.values()), columns=TRAINED_COLUMNS)
 
 

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from diversed.decoding import fastpath
+from diversed.decoding.head import Judge, WeightHead
 from diversed.decoding.models import context_length, shared_width
 from diversed.decoding.models import vocab_size as vocab_width
 from diversed.decoding.rng import DRAFT, Draws, Streams
@@ -62,8 +63,9 @@ def draw(sampling: Sampling, scores: torch.Tensor, draws: Draws, lane: int) -> t
 
 @dataclass
 class Networks:
-    """The modules a decode runs: the target p, the draft q (None: the target alone), DIVERSED's weight head, and
-    the pair's common logit width where the two differ by padding (models.Pair.vocab_size)."""
+    """The modules a decode runs: the target p, the draft q (None: the target alone), DIVERSED's weight head or
+    AutoJudge's classifier (head.Judge), and the pair's common logit width where the two differ by padding
+    (models.Pair.vocab_size)."""
 
     target: nn.Module
     draft: nn.Module | None = None
@@ -81,8 +83,11 @@ def check_request(nets: Networks, prompt_len: int, decoding: Decoding, execution
     the longest prompt's)."""
     target, draft, head, vocab_size = nets.target, nets.draft, nets.head, nets.vocab_size
     verifier = decoding.verifier
-    if verifier == "dynamic" and head is None:
+    kind = {"dynamic": WeightHead, "judge": Judge}.get(verifier)
+    if kind is WeightHead and not isinstance(head, WeightHead):
         raise ValueError("verifier 'dynamic' needs --head, a trained weight head (head= in Python)")
+    if kind is Judge and not isinstance(head, Judge):
+        raise ValueError("verifier 'judge' needs --judge, a trained AutoJudge classifier (head= in Python)")
     models = [("target", target)]
     if verifier != "autoregressive":
         if draft is None:
@@ -93,7 +98,7 @@ def check_request(nets: Networks, prompt_len: int, decoding: Decoding, execution
         if v_t != v_d and (vocab_size is None or vocab_size < max(v_t, v_d)):
             raise ValueError(f"vocabulary mismatch: target has {v_t} logits, draft has {v_d} (load the pair with "
                              "diversed.decoding.models.load_pair to pad provably identical tokenizers)")
-    if verifier == "dynamic":
+    if kind is not None:
         head.check_pair(target, draft)
     for role, model in models:
         fastpath.check_capture(execution.capture, model, role, enabled=execution.fastpath)
@@ -222,6 +227,17 @@ class Ends:
     eos: set[int] | None = None
     stop: Callable[[int, list[int]], bool] | None = None
     on_finish: Callable[[int], None] | None = None
+
+
+def stop_at(tokenizer, markers: tuple[str, ...] | list[str], window: int = 48):
+    """Ends.stop for stop strings: True once the text of a row's newest `window` tokens (several steps' worth)
+    holds one of the markers."""
+    markers = tuple(m for m in markers if m)
+
+    def stop(_, tokens: list[int]) -> bool:
+        text = tokenizer.decode(tokens[-window:], skip_special_tokens=True)
+        return any(m in text for m in markers)
+    return stop
 
 
 class Batch:
@@ -374,7 +390,7 @@ def verify_step(block: Block, scored: Scored, w: torch.Tensor, ks: list[int], ro
     tv = total_variation(p[:, :kmax], q)  # [R, kmax]: TV(p, q) at each drafted position (the static front's)
     n, ok, ok_t, tokens, ws, bias, logprob, is_max, tv = _to_host(
         n, ok, scored.ok, candidates, w, bias, *_fidelity(scored.logits, candidates), tv)
-    steps, emitted, mixes = [], [], RULES[decoding.verifier].weight is not None  # w is recorded where it mixes
+    steps, emitted, mixes = [], [], RULES[decoding.verifier].weight not in (None, "judge")  # w where it mixes
     for r, k in enumerate(ks):
         _raise_if_broken([ok[r]], "draft", len(rows[r].out.drafted))
         _raise_if_broken([ok_t[r]], "target", len(rows[r].out.drafted))
@@ -456,8 +472,9 @@ def generate(nets: Networks, prompts: list, decoding: Decoding, *,
     lockstep; returns one Generation per prompt, in order. seeds[i]: prompt i's random stream (rng; default i);
     ends: what ends a row besides its token budget (Ends; default: the target's EOS ids).
 
-    strict: w = 1 (lossless); fixed: constant weight; dynamic: w_i = head(h_target_i, h_draft_i); cascade,
-    lenient, typical, topk, fly: their rules with decoding.knob (RULES).
+    strict: w = 1 (lossless); fixed: constant weight; dynamic: w_i = head(h_target_i, h_draft_i); judge: a
+    mismatch kept where head(h_target_i, h_draft_i), AutoJudge's P(it matters), is below decoding.knob; the other
+    rules with decoding.knob (RULES).
     execution.capture applies to the fixed-shape steps: the draft's 1- and 2-token steps, the target's
     K + 1-token verification (see fastpath)."""
     prompts = [_prompt_ids(p) for p in prompts]

@@ -111,6 +111,10 @@ RULES: dict[str, Rule] = {
     # a strict rejection deferred where the target's top-3 entropy >= the threshold and the next W drafts pass
     "fly": Rule("FLy", None, "fly", knob="entropy threshold", high=INF, marker="h",
                 source="FLy, as vLLM's v1/spec_decode/fly.py"),
+    # a learned rival: a mismatch kept where AutoJudge's classifier (Decoding's head) puts the chance that it
+    # changes the answer below the threshold; threshold 0 is strict
+    "judge": Rule("AutoJudge", "judge", "judge", knob="threshold", marker="D",
+                  source="Garipov et al., NeurIPS 2025 (AutoJudge)"),
 }
 # one model decoding alone (no draft length K), by label
 BASELINES: dict[str, str] = {"autoregressive": "Target only", "draft": "Draft only"}

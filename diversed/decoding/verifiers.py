@@ -87,7 +87,7 @@ def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 # verify_rows' tests (settings.RULES'): against an ensemble, or another rule
-TESTS = ("ensemble", "lenient", "typical", "topk", "ears", "fuzzy", "threshold", "mentored", "block", "fly")
+TESTS = ("ensemble", "lenient", "typical", "topk", "ears", "fuzzy", "threshold", "mentored", "block", "fly", "judge")
 
 
 def entropy(p: torch.Tensor) -> torch.Tensor:
@@ -190,6 +190,8 @@ WEIGHTS = {
     "constant": lambda q, weight, **_: q.new_full(q.shape[:2], float(weight)),  # one w: the static ensemble
     "head": lambda q, head, h_target, h_draft, **_: head(h_target[:, :q.shape[1]], h_draft).float(),  # DIVERSED
     "deferral": lambda p, q, knob, deferral, **_: defer(p[:, :q.shape[1]], q, knob, deferral),  # cascades' delta
+    # AutoJudge: not a weight but the judge's P(a mismatch matters) at each position, which its test reads
+    "judge": lambda q, head, h_target, h_draft, **_: head(h_target[:, :q.shape[1]], h_draft).float(),
 }
 
 
@@ -290,12 +292,7 @@ def _test(test: str, knob: float | None, draft_tokens: torch.Tensor, q: torch.Te
     mass on x): accept while p(x) >= max p - beta (1 - max p), correction argmax p; beta = 0 is strict greedy."""
     p_x, q_x = p.gather(-1, draft_tokens[..., None])[..., 0], q.gather(-1, draft_tokens[..., None])[..., 0]  # [R, K]
     if test == "fuzzy":
-        close = js_divergence(p, q) <= knob  # [R, K]
-        stop = _strict_residual(p, q)
-        emitted = torch.where(close[..., None], q, p)  # strict's test emits p
-        if r is None:
-            return close | (draft_tokens == p.argmax(-1)), p, emitted
-        return close | (r * q_x < p_x), stop, emitted
+        return outright(js_divergence(p, q) <= knob, draft_tokens, q, p, r)
     if test == "threshold":
         return _threshold(knob, knob if knob2 is None else knob2, draft_tokens, q, p, r)
     if test == "ears":
@@ -321,6 +318,18 @@ def _test(test: str, knob: float | None, draft_tokens: torch.Tensor, q: torch.Te
         raise ValueError(f"unknown verification test {test!r}; allowed: {', '.join(TESTS)}")
     accepted = a.gather(-1, draft_tokens[..., None])[..., 0] > 0
     return accepted, p, _emitted(q, a, p)
+
+
+def outright(kept: torch.Tensor, draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, r: torch.Tensor | None,
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Drafts accepted outright where kept [R, K] holds, else by strict's test and correction (fuzzy's and the judge's
+    test; greedy: x == argmax p, correction argmax p): draft_tokens [R, K], q, p [R, K, V], r [R, K] uniforms or
+    None -> (accepted [R, K], stop [R, K, V], emitted [R, K, V]: q where kept, else p)."""
+    p_x, q_x = p.gather(-1, draft_tokens[..., None])[..., 0], q.gather(-1, draft_tokens[..., None])[..., 0]  # [R, K]
+    emitted = torch.where(kept[..., None], q, p)  # strict's test emits p
+    if r is None:
+        return kept | (draft_tokens == p.argmax(-1)), p, emitted
+    return kept | (r * q_x < p_x), _strict_residual(p, q), emitted
 
 
 def _threshold(t_acc: float, t_single: float, draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor,
@@ -378,7 +387,9 @@ def _check_rows(q: torch.Tensor, k: list[int], draws: Draws | None, greedy: bool
 class Criterion:
     """How verify_rows accepts a draft. test: "ensemble" verifies against nu = ensemble(p, q, w) mixed by `mixing`;
     the others (_test; "fly" with its window of later drafts) with knob and knob2, w unused; "mentored" samples
-    towards mentored_target's pi, a cascade with deferral "token" towards token_cascade's. greedy: the
+    towards mentored_target's pi, a cascade with deferral "token" towards token_cascade's; "judge" reads w as
+    AutoJudge's P(a mismatch matters) and keeps a draft outright where it is below knob (AutoJudge's greedy rule;
+    sampled, after strict's test: this harness's extension). greedy: the
     temperature-0 rule (no uniforms drawn, the correction an argmax)."""
 
     test: str = "ensemble"
@@ -424,6 +435,8 @@ def verify_rows(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, w:
         accepted = _fly(draft_tokens, q, p[:, :K], r, k_t, knob, criterion.window)
         stop_dist = p[:, :K] if greedy else _strict_residual(p[:, :K], q)
         nu = torch.full_like(q, math.nan)  # no per-position distribution to compare with p
+    elif test == "judge":  # w: the judge's P(the mismatch matters) [R, K]
+        accepted, stop_dist, nu = outright(w < knob, draft_tokens, q, p[:, :K], r)
     elif test == "mentored" or criterion.deferral == "token":  # speculative sampling towards another target
         nu = mentored_target(p[:, :K], q, knob) if test == "mentored" else token_cascade(p[:, :K], q, knob)
         accepted, stop_dist = _ensemble_test(draft_tokens, q, p[:, :K], nu, r, "target")

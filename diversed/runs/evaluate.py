@@ -27,12 +27,12 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm.auto import tqdm
 
-from diversed.decoding.engine import Ends, Networks, generate
+from diversed.decoding.engine import Ends, Networks, generate, stop_at
 from diversed.decoding.head import load_head
 from diversed.decoding.models import encode_prompt, load_pair
 from diversed.decoding.rng import stream_seed
 from diversed.decoding.settings import Execution
-from diversed.runs.run import Run, RunConfig, prompt_hash, stop_at
+from diversed.runs.run import Run, RunConfig, prompt_hash
 from diversed.tasks import FIDELITY, Example, check_scoring, get_task
 from diversed.tracking import decode_tracker
 from diversed.utils import provenance, write_json, write_jsonl

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from diversed.decoding.engine import Ends, Networks, check_request, generate
-from diversed.decoding.head import load_head
+from diversed.decoding.engine import Ends, Networks, check_request, generate, stop_at
+from diversed.decoding.head import Judge, load_head
 from diversed.decoding.models import encode_prompt, load_pair
 from diversed.decoding.rng import stream_seed
 from diversed.decoding.settings import Decoding, Execution
@@ -76,17 +76,6 @@ def run_id(cfg: RunConfig, prompts: list[dict]) -> str:
     return config_hash(resolved)
 
 
-def stop_at(tokenizer, markers: tuple[str, ...] | list[str], window: int = 48):
-    """Ends.stop for stop strings: True once the text of a row's newest `window` tokens (several steps' worth)
-    holds one of the markers."""
-    markers = tuple(m for m in markers if m)
-
-    def stop(_, tokens: list[int]) -> bool:
-        text = tokenizer.decode(tokens[-window:], skip_special_tokens=True)
-        return any(m in text for m in markers)
-    return stop
-
-
 @dataclass
 class PreparedRun:
     """One run's config resolved against its models, ready to decode any of its prompts (prompt i from its own
@@ -96,7 +85,7 @@ class PreparedRun:
     prompts: list[dict]
     run_id: str
     pair: typing.Any  # models.Pair
-    head: typing.Any  # head.WeightHead or None
+    head: typing.Any  # head.WeightHead (dynamic), head.Judge (judge) or None
     encoded: list[list[int]]
     decoding: Decoding
     execution: Execution
@@ -115,7 +104,8 @@ class PreparedRun:
                 raise ValueError(f"prompt {i + 1} is empty")
         pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers,
                          cache=models)
-        head = load_head(cfg.head, pair.target, pair.draft) if cfg.verifier == "dynamic" else None
+        head = (load_head(cfg.head, pair.target, pair.draft) if cfg.verifier == "dynamic" else
+                load_head(cfg.judge, pair.target, pair.draft, Judge) if cfg.verifier == "judge" else None)
         decoding = cfg.decoding(pair.target.generation_config)
         encoded = [encode_prompt(pair.tokenizer, row["prompt"], chat=cfg.prompt_format == "chat") for row in prompts]
         check_request(Networks.of(pair, head), max(len(ids) for ids in encoded), decoding, execution)
@@ -329,10 +319,10 @@ def parse_value(hint, text: str):
 
 
 def trained(run: Run) -> list[dict]:
-    """The training manifests behind a run: its head's (kind "head") and its fine-tuned draft's (kind "draft"),
-    each with its folder (path)."""
+    """The training manifests behind a run: its head's (kind "head"), its AutoJudge classifier's (kind "judge") and
+    its fine-tuned draft's (kind "draft"), each with its folder (path)."""
     c = run.config
-    paths = [("head", Path(c["head"]).parent / "manifest.json")] if c.get("head") else []
+    paths = [(kind, Path(c[kind]).parent / "manifest.json") for kind in ("head", "judge") if c.get(kind)]
     paths.append(("draft", Path(c["draft"]) / "distill_manifest.json"))
     return [json.loads(p.read_text()) | {"kind": kind, "path": str(p.parent)} for kind, p in paths if p.is_file()]
 
@@ -347,7 +337,7 @@ def with_weight_file(changes: dict, path: str | Path) -> dict:
         if family is None:
             raise ValueError(f"{path} holds no choice for the {verifier!r} verifier (its sweep did not sweep it)")
         if family["verifier"] == "strict":
-            return changes | {"verifier": "strict", "knob": None, "deferral": "chow"}
+            return changes | {"verifier": "strict", "knob": None, "deferral": "chow", "judge": None}
         return changes | {"knob": float(family["knob"]), "deferral": family.get("deferral") or "chow"}
     if choice["weight"] == 1.0:
         return changes | {"weight": None, "mixing": "linear"} | (

@@ -37,6 +37,8 @@ class RunConfig:
     verifier: str = option("strict", "the verifier (or one model alone)", choices=VERIFIERS)
     weight: float | None = option(None, "w on the target for the fixed verifier, in [0, 1]")
     head: str | None = option(None, "trained weight head (.safetensors) for the dynamic verifier")
+    judge: str | None = option(None, "trained AutoJudge classifier (.safetensors, `diversed train-judge`) for the "
+                                     "judge verifier")
     mixing: str = option("linear", "linear (w p + (1 - w) q) | logit (softmax of w log p + (1 - w) log q)")
     knob: float | None = option(None, "the setting of " + ", ".join(f"{v} ({RULES[v].knob})" for v in FAMILIES))
     knob2: float | None = option(None, "a second setting: " + ", ".join(
@@ -84,6 +86,12 @@ class RunConfig:
         check_scoring(self.scoring)
         if self.verifier == "dynamic" and not self.head:
             raise ValueError("verifier 'dynamic' needs --head, a trained weight head (head= in Python)")
+        if self.verifier == "judge" and not self.judge:
+            raise ValueError("verifier 'judge' needs --judge, a trained AutoJudge classifier (judge= in Python)")
+        if self.verifier == "judge" and not Path(self.judge).is_file():
+            raise FileNotFoundError(f"AutoJudge classifier not found: {self.judge}")
+        if self.judge is not None and self.verifier != "judge":
+            raise ValueError(f"judge is only used by the 'judge' verifier, not {self.verifier!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; allowed: {', '.join(DTYPES)}")
         if self.verifier == "dynamic" and not Path(self.head).is_file():
@@ -117,7 +125,8 @@ WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)  # the paper's grid of w; strict (
 @dataclass(frozen=True)
 class Grid:
     """A sweep's grid: each w of `weights` with each mixing, each family's knobs (families: {verifier: knobs};
-    cascade's at each deferral rule), and as references DIVERSED with `head` and the target alone (target_only)."""
+    cascade's at each deferral rule; judge's with the classifier `judge`), and as references DIVERSED with `head`
+    and the target alone (target_only)."""
 
     weights: tuple[float, ...] = WEIGHTS
     mixings: tuple[str, ...] = MIXINGS
@@ -126,6 +135,7 @@ class Grid:
     head: str | None = None
     target_only: bool = False
     head_mixing: str | None = None  # the head's trained mixing where its file is not there yet (a plan)
+    judge: str | None = None  # AutoJudge's classifier, which the judge family's points decode with
 
     def points(self) -> list[dict]:
         """The points as RunConfig changes: strict (w = 1) first, then every w < 1 with each mixing, then each
@@ -139,8 +149,11 @@ class Grid:
         for family, knobs in (self.families or {}).items():
             if family not in FAMILIES:
                 raise ValueError(f"unknown family {family!r} to sweep; allowed: {', '.join(FAMILIES)}")
+            if family == "judge" and self.judge is None:
+                raise ValueError("sweeping the judge family needs its classifier (--judge-file)")
+            with_file = {"judge": str(self.judge)} if family == "judge" else {}
             for rule in self.deferrals if family == "cascade" else [None]:
-                points += [{"verifier": family, "knob": float(x)} | ({"deferral": rule} if rule else {})
+                points += [{"verifier": family, "knob": float(x)} | ({"deferral": rule} if rule else {}) | with_file
                            for x in knobs]
         if self.head is not None:
             points.append(dynamic_point(self.head, self.head_mixing))

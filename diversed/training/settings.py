@@ -1,5 +1,6 @@
 """The training jobs' settings as plain data: the DIVERSED head's (`HeadTrainConfig`), the fine-tuned draft's
-(`DistillConfig`) and the embedded draft's recipe (`DraftRecipe`). The command line's flags are generated from
+(`DistillConfig`), AutoJudge's labels and classifier (`JudgeConfig`, `JudgeFit`) and the embedded draft's recipe
+(`DraftRecipe`). The command line's flags are generated from
 these fields, the workflow's plan (diversed.plan) reads their defaults; no torch is imported here."""
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ TEXT_BATCH = 16  # prompts the target decodes together for a fine-tuned draft's 
 
 
 @dataclass
-class TrainConfig:
-    """What head training and distillation share: the pair, the task's train prompts, the optimiser's basics."""
+class TaskPairConfig:
+    """What every training job reads: the pair and the task's train prompts."""
 
     task: str = option("arith", "task whose train prompts the job learns from")
     target: str = option("embedded", "target model: local path, hub id, or `embedded`")
@@ -31,10 +32,7 @@ class TrainConfig:
     draft_layers: int = option(DEFAULT_DRAFT_LAYERS, "which embedded draft (its N decoder layers)")
     data_files: str | None = option(None, "local JSONL for the task (offline use of hub tasks)")
     n_train: int = option(400, "training prompts (seeded subsample of the train split)")
-    epochs: int = option(2, "passes over the training prompts")
     max_new_tokens: int = option(128, "length of each completion the job generates")
-    lr: float = option(1e-4, "AdamW learning rate")
-    grad_clip: float = option(1.0, "gradient-norm clip")
     seed: int = option(0, "seed of the subsample, the order and the sampling")
     dtype: str = option("float32", "float32 | bfloat16 | float16")
     device: str = option("cpu", "cpu | cuda | cuda:N")
@@ -43,7 +41,7 @@ class TrainConfig:
     max_prompt_tokens: int | None = option(None, "keep each training prompt's last N tokens (the authors' 512: a "
                                                  "long article then fits a batch of rollouts); none: whole prompts")
 
-    COUNTS = ("n_train", "epochs", "max_new_tokens")  # integers that must be >= 1
+    COUNTS = ("n_train", "max_new_tokens")  # integers that must be >= 1
 
     def clip(self, ids: list[int]) -> list[int]:
         """A training prompt's token ids, its last max_prompt_tokens (the question and the reply's header)."""
@@ -59,6 +57,17 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 1 or none, got {self.max_prompt_tokens}")
+
+
+@dataclass
+class TrainConfig(TaskPairConfig):
+    """What head training and distillation share: the pair, the task's train prompts, the optimiser's basics."""
+
+    epochs: int = option(2, "passes over the training prompts")
+    lr: float = option(1e-4, "AdamW learning rate")
+    grad_clip: float = option(1.0, "gradient-norm clip")
+
+    COUNTS = (*TaskPairConfig.COUNTS, "epochs")
 
 
 @dataclass
@@ -123,6 +132,49 @@ class DistillConfig(TrainConfig):
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.finetune not in FINETUNES:
             raise ValueError(f"unknown finetune {self.finetune!r}; allowed: {', '.join(FINETUNES)}")
+
+
+@dataclass
+class JudgeConfig(TaskPairConfig):
+    """AutoJudge's label mining on a task's train prompts (Garipov et al., NeurIPS 2025): the target's greedy answer,
+    each position where the draft's greedy choice differs swapped to it and continued greedily by the target, the
+    swap labelled important where the task's scorer changes its verdict (or a graded score moves by more than the
+    task's tolerance)."""
+
+    n_train: int = option(400, "training prompts mined (seeded subsample of the train split)")
+    max_new_tokens: int = option(128, "length of each greedy answer, and of a swapped answer's continuation")
+    batch_size: int = option(8, "prompts mined together (a resumed job keeps each finished group of them); the "
+                                "rows the target decodes at once")
+    scoring: str = option("standard", "how an answer is scored: standard | authors (tasks.SCORINGS; authors: "
+                                      "answers stop at the task's stop markers)")
+
+    COUNTS = (*TaskPairConfig.COUNTS, "batch_size")
+
+    def validate(self) -> None:
+        super().validate()
+        check_scoring(self.scoring)
+        if get_task(self.task).metric.fidelity:
+            raise ValueError(f"task {self.task} has no references: AutoJudge's labels need a task whose answers are "
+                             "scored (one with a checkable answer)")
+
+
+@dataclass
+class JudgeFit:
+    """AutoJudge's classifier: an L2-penalised logistic regression on the standardised features of the mined
+    mismatches, the classes weighted to equal total weight, some prompts held out for its AUC."""
+
+    l2: float = option(0.01, "L2 penalty on the coefficients (of the class-weighted mean log-loss)")
+    holdout: float = option(0.2, "share of the mined prompts held out for the AUC (the judge learns from the rest)")
+    iterations: int = option(200, "L-BFGS iterations")
+    seed: int = option(0, "seed of the held-out prompts")
+
+    def validate(self) -> None:
+        if not self.l2 >= 0:
+            raise ValueError(f"l2 must be >= 0, got {self.l2}")
+        if not 0 <= self.holdout < 1:
+            raise ValueError(f"holdout must be in [0, 1), got {self.holdout}")
+        if self.iterations < 1:
+            raise ValueError(f"iterations must be >= 1, got {self.iterations}")
 
 
 # general instructions (topics x requests), disjoint from every task's prompts

@@ -56,3 +56,44 @@ rule distill_draft:
     shell:
         "OMP_NUM_THREADS={threads} WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # torch's threads; no network
         "diversed train draft {params.pair} {params.config} {params.execution} --out {output.draft} > {log} 2>&1"
+
+
+rule mine_judge:
+    """AutoJudge's labels for one task: the target's greedy answers to its train prompts, each position where the
+    draft would choose another token swapped to it and continued greedily, labelled important where the task's
+    verdict changes; the features beside them (resumable: a rerun keeps the finished prompts)."""
+    input:
+        unpack(inputs("mine_judge")),
+    output:
+        **PLAN.outputs("mine_judge"),
+    params:
+        **params("mine_judge"),
+    threads: threads("mine_judge")
+    resources:
+        gpu=gpu("mine_judge"),
+    log:
+        "logs/mine_judge/{pair}/{task}.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "OMP_NUM_THREADS={threads} WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # torch's threads; no network
+        "diversed mine-judge {params.pair} {params.config} {params.execution} --out {params.out} > {log} 2>&1"
+
+
+rule train_judge:
+    """AutoJudge's classifier for one task: a logistic regression on the mined mismatches' hidden states (CPU),
+    its class balance and held-out AUC in its manifest."""
+    input:
+        unpack(inputs("train_judge")),
+    output:
+        **PLAN.outputs("train_judge"),
+    params:
+        **params("train_judge"),
+    threads: threads("train_judge")
+    log:
+        "logs/train_judge/{pair}/{task}.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "OMP_NUM_THREADS={threads} diversed train-judge --labels {params.labels} {params.fit} --out {params.out} "
+        "> {log} 2>&1"
