@@ -13,13 +13,13 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from diversed.decoding.engine import Ends, Networks, generate
-from diversed.decoding.models import draft_vocabulary, encode_prompt, load_pair
+from diversed.decoding.models import draft_vocabulary, load_pair
 from diversed.decoding.rng import stream_seed
 from diversed.decoding.settings import Decoding, Execution, Sampling
 from diversed.tasks import get_task
 from diversed.tracking import Tracker
 from diversed.training.settings import TEXT_BATCH, DistillConfig
-from diversed.training.train import write_log_csv
+from diversed.training.train import encode_examples, write_log_csv
 from diversed.utils import atomic_dir, config_hash, provenance, write_json
 
 
@@ -171,7 +171,7 @@ def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True,
     pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers)
     task = get_task(cfg.task, cfg.data_files)
     examples = task.examples("train", cfg.n_train, seed=cfg.seed, prompt_format=cfg.prompt_format)
-    prompts = [cfg.clip(encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.prompt_format == "chat")) for ex in examples]
+    prompts = encode_examples(cfg, pair.tokenizer, examples)
     if cfg.finetune == "sft":
         seqs = [(ids, answer_ids(pair.tokenizer, text, cfg.max_new_tokens))
                 for ids, text in zip(prompts, task.answers("train", cfg.n_train, seed=cfg.seed), strict=True)]

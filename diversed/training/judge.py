@@ -32,11 +32,12 @@ from tqdm.auto import tqdm
 
 from diversed.decoding.engine import Ends, Networks, eos_set, generate, stop_at
 from diversed.decoding.head import Judge
-from diversed.decoding.models import encode_prompt, fingerprint, hidden_size, load_pair, shared_width
+from diversed.decoding.models import fingerprint, hidden_size, load_pair, shared_width
 from diversed.decoding.settings import Decoding, Execution, Sampling
 from diversed.decoding.stepper import Stepper
 from diversed.tasks import get_task
 from diversed.training.settings import JudgeConfig, JudgeFit
+from diversed.training.train import encode_examples
 from diversed.utils import atomic_path, config_hash, provenance, read_json, write_json, write_jsonl
 
 SHARDS = "shards"  # mine_judge's folder of finished prompt groups, one safetensors file each
@@ -201,10 +202,8 @@ def mine_judge(cfg: JudgeConfig, out: str | Path, *, pair=None, examples=None, p
         if path.is_file():
             continue
         group = examples[start:start + cfg.batch_size]
-        encoded = [cfg.clip(encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.prompt_format == "chat"))
-                   for ex in group]
         t0 = time.perf_counter()
-        mined = mine_group(miner, group, encoded)
+        mined = mine_group(miner, group, encode_examples(cfg, pair.tokenizer, group))
         save_shard(path, *mined, start, time.perf_counter() - t0)
         if on_group is not None:
             on_group(start)

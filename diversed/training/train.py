@@ -40,7 +40,7 @@ from diversed.decoding.transfer import index
 from diversed.decoding.verifiers import ensemble, logits_to_logprobs
 from diversed.tasks import get_task
 from diversed.tracking import Tracker
-from diversed.training.settings import HeadTrainConfig
+from diversed.training.settings import HeadTrainConfig, TaskPairConfig
 from diversed.utils import atomic_path, config_hash, provenance, write_json, write_text
 
 
@@ -144,6 +144,12 @@ def reinforce_loss(head: WeightHead, rollouts: list[Rollout], rewards: torch.Ten
     ws = torch.cat([t[2] for t in terms])
     return loss, {"loss": loss.item(), "expected_acceptance": acceptance.detach().sum().item() / n_tokens,
                   "mean_w": ws.detach().mean().item(), "tokens": n_tokens, "lambda": lam}
+
+
+def encode_examples(cfg: TaskPairConfig, tokenizer, examples: list) -> list[list[int]]:
+    """A training job's prompts as token ids: each example's prompt in cfg's format, cut to its last
+    max_prompt_tokens (TaskPairConfig.clip)."""
+    return [cfg.clip(encode_prompt(tokenizer, ex.prompt, chat=cfg.prompt_format == "chat")) for ex in examples]
 
 
 def fixed_baseline(cfg: HeadTrainConfig) -> bool:
@@ -275,7 +281,7 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
         examples = task.examples("train", cfg.n_train, seed=cfg.seed, prompt_format=cfg.prompt_format)
     if pair is None:
         pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers)
-    encoded = [cfg.clip(encode_prompt(pair.tokenizer, ex.prompt, chat=cfg.prompt_format == "chat")) for ex in examples]
+    encoded = encode_examples(cfg, pair.tokenizer, examples)
     job = HeadJob(cfg, pair, examples, encoded, task_reward(task, cfg.reward, cfg.scoring), eos_set(pair.target),
                   execution or Execution.here())
     head = WeightHead(hidden_size(pair.target), hidden_size(pair.draft)).bind(pair.target, pair.draft)
