@@ -311,7 +311,8 @@ class Plan:
     def _figures(self) -> list[str]:
         """Named by `diversed plot` (T as %g there: figures/quality_vs_time_T1.png)."""
         stems = ["acceptance_vs_weight", "weight_distribution"] + [
-            f"{kind}_T{float(T):g}" for kind in ("quality_vs_time", "acceptance_by_position", "acceptance_vs_bias")
+            f"{kind}_T{float(T):g}" for kind in ("quality_vs_time", "acceptance_by_position", "acceptance_vs_bias",
+                                                 "acceptance_vs_kl")
             for T in self.config["temperatures"]]
         return [f"{FIGURES}/{stem}.{ext}" for stem in stems for ext in ("png", "pdf")]
 

@@ -52,6 +52,7 @@ METRICS: dict[str, tuple[str, str] | None] = {
     "tokens_per_s": ("new_tokens", "seconds"),
     "mean_weight": ("weight_sum", "drafted"),  # w over drafted positions
     "bias_tv": ("bias_tv_sum", "new_tokens"),
+    "kl": ("kl_sum", "new_tokens"),  # KL(emitted || p) in nats per token
     "target_logprob": ("target_logprob_sum", "new_tokens"),
     "target_argmax_agreement": ("target_argmax_sum", "new_tokens"),
     "quality": None,  # a task metric per example; a fidelity task's quality is its target_logprob (tables)

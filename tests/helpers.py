@@ -336,9 +336,9 @@ def verify_on_device(
     w = torch.as_tensor(w, dtype=torch.float32, device=q.device).expand(K)
     logs = tuple(None if x is None else x[None] for x in (log_p, log_q))
     draws = draws if draws is not None else (stream or Stream(0)).next()
-    n, next_token, bias = verify_rows(draft_tokens[None], q[None], p[None], w[None], [K], draws=draws,
-                                      criterion=Criterion(test, mixing, greedy, knob, knob2=knob2, deferral=deferral),
-                                      logs=logs)
+    n, next_token, bias, _ = verify_rows(draft_tokens[None], q[None], p[None], w[None], [K], draws=draws,
+                                         criterion=Criterion(test, mixing, greedy, knob, knob2=knob2,
+                                                             deferral=deferral), logs=logs)
     return n[0], next_token[0], bias[0]
 
 
@@ -360,7 +360,8 @@ def synthetic_verify(K: int, p: torch.Tensor, acceptance: float, *, greedy: bool
 def synthetic_on_device(K: int, p: torch.Tensor, acceptance: float, *, greedy: bool = False,
                         stream: Stream | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """synthetic_verify without a host sync, shaped as verify_on_device's result (one row of synthetic_rows)."""
-    n, next_token, bias = synthetic_rows([K], p[None], acceptance, greedy=greedy, draws=(stream or Stream(0)).next())
+    n, next_token, bias, _ = synthetic_rows([K], p[None], acceptance, greedy=greedy,
+                                            draws=(stream or Stream(0)).next())
     return n[0], next_token[0], bias[0]
 
 
@@ -376,6 +377,6 @@ def verify_many(q: torch.Tensor, p: torch.Tensor, w, draws: int, seed: int, **kw
     K, V = q.shape
     drafts = torch.multinomial(q, draws, replacement=True, generator=torch.Generator().manual_seed(seed)).T
     w = torch.as_tensor(w, dtype=torch.float32).expand(K)
-    n, next_token, _ = verify_rows(drafts, q.expand(draws, K, V), p.expand(draws, K + 1, V), w.expand(draws, K),
-                                   [K] * draws, draws=row_draws(seed, draws), criterion=Criterion(**kw))
+    n, next_token, *_ = verify_rows(drafts, q.expand(draws, K, V), p.expand(draws, K + 1, V), w.expand(draws, K),
+                                    [K] * draws, draws=row_draws(seed, draws), criterion=Criterion(**kw))
     return drafts, n, next_token

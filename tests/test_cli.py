@@ -21,7 +21,8 @@ def test_generate_writes_run_with_manifest(tiny_dir, tmp_path, capsys):
     rows = [json.loads(line) for line in (run_dir / "generations.jsonl").read_text().splitlines()]
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert [r["prompt"] for r in rows] == ["hi there", "2+2="]
-    assert all(r["new_tokens"] == len(r["tokens"]) == len(r["bias_tv_per_token"]) <= 12 for r in rows)
+    assert all(r["new_tokens"] == len(r["tokens"]) == len(r["bias_tv_per_token"]) == len(r["kl_per_token"]) <= 12
+               for r in rows)
     assert manifest["run_id"] == run_dir.name and manifest["config"]["weight"] == 0.5
     assert {"git_commit", "versions", "hardware", "seed", "summary"} <= manifest.keys()
     assert "torch" in manifest["versions"] and manifest["hardware"]["cpu"]

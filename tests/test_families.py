@@ -164,8 +164,8 @@ def test_rows_of_a_family_draw_as_batches_of_one():
                          for r in range(R)])
     k = [4, 2, 3]
     for test, knob in (("lenient", 0.5), ("typical", 0.09), ("topk", 2)):
-        n, nxt, _ = verify_rows(draft, q, p, torch.ones(R, K), k, criterion=Criterion(test, knob=knob),
-                                draws=row_draws(0, R))
+        n, nxt, *_ = verify_rows(draft, q, p, torch.ones(R, K), k, criterion=Criterion(test, knob=knob),
+                                 draws=row_draws(0, R))
         for r in range(R):
             one = verify_rows(draft[r:r + 1, :k[r]], q[r:r + 1, :k[r]], torch.cat([p[r:r + 1, :k[r]],
                               p[r:r + 1, k[r]:k[r] + 1]], 1), torch.ones(1, k[r]), [k[r]],
@@ -186,8 +186,8 @@ def test_fly_defers_a_mismatch_only_under_uncertainty_and_a_passing_window():
     h = entropy3(p[0])
 
     def n_accepted(draft, threshold, k=3):
-        n, nxt, _ = verify_rows(torch.tensor([draft]), q[None], p[None], torch.ones(1, 3), [k], draws=None,
-                                criterion=Criterion("fly", greedy=True, knob=threshold, window=1))
+        n, nxt, *_ = verify_rows(torch.tensor([draft]), q[None], p[None], torch.ones(1, 3), [k], draws=None,
+                                 criterion=Criterion("fly", greedy=True, knob=threshold, window=1))
         return int(n[0]), int(nxt[0])
 
     assert n_accepted([3, 1, 2], h - 1e-5) == (3, 0)  # deferred: 3 is not argmax p_0, p_0 uncertain, draft 1 matches

@@ -199,16 +199,17 @@ def test_judge_test_keeps_a_mismatch_where_the_judge_calls_it_unimportant():
     q = torch.tensor([[[0.1, 0.8, 0.1], [0.1, 0.1, 0.8], [0.2, 0.2, 0.6]]])  # [1, K, V]
     drafts = torch.tensor([[1, 2, 2]])  # none is p's argmax
     importance = torch.tensor([[0.1, 0.4, 0.9]])
-    n, nxt, bias = importance_rows(p, q, drafts, importance, 0.5, None)
+    n, nxt, bias, _ = importance_rows(p, q, drafts, importance, 0.5, None)
     assert n.tolist() == [2] and nxt.tolist() == [0]  # kept twice, the important third replaced by argmax p
-    n0, _, _ = importance_rows(p, q, drafts, importance, 0.0, None)
+    n0, *_ = importance_rows(p, q, drafts, importance, 0.0, None)
     assert n0.tolist() == [0]  # threshold 0: strict greedy
     # sampled: strict's test first (u q(x) < p(x)); a rejected draft kept where unimportant
     r = torch.tensor([[0.99, 0.99, 0.01]], dtype=torch.float64)  # strict rejects 1 and 2, accepts 3
-    n, _, bias = importance_rows(p, q, drafts, torch.tensor([[0.1, 0.9, 0.1]]), 0.5, r)
+    n, _, bias, kl = importance_rows(p, q, drafts, torch.tensor([[0.1, 0.9, 0.1]]), 0.5, r)
     assert n.tolist() == [1]  # the first kept by the judge, the second rejected by both
-    tv = 0.5 * (p[0, 0] - q[0, 0]).abs().sum()
+    tv, divergence = 0.5 * (p[0, 0] - q[0, 0]).abs().sum(), (q[0, 0] * (q[0, 0] / p[0, 0]).log()).sum()
     assert torch.allclose(bias[0, :2], torch.tensor([tv, 0.0]))  # emitted q where kept, p where strict's test ran
+    assert torch.allclose(kl[0, :2], torch.tensor([divergence, 0.0]))  # KL(emitted || p), in nats
 
 
 def decode(pair, judge, verifier, knob, *, temperature, batch_size=1, n=3, tokens=True):

@@ -170,6 +170,12 @@ def test_acceptance_vs_bias_draws_every_rule_beside_the_static_front():
     assert set(points["K"]) == {5} and "autoregressive" not in set(points["verifier"])
     assert points.loc[points["front"], "verifier"].tolist() == ["strict", "fixed"]
     assert sorted(points["verifier"]) == ["ears", "fixed", "fixed", "lenient", "strict"]
+    # against KL(emitted || p): the points where it is finite (lenient's emits tokens p lacks here)
+    kl = sweeps.assign(kl=[float("inf") if v == "lenient" else 2 * b for v, b in zip(sweeps["verifier"],
+                                                                                     sweeps["bias_tv"], strict=True)])
+    points = acceptance_vs_bias_points(kl, 1.0, "kl")
+    assert sorted(points["verifier"]) == ["ears", "fixed", "fixed", "strict"] and points["front"].sum() == 2
+    assert acceptance_vs_bias_points(sweeps, 1.0, "kl").empty  # tables written before KL was recorded
 
 
 def test_every_figure_is_written_from_the_tables(tmp_path):
@@ -182,7 +188,8 @@ def test_every_figure_is_written_from_the_tables(tmp_path):
     paths = write_all(tables, tmp_path / "figures", [0.1, 1.0])
     assert sorted(p.name for p in paths if p.suffix == ".png") == [
         "acceptance_by_position_T0.1.png", "acceptance_by_position_T1.png", "acceptance_vs_bias_T0.1.png",
-        "acceptance_vs_bias_T1.png", "acceptance_vs_weight.png", "quality_vs_time_T0.1.png", "quality_vs_time_T1.png",
+        "acceptance_vs_bias_T1.png", "acceptance_vs_kl_T0.1.png", "acceptance_vs_kl_T1.png", "acceptance_vs_weight.png",
+        "quality_vs_time_T0.1.png", "quality_vs_time_T1.png",
         "weight_distribution.png"]
     heights = {p.name: matplotlib.image.imread(p).shape[0] for p in paths if p.suffix == ".png"}
     for stem in ("acceptance_vs_weight", "quality_vs_time_T1", "acceptance_by_position_T1", "weight_distribution"):

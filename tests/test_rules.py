@@ -315,7 +315,7 @@ def test_rows_of_a_new_rule_draw_as_batches_of_one(criterion):
                          for r in range(R)])
     k = [4, 2, 3]
     for seed in range(20):
-        n, nxt, _ = verify_rows(draft, q, p, torch.ones(R, K), k, criterion=criterion, draws=row_draws(seed, R))
+        n, nxt, *_ = verify_rows(draft, q, p, torch.ones(R, K), k, criterion=criterion, draws=row_draws(seed, R))
         for r in range(R):
             one = verify_rows(draft[r:r + 1, :k[r]], q[r:r + 1, :k[r]], torch.cat([p[r:r + 1, :k[r]],
                               p[r:r + 1, k[r]:k[r] + 1]], 1), torch.ones(1, k[r]), [k[r]],

@@ -86,7 +86,7 @@ def test_smoke_config_end_to_end(smoke_run):
     assert set(sweeps.loc[read, "timed_prompts"]) == {2}
     assert list(pd.read_csv(wd / "results" / "tables" / "table1.csv")["method"]) == [
         "SD", "SD with fine-tuned draft", "DIVERSED"]
-    assert len(list((wd / "figures").glob("*.png"))) == 8  # 2, and 3 per T (acceptance vs bias among them)
+    assert len(list((wd / "figures").glob("*.png"))) == 10  # 2, and 4 per T (acceptance vs TV and vs KL among them)
     lam = pd.read_csv(wd / "results" / "tables" / "lambda.csv")  # strict and the heads at lambda 0 and 1, on dev
     assert list(lam["lambda"]) == ["strict", "0 (fixed)", "1 (fixed)"]
     assert list(lam["chosen"].fillna("")).count("yes") == 1

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from helpers import ROOT, jobs, snakemake, workflow_copy
 
-from diversed.plan import MODEL_RULES, Plan, load
+from diversed.plan import JUDGED, MODEL_RULES, Plan, load
 
 SMOKE = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
 
@@ -129,11 +129,12 @@ def test_untimed_jobs_take_job_threads_and_timed_jobs_every_core():
 def test_target_only_runs_once_per_pair_task_temperature_seed():
     """Regression: the target-only (and draft-only) run was decoded once per K."""
     plan = smoke(K=[2, 3], transfer=[])
-    runs = [r for job in plan.of("decode") for r in job.runs]
+    decodes = plan.of("decode") + plan.of("decode_judged")  # open's, and arith's with AutoJudge's runs
+    runs = [r for job in decodes for r in job.runs]
     target_only = [r for r in runs if r.verifier == "autoregressive"]
-    assert len(plan.of("decode")) == len(target_only) == 2 * 2  # 2 tasks x 2 temperatures x 1 seed, no K
+    assert len(decodes) == len(target_only) == 2 * 2  # 2 tasks x 2 temperatures x 1 seed, no K
     assert all(r.K is None and "-K" not in r.dir and " K=" not in r.spec() for r in target_only)
-    assert len(runs) - len(target_only) == 2 * 2 * 2 * 6  # tasks x temperatures x K x 6 speculative methods
+    assert len(runs) - len(target_only) == 2 * 2 * (6 + 7)  # temperatures x K x speculative methods of each task
 
 
 def test_a_decode_job_decodes_every_method_of_its_setting():
@@ -141,13 +142,15 @@ def test_a_decode_job_decodes_every_method_of_its_setting():
     one (pair, task, T, seed), the target-only run first, and scores them; a method whose setting a sweep
     chooses reads that sweep's choice."""
     plan = smoke()
-    assert len(plan.of("decode")) == 2 * 2
-    for job in plan.of("decode"):
-        assert [r.method for r in job.runs] == SMOKE["methods"]
-        assert job.flags["runs"].count("--run ") == 7
+    assert len(plan.of("decode")) == len(plan.of("decode_judged")) == 2  # open's; arith's, with AutoJudge
+    for job in plan.of("decode") + plan.of("decode_judged"):
+        judged = job.wildcards["task"] == "arith"
+        assert [r.method for r in job.runs] == [m for m in SMOKE["methods"] if judged or m != "judge"]
+        assert job.flags["runs"].count("--run ") == 7 + judged
         for r in job.runs:
-            chosen = r.method in ("fixed", "cascade", "lenient")
+            chosen = r.method in ("fixed", "cascade", "lenient", "judge")
             assert ("weight_file" in r.changes) == chosen
+            assert ("judge" in r.changes) == (r.method == "judge")  # the task's classifier
             if chosen:
                 assert r.changes["weight_file"] in job.inputs["weights"]
         finetuned = next(r for r in job.runs if r.method == "finetuned")
@@ -200,7 +203,7 @@ def test_quality_decodes_are_batched_and_timing_decodes_interleaved_at_batch_1()
     plan = smoke()
     for job in plan.jobs:
         if job.runs:
-            timed = job.rule in ("time", "time_sweep")
+            timed = JUDGED.get(job.rule, job.rule) in ("time", "time_sweep")
             assert {r.batch_size for r in job.runs} == ({1} if timed else {2}) and {r.timing for r in job.runs} == {
                 timed}, job.rule
             assert ("batch" in job.flags) != timed
@@ -225,8 +228,7 @@ def test_lambda_is_chosen_on_dev_for_the_tasks_of_the_lambda_sweep():
     plan = smoke(lambda_sweep={"tasks": ["arith"], "values": [0.1, 0.5]})
     counts = plan.counts()
     assert counts["train_head_lambda"] == 2 and counts["sweep_lambda"] == 1 and counts["train_head"] == 1
-    assert sorted(j.train.task for j in plan.jobs if j.train and j.rule != "distill_draft") == ["arith", "arith",
-                                                                                               "open"]
+    assert sorted(j.train.task for j in plan.jobs if j.rule.startswith("train_head")) == ["arith", "arith", "open"]
     assert [j.train.acceptance_weight for j in plan.of("train_head_lambda")] == [0.1, 0.5]
     (job,) = plan.of("sweep_lambda")
     assert job.flags["head_out"] == "results/heads/tiny/arith" and job.outputs["head"] == \

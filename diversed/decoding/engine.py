@@ -378,18 +378,18 @@ def verify_step(block: Block, scored: Scored, w: torch.Tensor, ks: list[int], ro
         criterion = Criterion(RULES[decoding.verifier].test, decoding.mixing, sampling.greedy, decoding.knob,
                               fly_window(decoding.K), decoding.knob2, decoding.deferral)
         logs = (scored.log_p, block.log_q) if decoding.mixing == "logit" else None
-        n, next_token, bias = verify_rows(block.tokens, q, p, w, ks, draws=block.draws, criterion=criterion,
-                                          logs=logs)  # [R], [R], [R, kmax + 1]
+        n, next_token, bias, kl = verify_rows(block.tokens, q, p, w, ks, draws=block.draws, criterion=criterion,
+                                              logs=logs)  # [R], [R], [R, kmax + 1] x 2
     else:
-        n, next_token, bias = synthetic_rows(ks, p, decoding.synthetic_acceptance, greedy=sampling.greedy,
-                                             draws=block.draws)
+        n, next_token, bias, kl = synthetic_rows(ks, p, decoding.synthetic_acceptance, greedy=sampling.greedy,
+                                                 draws=block.draws)
     at = torch.arange(kmax + 1, device=p.device)
     candidates = torch.where(at == n[:, None], next_token[:, None], torch.cat([block.tokens, next_token[:, None]], 1))
     live = at[:kmax] < index(tuple(ks), p.device)[:, None]  # [R, kmax]
     ok = (block.ok.to(p.device) | ~live).all(1)  # [R]: the draft logits each row used
     tv = total_variation(p[:, :kmax], q)  # [R, kmax]: TV(p, q) at each drafted position (the static front's)
-    n, ok, ok_t, tokens, ws, bias, logprob, is_max, tv = _to_host(
-        n, ok, scored.ok, candidates, w, bias, *_fidelity(scored.logits, candidates), tv)
+    n, ok, ok_t, tokens, ws, bias, kl, logprob, is_max, tv = _to_host(
+        n, ok, scored.ok, candidates, w, bias, kl, *_fidelity(scored.logits, candidates), tv)
     steps, emitted, mixes = [], [], RULES[decoding.verifier].weight not in (None, "judge")  # w where it mixes
     for r, k in enumerate(ks):
         _raise_if_broken([ok[r]], "draft", len(rows[r].out.drafted))
@@ -398,7 +398,7 @@ def verify_step(block: Block, scored: Scored, w: torch.Tensor, ks: list[int], ro
         cand = [int(t) for t in tokens[span][:k + 1]]
         steps.append(Step(drafted=k, accepted=m - 1, tokens=cand[:m],
                           weights=ws[r * kmax:r * kmax + k] if mixes else [],
-                          bias_tv=bias[span][:m], target_logprob=logprob[span][:m],
+                          bias_tv=bias[span][:m], kl=kl[span][:m], target_logprob=logprob[span][:m],
                           target_argmax=[bool(a) for a in is_max[span][:m]],
                           tv_pq=tv[r * kmax:r * kmax + min(m, k)]))
         emitted.append(cand)

@@ -48,6 +48,7 @@ class Step:
     target_logprob: list[float]  # per emitted token: log p_target(token) at T = 1
     target_argmax: list[bool]  # per emitted token: is it the target's greedy choice?
     tv_pq: list[float] = field(default_factory=list)  # per tested position (min(n + 1, k)): TV(p, q) there
+    kl: list[float] = field(default_factory=list)  # per emitted token: KL(nu || p) in nats (0 for a bonus token)
 
 
 @dataclass
@@ -63,6 +64,7 @@ class Generation:
     target_logprob: list[float] = field(default_factory=list)  # per token: log p_target(token) at T = 1
     target_argmax: list[bool] = field(default_factory=list)  # per token: is it the target's greedy choice?
     tv_pq: list[float] = field(default_factory=list)  # per tested position of every step: TV(p, q)
+    kl: list[float] = field(default_factory=list)  # per emitted token: KL(nu || p) in nats
     time_draft: float = 0.0
     time_verify: float = 0.0
     time_total: float = 0.0
@@ -83,6 +85,7 @@ class Generation:
         self.target_logprob.extend(step.target_logprob[:m])
         self.target_argmax.extend(step.target_argmax[:m])
         self.tv_pq.extend(step.tv_pq)
+        self.kl.extend(step.kl[:m])
         return m
 
     @property
@@ -124,14 +127,14 @@ class Generation:
 
     def stats(self) -> dict:
         """Every metric, by the names manifests and generations.jsonl use. mean_weight: mean w over drafted
-        positions; bias_tv, target_logprob, target_argmax_agreement: means over emitted tokens."""
+        positions; bias_tv, kl, target_logprob, target_argmax_agreement: means over emitted tokens."""
         return {
             "new_tokens": len(self.tokens), "steps": self.steps, "stop": self.stop,
             "draft_acceptance_rate": self.draft_acceptance_rate,
             "mean_acceptance_length": self.mean_acceptance_length,
             "acceptance_by_position": self.acceptance_by_position,
             "mean_weight": mean([w for ws in self.weights for w in ws]),
-            "bias_tv": mean(self.bias_tv),
+            "bias_tv": mean(self.bias_tv), "kl": mean(self.kl),
             "target_logprob": mean(self.target_logprob),
             "target_argmax_agreement": mean([float(a) for a in self.target_argmax]),
             "tokens_per_s": self.tokens_per_s,
@@ -146,6 +149,7 @@ def pool(gens: list[Generation]) -> Generation:
         tokens=[t for g in gens for t in g.tokens], K=max((g.K for g in gens), default=0),
         drafted=[k for g in gens for k in g.drafted], accepted=[n for g in gens for n in g.accepted],
         weights=[ws for g in gens for ws in g.weights], bias_tv=[b for g in gens for b in g.bias_tv],
+        kl=[x for g in gens for x in g.kl],
         target_logprob=[x for g in gens for x in g.target_logprob],
         target_argmax=[a for g in gens for a in g.target_argmax],
         time_draft=sum(g.time_draft for g in gens), time_verify=sum(g.time_verify for g in gens),
@@ -159,5 +163,5 @@ def summarize(gens: list[Generation]) -> dict:
     s = g.stats()
     keys = ("new_tokens", "steps", "draft_acceptance_rate", "mean_acceptance_length", "acceptance_by_position")
     return {"prompts": len(gens), **{k: s[k] for k in keys}, "conditional_acceptance": g.conditional_acceptance,
-            **{k: s[k] for k in ("mean_weight", "bias_tv", "target_logprob", "target_argmax_agreement",
+            **{k: s[k] for k in ("mean_weight", "bias_tv", "kl", "target_logprob", "target_argmax_agreement",
                                  "tokens_per_s", "time_total", "time_draft", "time_verify")}}

@@ -404,15 +404,16 @@ class Criterion:
 def verify_rows(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, w: torch.Tensor, k: list[int], *,
                 draws: Draws | None, criterion: Criterion = Criterion(),
                 logs: tuple[torch.Tensor | None, torch.Tensor | None] | None = None,
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """verify() for R rows at once, row r with its own k[r] <= K drafts (the rest padding), its test's uniforms at
     lanes VERIFY + i and its correction at lane RESIDUAL of its own stream (draws; None when greedy): draft_tokens
-    [R, K], q [R, K, V], p [R, K + 1, V], w [R, K] -> (n_accepted [R], next_token [R], bias_tv [R, K + 1]) on the
-    device, bias 0 from k[r] on.
+    [R, K], q [R, K, V], p [R, K + 1, V], w [R, K] -> (n_accepted [R], next_token [R], bias_tv [R, K + 1], kl
+    [R, K + 1]) on the device: TV(nu, p) and KL(nu || p) in nats of the distribution nu a step emits at each
+    position (inf where nu has mass p lacks), both 0 from k[r] on.
 
-    criterion: the test (Criterion); FLy's bias is NaN (its emitted distribution depends on the drafts after a
-    position). logs: (log p [R, K + 1, V], log q [R, K, V]) for logit mixing without underflow. The outcome of every
-    possible stopping point is computed, then the one at n taken, so nothing waits for n.
+    criterion: the test (Criterion); FLy's bias and KL are NaN (its emitted distribution depends on the drafts
+    after a position). logs: (log p [R, K + 1, V], log q [R, K, V]) for logit mixing without underflow. The
+    outcome of every possible stopping point is computed, then the one at n taken, so nothing waits for n.
     """
     R, K, V = q.shape
     log_p, log_q = logs or (None, None)
@@ -453,15 +454,17 @@ def verify_rows(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, w:
     rows = torch.where(at < k_t[:, None, None], torch.cat([stop_dist, q.new_zeros(R, 1, V)], 1), p)  # [R, K+1, V]
     dist = rows.gather(1, n[:, None, None].expand(R, 1, V))[:, 0]  # [R, V]
     next_token = dist.argmax(dim=-1) if greedy else draws.categorical(dist, RESIDUAL)  # [R]
+    drafted = at[..., 0] < k_t[:, None]  # [R, K + 1]
     bias = torch.cat([total_variation(nu, p[:, :K]), p.new_zeros(R, 1)], 1)  # [R, K + 1]
-    return n, next_token, torch.where(at[..., 0] < k_t[:, None], bias, 0.0)
+    kl = torch.cat([kl_divergence(nu, p[:, :K]), p.new_zeros(R, 1)], 1)  # [R, K + 1]
+    return n, next_token, torch.where(drafted, bias, 0.0), torch.where(drafted, kl, 0.0)
 
 
 def synthetic_rows(k: list[int], p: torch.Tensor, acceptance: float, *, greedy: bool = False,
-                   draws: Draws | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   draws: Draws | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Synthetic acceptance for R rows, row r with k[r] drafts, accepting at the uniforms of its own stream (draws,
     at verify_rows' lanes; drawn under greedy decoding too): p [R, K + 1, V] -> (n [R], next_token [R], bias
-    [R, K + 1] zeros), as verify_rows."""
+    [R, K + 1] zeros, kl [R, K + 1] zeros), as verify_rows."""
     if not 0 <= acceptance <= 1:
         raise ValueError(f"synthetic acceptance must be in [0, 1], got {acceptance}")
     R, K1, V = p.shape
@@ -469,4 +472,4 @@ def synthetic_rows(k: list[int], p: torch.Tensor, acceptance: float, *, greedy: 
     n = ((draws.uniform(VERIFY, K1 - 1) < acceptance) & live).long().cumprod(dim=1).sum(dim=1)  # [R]
     dist = p.gather(1, n[:, None, None].expand(R, 1, V))[:, 0]  # [R, V]
     next_token = dist.argmax(dim=-1) if greedy else draws.categorical(dist, RESIDUAL)  # [R]
-    return n, next_token, p.new_zeros(R, K1)
+    return n, next_token, p.new_zeros(R, K1), p.new_zeros(R, K1)

@@ -13,6 +13,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 
 from diversed.analysis.tables import METHOD_NAMES, is_timing, quality, quality_units, read_units, timed_units
@@ -86,12 +87,16 @@ def acceptance_vs_weight(sweeps: pd.DataFrame, stem: Path, temperature: float) -
     return _save(fig, stem)
 
 
-def acceptance_vs_bias_points(sweeps: pd.DataFrame, temperature: float) -> pd.DataFrame:
-    """What the acceptance-vs-bias figure plots: every rule's dev sweep points at one temperature and at the K the
-    families were swept at (the smallest such K; else the smallest K), with the static front's points (strict and
-    the linear fixed w) marked front."""
+BIAS = {"bias_tv": "bias TV(emitted, p) per token", "kl": "KL(emitted || p) per token (nats)"}  # the x axes
+
+
+def acceptance_vs_bias_points(sweeps: pd.DataFrame, temperature: float, x: str = "bias_tv") -> pd.DataFrame:
+    """What the acceptance-vs-bias figure plots: every rule's dev sweep points with a finite bias x (BIAS) at one
+    temperature and at the K the families were swept at (the smallest such K; else the smallest K), with the static
+    front's points (strict and the linear fixed w) marked front."""
+    bias = sweeps[x] if x in sweeps else pd.Series(np.nan, index=sweeps.index)
     d = sweeps[(sweeps["temperature"] == temperature) & (sweeps["verifier"] != "autoregressive")
-               & sweeps["bias_tv"].notna()]
+               & np.isfinite(bias.astype(float))]
     if d.empty:
         return d.assign(front=pd.Series(dtype=bool))
     families = d[~d["verifier"].isin(["strict", "fixed", "dynamic"])]
@@ -100,19 +105,18 @@ def acceptance_vs_bias_points(sweeps: pd.DataFrame, temperature: float) -> pd.Da
     return d.assign(front=(d["verifier"] == "strict") | ((d["verifier"] == "fixed") & (d["mixing"] == "linear")))
 
 
-def acceptance_vs_bias(sweeps: pd.DataFrame, stem: Path, temperature: float) -> list[Path]:
-    """Acceptance against the bias TV(emitted, p) of every rule's dev sweep points, with the static ensemble's front
-    (strict and the linear fixed w, joined): a rule above the line would beat the static ensemble's trade-off
-    (the report's claim)."""
-    fig, panels = _panels(acceptance_vs_bias_points(sweeps, temperature), f" (T = {temperature:g})")
+def acceptance_vs_bias(sweeps: pd.DataFrame, stem: Path, temperature: float, x: str = "bias_tv") -> list[Path]:
+    """Acceptance against the bias x (BIAS: TV(emitted, p), or KL(emitted || p) where finite) of every rule's dev
+    sweep points, with the static ensemble's front (strict and the linear fixed w, joined): in TV, a rule above
+    the line would beat the static ensemble's trade-off (the report's claim); in KL, mentored decoding's."""
+    fig, panels = _panels(acceptance_vs_bias_points(sweeps, temperature, x), f" (T = {temperature:g})")
     for ax, _, _, g in panels:
-        front = g[g["front"]].sort_values("bias_tv")
-        ax.plot(front["bias_tv"], 100 * front["draft_acceptance_rate"], color="0.5", lw=1, label="static front",
-                zorder=1)
+        front = g[g["front"]].sort_values(x)
+        ax.plot(front[x], 100 * front["draft_acceptance_rate"], color="0.5", lw=1, label="static front", zorder=1)
         for verifier, r in g.groupby("verifier"):
-            ax.scatter(r["bias_tv"], 100 * r["draft_acceptance_rate"], marker=MARKERS.get(verifier, "o"),
+            ax.scatter(r[x], 100 * r["draft_acceptance_rate"], marker=MARKERS.get(verifier, "o"),
                        c=COLORS.get(verifier, "k"), s=28, label=METHOD_NAMES.get(verifier, verifier), zorder=2)
-        ax.set(xlabel="bias TV(emitted, p) per token", ylabel="acceptance rate (%)", ylim=(0, 100))
+        ax.set(xlabel=BIAS[x], ylabel="acceptance rate (%)", ylim=(0, 100))
         ax.grid(alpha=0.3)
     _legend(fig)
     return _save(fig, stem)
@@ -280,5 +284,6 @@ def write_all(tables: str | Path, out: str | Path, temperatures: list[float],
         paths += quality_vs_time(units, runs, sweeps, out / f"quality_vs_time_T{t:g}", t)
         paths += acceptance_by_position(runs, out / f"acceptance_by_position_T{t:g}", t)
         paths += acceptance_vs_bias(sweeps, out / f"acceptance_vs_bias_T{t:g}", t)
+        paths += acceptance_vs_bias(sweeps, out / f"acceptance_vs_kl_T{t:g}", t, "kl")
     paths += weight_distribution(weights, out / "weight_distribution")
     return paths

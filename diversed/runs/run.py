@@ -43,7 +43,7 @@ from diversed.utils import (
 )
 
 DETERMINISTIC_STATS = ("new_tokens", "steps", "stop", "draft_acceptance_rate", "mean_acceptance_length",
-                       "mean_weight", "bias_tv", "target_logprob", "target_argmax_agreement")
+                       "mean_weight", "bias_tv", "kl", "target_logprob", "target_argmax_agreement")
 
 
 def task_prompts(cfg: RunConfig) -> list[dict]:
@@ -137,6 +137,7 @@ class PreparedRun:
                          "completion": self.pair.tokenizer.decode(gen.tokens, skip_special_tokens=True),
                          "tokens": gen.tokens, "prompt_tokens": len(ids), "drafted": gen.drafted,
                          "accepted": gen.accepted, "weights": gen.weights, "bias_tv_per_token": gen.bias_tv,
+                         "kl_per_token": gen.kl,
                          "tv_pq_per_position": gen.tv_pq,
                          "target_logprobs": gen.target_logprob, "target_argmax": gen.target_argmax,
                          # timings live in the manifest only, so generations.jsonl is byte-identical on a rerun
@@ -449,7 +450,8 @@ class Run:
             "prompts": s["prompts"], "new_tokens": s["new_tokens"],
             "draft_acceptance_rate": s["draft_acceptance_rate"], "mean_acceptance_length": s["mean_acceptance_length"],
             "acceptance_by_position": json.dumps(s["acceptance_by_position"]), "mean_weight": s["mean_weight"],
-            "bias_tv": s["bias_tv"], "tokens_per_s": s["tokens_per_s"], "batch_size": self.batch_size,
+            "bias_tv": s["bias_tv"], "kl": s.get("kl", math.nan), "tokens_per_s": s["tokens_per_s"],
+            "batch_size": self.batch_size,
             "seconds_per_sample": math.nan if s["time_total"] is None else s["time_total"] / max(s["prompts"], 1),
             "hardware": hardware_label(self.manifest.get("hardware"), c.get("device", "cpu")),
             "capture": self.manifest.get("execution", {}).get("capture", "none"),  # how its steps ran (timing)
@@ -475,6 +477,7 @@ class Run:
                 "new_tokens": n, "length": n, "steps": g.get("steps", len(g.get("drafted", [])) or len(g["tokens"])),
                 "seconds": sec, "weight_sum": sum(weights),
                 "bias_tv_sum": 0.0 if exact else token_sum(g.get("bias_tv_per_token"), n),
+                "kl_sum": 0.0 if exact else token_sum(g.get("kl_per_token"), n),
                 "target_logprob_sum": token_sum(g.get("target_logprobs"), n),
                 "target_argmax_sum": token_sum(g.get("target_argmax"), n),
                 "quality": _number(quality.get(g["prompt_hash"])),

@@ -30,7 +30,7 @@ from diversed.tasks import get_task, metric_spec
 from diversed.utils import atomic_path, provenance, write_json, write_text
 
 COLUMNS = ["pair", "task", "split", "prompts", "temperature", "K", "verifier", "weight", "mixing", "knob", "deferral",
-           "draft_acceptance_rate", "mean_acceptance_length", "tokens_per_s", "seconds_per_sample", "bias_tv",
+           "draft_acceptance_rate", "mean_acceptance_length", "tokens_per_s", "seconds_per_sample", "bias_tv", "kl",
            "metric", "quality", "target_logprob", "run_id", "run_dir"]
 
 
