@@ -13,7 +13,7 @@ from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, FAMILIES, MIXINGS, 
 from diversed.runs.settings import SELECTIONS, RunConfig
 from diversed.tasks import PROMPT_FORMATS, SCORINGS
 from diversed.training.settings import DistillConfig, HeadTrainConfig, JudgeConfig, JudgeFit
-from diversed.utils import field_type, write_json, write_text
+from diversed.utils import field_type, read_json, write_json, write_text
 
 PAIR = ("target", "draft", "draft_layers", "dtype", "device")  # RunConfig's fields that name the model pair
 PROMPTS = ("task", "data_files", "split", "n")  # RunConfig's fields that choose the prompts
@@ -198,8 +198,6 @@ def cmd_train_draft(a: argparse.Namespace) -> None:
 
 def cmd_mine_judge(a: argparse.Namespace) -> None:
     from diversed.training.judge import mine_judge
-    from diversed.training.settings import JudgeConfig
-    from diversed.utils import read_json
 
     cfg = config_from_args(JudgeConfig, a)
     cfg.validate()
@@ -210,8 +208,6 @@ def cmd_mine_judge(a: argparse.Namespace) -> None:
 
 def cmd_train_judge(a: argparse.Namespace) -> None:
     from diversed.training.judge import train_judge
-    from diversed.training.settings import JudgeFit
-    from diversed.utils import read_json
 
     path = train_judge(a.labels, a.out, config_from_args(JudgeFit, a))
     m = read_json(path.parent / "manifest.json")
@@ -476,23 +472,25 @@ def _generate_parser(sub) -> None:
     p.set_defaults(func=cmd_generate)
 
 
+def _training_job(p: argparse.ArgumentParser, cls: type, fn, out: str) -> None:
+    """A training job's command: its config's flags (the task required), the engine's, --out (help `out`)."""
+    add_config_args(p, cls, required=("task",))
+    add_config_args(p, Execution)
+    p.add_argument("--out", required=True, help=out)
+    p.set_defaults(func=fn)
+
+
 def _train_parsers(sub) -> None:
     p = sub.add_parser("train", help="train a task's verifiers: `train head` (DIVERSED) or `train draft`")
     train = p.add_subparsers(dest="what", required=True)
     for what, cls, fn, helptext in (("head", HeadTrainConfig, cmd_train_head, "the DIVERSED weight head (REINFORCE)"),
                                     ("draft", DistillConfig, cmd_train_draft,
                                      "the fine-tuned-draft baseline (KL distillation)")):
-        t = train.add_parser(what, help=helptext)
-        add_config_args(t, cls, required=("task",))
-        add_config_args(t, Execution)
-        t.add_argument("--out", required=True, help="output folder")
-        t.set_defaults(func=fn)
-    p = sub.add_parser("mine-judge", help="AutoJudge's labels: swap each draft/target mismatch of the target's greedy "
-                       "answers on a task's train prompts and see whether the answer changes (resumable)")
-    add_config_args(p, JudgeConfig, required=("task",))
-    add_config_args(p, Execution)
-    p.add_argument("--out", required=True, help="output folder (a killed job rerun on it keeps its finished prompts)")
-    p.set_defaults(func=cmd_mine_judge)
+        _training_job(train.add_parser(what, help=helptext), cls, fn, "output folder")
+    _training_job(sub.add_parser("mine-judge", help="AutoJudge's labels: swap each draft/target mismatch of the "
+                                 "target's greedy answers on a task's train prompts and see whether the answer "
+                                 "changes (resumable)"), JudgeConfig, cmd_mine_judge,
+                  "output folder (a killed job rerun on it keeps its finished prompts)")
     p = sub.add_parser("train-judge", help="AutoJudge's classifier (logistic regression on the pair's hidden states) "
                        "from mine-judge's labels")
     p.add_argument("--labels", required=True, help="mine-judge's output folder")

@@ -29,11 +29,11 @@ import torch
 from torch import nn
 
 from diversed.decoding import fastpath
-from diversed.decoding.head import Judge, WeightHead
+from diversed.decoding.head import MODULES
 from diversed.decoding.models import context_length, shared_width
 from diversed.decoding.models import vocab_size as vocab_width
 from diversed.decoding.rng import DRAFT, Draws, Streams
-from diversed.decoding.settings import RULES, Decoding, Execution, Sampling
+from diversed.decoding.settings import RULES, Decoding, Execution, Sampling, trained_module
 from diversed.decoding.stats import Generation, Step
 from diversed.decoding.stepper import Stepper
 from diversed.decoding.transfer import index, to_device
@@ -83,11 +83,10 @@ def check_request(nets: Networks, prompt_len: int, decoding: Decoding, execution
     the longest prompt's)."""
     target, draft, head, vocab_size = nets.target, nets.draft, nets.head, nets.vocab_size
     verifier = decoding.verifier
-    kind = {"dynamic": WeightHead, "judge": Judge}.get(verifier)
-    if kind is WeightHead and not isinstance(head, WeightHead):
-        raise ValueError("verifier 'dynamic' needs --head, a trained weight head (head= in Python)")
-    if kind is Judge and not isinstance(head, Judge):
-        raise ValueError("verifier 'judge' needs --judge, a trained AutoJudge classifier (head= in Python)")
+    needs = trained_module(verifier)
+    kind = MODULES.get(needs)
+    if kind is not None and not isinstance(head, kind):
+        raise ValueError(f"verifier {verifier!r} needs --{needs}, a trained {kind.WHAT} (head= in Python)")
     models = [("target", target)]
     if verifier != "autoregressive":
         if draft is None:

@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from diversed.decoding.models import fingerprint, hidden_size
+from diversed.decoding.settings import TRAINED
 from diversed.utils import atomic_path
 
 
@@ -24,9 +25,13 @@ class PairModule(nn.Module):
     FORMAT: ClassVar[str]  # its file's format tag
     WHAT: ClassVar[str]  # what it is, in messages
 
-    def __init__(self, h_target: int, h_draft: int):
+    def __init__(self, h_target: int, h_draft: int, outputs: int):
+        """A zero-initialised Linear `proj` from both hidden states (h_t + h_d wide) to `outputs`."""
         super().__init__()
         self.h_target, self.h_draft = h_target, h_draft
+        self.proj = nn.Linear(h_target + h_draft, outputs)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
         self.pair: dict[str, str] = {}  # fingerprints of the pair it was trained for (set by bind/load)
 
     def bind(self, target: nn.Module, draft: nn.Module) -> PairModule:
@@ -66,13 +71,10 @@ class WeightHead(PairModule):
     Zero-initialised, so w = 0.5 everywhere before training. 2 (h_t + h_d) + 2 parameters.
     """
 
-    FORMAT, WHAT = "diversed-head-v1", "weight head"
+    FORMAT, WHAT = "diversed-head-v1", TRAINED["head"]
 
     def __init__(self, h_target: int, h_draft: int):
-        super().__init__(h_target, h_draft)
-        self.proj = nn.Linear(h_target + h_draft, 2)
-        nn.init.zeros_(self.proj.weight)
-        nn.init.zeros_(self.proj.bias)
+        super().__init__(h_target, h_draft, 2)
 
     def forward(self, h_target: torch.Tensor, h_draft: torch.Tensor) -> torch.Tensor:
         """h_target [..., h_t], h_draft [..., h_d] -> w [...] in (0, 1)."""
@@ -85,13 +87,10 @@ class Judge(PairModule):
     [h_draft; h_target], the probability that a draft/target mismatch at this position changes the task's answer.
     (h_t + h_d) + 1 parameters, and the features' mean and standard deviation."""
 
-    FORMAT, WHAT = "diversed-judge-v1", "AutoJudge classifier"
+    FORMAT, WHAT = "diversed-judge-v1", TRAINED["judge"]
 
     def __init__(self, h_target: int, h_draft: int):
-        super().__init__(h_target, h_draft)
-        self.proj = nn.Linear(h_draft + h_target, 1)
-        nn.init.zeros_(self.proj.weight)
-        nn.init.zeros_(self.proj.bias)
+        super().__init__(h_target, h_draft, 1)
         self.register_buffer("mean", torch.zeros(h_draft + h_target, device="cpu"))  # moved with the module
         self.register_buffer("std", torch.ones(h_draft + h_target, device="cpu"))
 
@@ -105,6 +104,7 @@ class Judge(PairModule):
 
 
 KINDS = {cls.FORMAT: cls for cls in (WeightHead, Judge)}
+MODULES = {"head": WeightHead, "judge": Judge}  # each of settings.TRAINED's modules
 
 
 def load_head(path: str | os.PathLike, target: nn.Module | None = None, draft: nn.Module | None = None,

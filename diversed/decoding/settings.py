@@ -116,6 +116,16 @@ RULES: dict[str, Rule] = {
     "judge": Rule("AutoJudge", "judge", "judge", knob="threshold", marker="D",
                   source="Garipov et al., NeurIPS 2025 (AutoJudge)"),
 }
+# the trained modules a rule's weight (Rule.weight) reads, each by the RunConfig field and flag that names its file
+TRAINED = {"head": "weight head", "judge": "AutoJudge classifier"}
+
+
+def trained_module(verifier: str) -> str | None:
+    """The trained module a verifier needs (a key of TRAINED: DIVERSED's head, AutoJudge's judge), None if none."""
+    weight = RULES[verifier].weight if verifier in RULES else None
+    return weight if weight in TRAINED else None
+
+
 # one model decoding alone (no draft length K), by label
 BASELINES: dict[str, str] = {"autoregressive": "Target only", "draft": "Draft only"}
 VERIFIERS = (*BASELINES, *RULES)

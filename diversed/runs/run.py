@@ -21,10 +21,10 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from diversed.decoding.engine import Ends, Networks, check_request, generate, stop_at
-from diversed.decoding.head import Judge, load_head
+from diversed.decoding.head import MODULES, load_head
 from diversed.decoding.models import encode_prompt, load_pair
 from diversed.decoding.rng import stream_seed
-from diversed.decoding.settings import Decoding, Execution
+from diversed.decoding.settings import TRAINED, Decoding, Execution, trained_module
 from diversed.decoding.stats import Generation, summarize
 from diversed.runs.settings import Launch, RunConfig
 from diversed.tasks import get_task
@@ -104,8 +104,8 @@ class PreparedRun:
                 raise ValueError(f"prompt {i + 1} is empty")
         pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers,
                          cache=models)
-        head = (load_head(cfg.head, pair.target, pair.draft) if cfg.verifier == "dynamic" else
-                load_head(cfg.judge, pair.target, pair.draft, Judge) if cfg.verifier == "judge" else None)
+        needs = trained_module(cfg.verifier)
+        head = load_head(getattr(cfg, needs), pair.target, pair.draft, MODULES[needs]) if needs else None
         decoding = cfg.decoding(pair.target.generation_config)
         encoded = [encode_prompt(pair.tokenizer, row["prompt"], chat=cfg.prompt_format == "chat") for row in prompts]
         check_request(Networks.of(pair, head), max(len(ids) for ids in encoded), decoding, execution)
@@ -323,7 +323,7 @@ def trained(run: Run) -> list[dict]:
     """The training manifests behind a run: its head's (kind "head"), its AutoJudge classifier's (kind "judge") and
     its fine-tuned draft's (kind "draft"), each with its folder (path)."""
     c = run.config
-    paths = [(kind, Path(c[kind]).parent / "manifest.json") for kind in ("head", "judge") if c.get(kind)]
+    paths = [(kind, Path(c[kind]).parent / "manifest.json") for kind in TRAINED if c.get(kind)]
     paths.append(("draft", Path(c["draft"]) / "distill_manifest.json"))
     return [json.loads(p.read_text()) | {"kind": kind, "path": str(p.parent)} for kind, p in paths if p.is_file()]
 

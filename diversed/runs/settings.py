@@ -16,10 +16,12 @@ from diversed.decoding.settings import (
     FAMILIES,
     MIXINGS,
     RULES,
+    TRAINED,
     VERIFIERS,
     Decoding,
     Execution,
     Sampling,
+    trained_module,
 )
 from diversed.tasks import PROMPT_FORMATS, SPLITS, check_scoring, registry
 from diversed.utils import option, safetensors_metadata
@@ -84,18 +86,16 @@ class RunConfig:
         if self.prompt_format not in PROMPT_FORMATS:
             raise ValueError(f"unknown prompt format {self.prompt_format!r}; allowed: {', '.join(PROMPT_FORMATS)}")
         check_scoring(self.scoring)
-        if self.verifier == "dynamic" and not self.head:
-            raise ValueError("verifier 'dynamic' needs --head, a trained weight head (head= in Python)")
-        if self.verifier == "judge" and not self.judge:
-            raise ValueError("verifier 'judge' needs --judge, a trained AutoJudge classifier (judge= in Python)")
-        if self.verifier == "judge" and not Path(self.judge).is_file():
-            raise FileNotFoundError(f"AutoJudge classifier not found: {self.judge}")
+        needs = trained_module(self.verifier)  # the head's or the judge's file
+        if needs and not getattr(self, needs):
+            raise ValueError(f"verifier {self.verifier!r} needs --{needs}, a trained {TRAINED[needs]} ({needs}= in "
+                             "Python)")
         if self.judge is not None and self.verifier != "judge":
             raise ValueError(f"judge is only used by the 'judge' verifier, not {self.verifier!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; allowed: {', '.join(DTYPES)}")
-        if self.verifier == "dynamic" and not Path(self.head).is_file():
-            raise FileNotFoundError(f"weight head not found: {self.head}")
+        if needs and not Path(getattr(self, needs)).is_file():
+            raise FileNotFoundError(f"{TRAINED[needs]} not found: {getattr(self, needs)}")
         if self.verifier == "dynamic" and (trained := trained_mixing(self.head)) not in (None, self.mixing):
             raise ValueError(f"weight head {self.head} was trained with {trained} mixing: decode it with --mixing "
                              f"{trained} (DIVERSED verifies with the ensemble its head learnt)")
