@@ -1,5 +1,8 @@
 # The config's plan (diversed.plan): every rule's inputs, outputs, shell flags, threads and GPU come from its one
 # table of jobs; helpers and wildcard constraints here, no rules. Parsing the workflow imports no torch.
+# Rules' priority (local scheduling): 3 what the sweeps wait on (heads, lambda, AutoJudge), 2 the sweeps, 1 the
+# untimed decodes and the fine-tuned drafts, 0 the timed jobs, which take every core: they run once the rest is done,
+# so that untimed work fills both cores while it lasts.
 import re
 
 from diversed.plan import NUMBER, Plan

@@ -12,6 +12,7 @@ rule decode:
     params:
         **params("decode"),
     threads: threads("decode")
+    priority: 1
     resources:
         gpu=gpu("decode"),
     log:
@@ -34,6 +35,7 @@ use rule decode as decode_judged with:
     params:
         **params("decode_judged"),
     threads: threads("decode_judged")
+    priority: 1
     resources:
         gpu=gpu("decode_judged"),
 
@@ -88,6 +90,7 @@ use rule decode as decode_transfer with:
     params:
         **params("decode_transfer"),
     threads: threads("decode_transfer")
+    priority: 1
     resources:
         gpu=gpu("decode_transfer"),
     log:

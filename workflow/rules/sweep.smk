@@ -11,6 +11,7 @@ rule sweep:
     params:
         **params("sweep"),
     threads: threads("sweep")
+    priority: 2
     resources:
         gpu=gpu("sweep"),
     log:
@@ -38,6 +39,7 @@ rule sweep_lambda:
     params:
         **params("sweep_lambda"),
     threads: threads("sweep_lambda")
+    priority: 3
     resources:
         gpu=gpu("sweep_lambda"),
     log:

@@ -10,6 +10,7 @@ rule train_head:
     params:
         **params("train_head"),
     threads: threads("train_head")
+    priority: 3
     resources:
         gpu=gpu("train_head"),
     log:
@@ -31,6 +32,7 @@ use rule train_head as train_head_lambda with:
     params:
         **params("train_head_lambda"),
     threads: threads("train_head_lambda")
+    priority: 3
     resources:
         gpu=gpu("train_head_lambda"),
     log:
@@ -47,6 +49,7 @@ rule distill_draft:
     params:
         **params("distill_draft"),
     threads: threads("distill_draft")
+    priority: 1
     resources:
         gpu=gpu("distill_draft"),
     log:
@@ -69,6 +72,7 @@ rule mine_judge:
     params:
         **params("mine_judge"),
     threads: threads("mine_judge")
+    priority: 3
     resources:
         gpu=gpu("mine_judge"),
     log:
@@ -90,6 +94,7 @@ rule train_judge:
     params:
         **params("train_judge"),
     threads: threads("train_judge")
+    priority: 3
     log:
         "logs/train_judge/{pair}/{task}.log",
     conda:
