@@ -20,10 +20,21 @@ import numpy as np
 import pandas as pd
 import torch
 
-from diversed.decoding.rng import DRAFT, Draws, Stream, key, stream_seed
+from diversed.decoding.rng import DRAFT, Draws, key, stream_seed
 from diversed.decoding.verifiers import Criterion, _as_weight, logits_to_probs, synthetic_rows, verify_rows
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+class Stream:
+    """One row's stream on the host side (single-row references): next() is the next step's Draws [1]."""
+
+    def __init__(self, seed: int, device: torch.device | str = "cpu"):
+        self.keys, self.steps = torch.tensor([key(seed)], device=device), 0
+
+    def next(self) -> Draws:
+        self.steps += 1
+        return Draws(self.keys, torch.tensor([self.steps - 1], device=self.keys.device))
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

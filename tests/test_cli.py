@@ -118,6 +118,22 @@ def test_runs_of_one_config_decode_once(tiny_dir, tmp_path, capsys, interleave):
     assert "copied_from" not in strict and "copied_from" not in other
 
 
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_only_a_timed_run_warms_up(tiny_dir, tmp_path, batch):
+    """A batch of one is timed, so a short warm-up decode precedes it; a batched (untimed) run decodes its prompts
+    and nothing else."""
+    import diversed.runs.run
+
+    calls = []
+    engine_generate = diversed.runs.run.generate
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(diversed.runs.run, "generate", lambda *a, **kw: calls.append(a[2]) or engine_generate(*a, **kw))
+        generate(tiny_dir, tmp_path, "--task", "arith", "-n", "2", "--batch-size", str(batch),
+                 "--run", str(tmp_path / "strict"), "verifier=strict", "K=2")
+    assert [c.max_new_tokens for c in calls] == ([8] if batch == 1 else []) + [12]
+    assert (json.loads((tmp_path / "strict" / "manifest.json").read_text())["prompt_seconds"] is None) == (batch > 1)
+
 def test_kept_runs_are_taken_back_only_when_the_same_code_decoded_them_with_the_same_labels(tiny_dir, tmp_path,
                                                                                           capsys):
     """generate --keep DIR: each finished run is hard-linked into DIR/{run_id}; a rerun whose outputs were deleted

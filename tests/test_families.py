@@ -9,11 +9,10 @@ import math
 
 import pytest
 import torch
-from helpers import row_draws, verify, verify_many
+from helpers import Stream, row_draws, verify, verify_many
 from test_verifiers import DRAWS, V, chi_square_ok, random_dists
 
 from diversed.decoding.engine import Networks, generate
-from diversed.decoding.rng import Stream
 from diversed.decoding.settings import Decoding, Sampling
 from diversed.decoding.verifiers import Criterion, defer, fly_window, total_variation, typical_threshold, verify_rows
 

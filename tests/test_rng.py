@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import Stream
 from scipy import stats
 
 from diversed.decoding import rng
 from diversed.decoding.engine import Networks, generate
-from diversed.decoding.rng import Draws, Stream, Streams, key, stream_seed
+from diversed.decoding.rng import Draws, Streams, key, stream_seed
 from diversed.decoding.settings import Decoding, Sampling
 
 PROMPTS = [[1, 5, 7, 9], [1, 30, 31], [1, 80, 3, 3, 3, 40, 12]]

@@ -11,11 +11,10 @@ import math
 
 import pytest
 import torch
-from helpers import row_draws, verify, verify_many
+from helpers import Stream, row_draws, verify, verify_many
 from test_families import PROMPTS, binomial_ok, decode, first_position, related
 from test_verifiers import DRAWS, V, chi_square_ok, random_dists
 
-from diversed.decoding.rng import Stream
 from diversed.decoding.verifiers import (
     Criterion,
     block_test,

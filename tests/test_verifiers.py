@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
-from helpers import row_draws, verify, verify_many
+from helpers import Stream, row_draws, verify, verify_many
 
-from diversed.decoding.rng import RESIDUAL, VERIFY, Stream
+from diversed.decoding.rng import RESIDUAL, VERIFY
 from diversed.decoding.verifiers import ensemble, logits_to_probs, total_variation
 
 V = 8

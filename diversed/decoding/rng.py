@@ -98,13 +98,3 @@ class Streams:
         self.count.index_add_(0, at, torch.ones_like(at))
         return draws
 
-
-class Stream:
-    """One row's stream on the host side (tests, single-row references): next() is the next step's Draws [1]."""
-
-    def __init__(self, seed: int, device: torch.device | str = "cpu"):
-        self.keys, self.steps = torch.tensor([key(seed)], device=device), 0
-
-    def next(self) -> Draws:
-        self.steps += 1
-        return Draws(self.keys, torch.tensor([self.steps - 1], device=self.keys.device))

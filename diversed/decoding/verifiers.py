@@ -154,26 +154,42 @@ def mentored_target(p: torch.Tensor, q: torch.Tensor, budget: float) -> torch.Te
     (sum pi - 1), a token with pi < q has pi = c1 p and one with pi > q has pi = c2 p, with c1 / c2 = e^(1/lambda);
     so pi = clip(q, c p, rho c p) for a rho >= 1. For a rho, c in [1/rho, 1] makes pi sum to 1 (bisection in log
     c); KL(pi || p) grows with rho from 0 (rho = 1: pi = p) towards KL(q || p) (pi = q), so rho is the largest with
-    KL <= budget (bisection in log rho up to e^30). budget 0 is p itself: strict."""
+    KL <= budget (bisection in log rho up to e^30). budget 0 is p itself: strict. A search step reads prefix sums:
+    with the tokens sorted by r = q / p, pi is c p where r < c, q up to r = rho c and rho c p above."""
     if budget == 0:
         return p
+    p2, q2 = p.reshape(-1, p.shape[-1]).double(), q.reshape(-1, q.shape[-1]).double()  # [N, V]
+    r, order = torch.where(p2 > 0, q2 / p2, torch.where(q2 > 0, torch.inf, 0.0)).sort(-1)  # [N, V]: q / p
+    ps, qs = p2.gather(-1, order), q2.gather(-1, order)
+    zero = p2.new_zeros(len(p2), 1)  # [N, 1]
+    P, Q, L = (torch.cat([zero, x.cumsum(-1)], -1) for x in (ps, qs, torch.where(qs > 0, qs * r.log(), 0.0)))
 
-    def normalised(rho: torch.Tensor) -> torch.Tensor:  # rho [..., 1] -> pi [..., V] summing to 1
-        lo, hi = -rho.log(), torch.zeros_like(rho)  # log c
+    def mass(log_c: torch.Tensor, log_rho: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[N, 1] each -> sum pi and sum pi log(pi / p) of pi = clip(q, c p, rho c p), [N, 1] each."""
+        log_top = log_c + log_rho
+        low, high = torch.searchsorted(r, log_c.exp()), torch.searchsorted(r, log_top.exp(), right=True)
+        p_low, p_high = P.gather(-1, low), P[:, -1:] - P.gather(-1, high)
+        z = log_c.exp() * p_low + Q.gather(-1, high) - Q.gather(-1, low) + log_top.exp() * p_high
+        return z, (log_c.exp() * log_c * p_low + L.gather(-1, high) - L.gather(-1, low)
+                   + log_top.exp() * log_top * p_high)
+
+    def scale(log_rho: torch.Tensor) -> torch.Tensor:  # the log c at which pi sums to 1
+        lo, hi = -log_rho, torch.zeros_like(log_rho)
         for _ in range(MENTORED_STEPS):
             mid = (lo + hi) / 2
-            total = torch.minimum(torch.maximum(q, mid.exp() * p), rho * mid.exp() * p).sum(-1, keepdim=True)
-            lo, hi = torch.where(total < 1, mid, lo), torch.where(total < 1, hi, mid)
-        c = hi.exp()
-        pi = torch.minimum(torch.maximum(q, c * p), rho * c * p)
-        return pi / pi.sum(-1, keepdim=True)
+            below = mass(mid, log_rho)[0] < 1
+            lo, hi = torch.where(below, mid, lo), torch.where(below, hi, mid)
+        return hi
 
-    lo, hi = torch.zeros_like(p[..., :1]), torch.full_like(p[..., :1], 30.0)  # log rho
+    lo, hi = zero, torch.full_like(zero, 30.0)  # log rho
     for _ in range(MENTORED_STEPS):
         mid = (lo + hi) / 2
-        inside = kl_divergence(normalised(mid.exp()), p)[..., None] <= budget
+        z, s = mass(scale(mid), mid)
+        inside = s / z - z.log() <= budget  # KL(pi / z || p)
         lo, hi = torch.where(inside, mid, lo), torch.where(inside, hi, mid)
-    return normalised(lo.exp())
+    c = scale(lo).exp()
+    pi = torch.minimum(torch.maximum(q2, c * p2), lo.exp() * c * p2)
+    return (pi / pi.sum(-1, keepdim=True)).to(p.dtype).reshape(p.shape)
 
 
 def typical_threshold(p: torch.Tensor, epsilon: float) -> torch.Tensor:

@@ -121,10 +121,10 @@ class PreparedRun:
                         decoding or self.decoding, seeds=seeds, batch_size=batch_size, execution=self.execution,
                         ends=ends)
 
-    def warm_up(self, batch_size: int = 1) -> None:
-        """A short decode before anything is timed: allocations and kernel choice."""
+    def warm_up(self) -> None:
+        """A short decode of the first prompt before a timed one: allocations and kernel choice."""
         short = dataclasses.replace(self.decoding, max_new_tokens=min(8, self.cfg.max_new_tokens))
-        self(list(range(min(batch_size, len(self.prompts)))), batch_size, decoding=short)
+        self([0], decoding=short)
 
     def write(self, gens: list[Generation], run_dir: Path, labels: dict, batch_size: int, started: float) -> Path:
         """The run folder: generations.jsonl, then manifest.json (renamed into place when complete), and its W&B
@@ -207,7 +207,7 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
             labels: dict | None = None, launch: Launch | None = None, keep: str | Path | None = None) -> Path:
     """Decode every prompt into out/{run_id} (or exactly run_dir); returns the run directory.
 
-    All checks happen before the first decode; one short warm-up decode precedes the timed ones.
+    All checks happen before the first decode; one short warm-up decode precedes a timed (batch 1) run.
     launch (runs.settings.Launch): launch.batch_size prompts decoded together in lockstep (each prompt's tokens are
     those of a batch of one; only a batch of one times its prompts: a batched run's manifest has no
     prompt_seconds), the execution settings (default Execution.here()), progress bars, and the models and
@@ -225,7 +225,8 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
             print(f"run {rid}: taken from {Path(keep) / rid} (decoded before by the same code)")
             return target
     prepared = PreparedRun.prepare(cfg, prompts, launch.models, launch.execution)
-    prepared.warm_up(batch_size)
+    if batch_size == 1:  # only a batch of one is timed (write): its decode follows a warm-up
+        prepared.warm_up()
     started = time.time()
     with tqdm(total=len(prompts), desc=f"decode {prepared.run_id} (batch {batch_size})", unit="prompt",
               disable=not launch.progress) as bar:
