@@ -461,7 +461,7 @@ def _generate_parser(sub) -> None:
                    "label:KEY=VALUE), written to DIR; e.g. --run out/fixed verifier=fixed weight_file=choice.json")
     p.add_argument("--score", action="store_true", help="score every run through lm-eval once all are decoded")
     p.add_argument("--batch-size", type=int, default=1,
-                   help="prompts decoded together (the same tokens at any size); only batch 1 is timed")
+                   help="prompts decoded together (the same draws at any size); only batch 1 is timed")
     p.add_argument("--limit", type=int, help="decode only the first N of the prompts (e.g. timing a subset)")
     p.add_argument("--interleave", action="store_true",
                    help="timing: decode the --run runs at batch 1, interleaved prompt by prompt")

@@ -41,7 +41,8 @@ class Tracker:
             self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", PROJECT), name=name, group=group,
                                   job_type=job_type, config=config, mode=mode, dir=dir, reinit="finish_previous",
                                   id=id, resume="allow" if id else None,
-                                  settings=wandb.Settings(silent=True, console="off"))
+                                  # the installed packages are in each manifest's provenance: not listed again
+                                  settings=wandb.Settings(silent=True, console="off", x_save_requirements=False))
         except Exception as e:  # a tracker must never take a run down with it
             print(f"warning: W&B logging disabled ({type(e).__name__}: {e})", file=sys.stderr)
             self.run = None

@@ -1,7 +1,8 @@
-"""Batched decoding: a row's output does not depend on its batch. On CPU in float32, every prompt decoded inside a
-batch (any slot, rows refilled from the queue as others end) emits the tokens, acceptances, weights and fidelity
-of a batch of one, for every verifier and both baselines, greedy and sampled, on the static-cache fast path and on
-transformers' modules (Gemma 3 with its sliding window included); one host transfer per step for the batch."""
+"""Batched decoding: on these tiny models a row's output does not depend on its batch. On CPU in float32, every
+prompt decoded inside a batch (any slot, rows refilled from the queue as others end) emits the tokens, acceptances,
+weights and fidelity of a batch of one, for every verifier and both baselines, greedy and sampled, on the
+static-cache fast path and on transformers' modules (Gemma 3 with its sliding window included); one host transfer
+per step for the batch. (Larger models agree up to float rounding, which a batch's shape changes.)"""
 
 from __future__ import annotations
 

@@ -202,3 +202,28 @@ def test_stop_strings_end_on_the_text_of_the_newest_tokens(tiny_dir):
     assert stop(0, tok.encode("18 eggs.\n#### 18\n\nQuestion: Ann", add_special_tokens=False))
     assert not stop(0, tok.encode("18 eggs.\n#### 18\n\nAnswer", add_special_tokens=False))
     assert not stop_at(tok, ("",))(0, tok.encode("anything", add_special_tokens=False))
+
+
+def test_scoring_lists_no_environment(greedy_run, monkeypatch):
+    """Scoring a run does not run lm-eval's environment report (torch's collect_env lists pip and conda packages in
+    subprocesses, 0.6 s a scored run), and lm-eval's own report is back afterwards."""
+    import lm_eval.evaluator
+    import torch.utils.collect_env
+
+    report = lm_eval.evaluator.add_env_info
+    monkeypatch.setattr(torch.utils.collect_env, "get_pretty_env_info", lambda: pytest.fail("environment listed"))
+    score_run(greedy_run)
+    assert lm_eval.evaluator.add_env_info is report
+
+
+def test_a_tracked_run_does_not_list_the_installed_packages(monkeypatch):
+    """W&B is not asked to save the installed packages with each run (each manifest's provenance has them)."""
+    import wandb
+
+    from diversed.tracking import Tracker
+
+    seen = {}
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setattr(wandb, "init", lambda **kw: seen.update(kw))
+    Tracker(name="n", group="g", job_type="decode")
+    assert seen["mode"] == "offline" and seen["settings"].x_save_requirements is False

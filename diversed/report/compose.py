@@ -22,9 +22,10 @@ TABLES = ("table1", "table2", "table3", "speed", "families", "retention", "lambd
 STATISTICS = ("Every ± is the half-width of a 95% interval over prompts: each eval prompt is one unit, its seeds "
               "pooled (counts summed, quality averaged), since every seed decodes the same prompts. Acceptance, "
               "tokens/s, fidelity and the speedup are ratios of totals (a long answer weighs more than a short "
-              "one); a task's quality is a mean over prompts. Quality runs decode batched (a prompt's tokens do not "
-              "depend on its batch); speed comes only from the timing runs, the first eval prompts decoded at batch "
-              "1 with every method interleaved prompt by prompt in one job.")
+              "one); a task's quality is a mean over prompts. Quality runs decode batched (a prompt's random numbers "
+              "do not depend on its batch, its tokens only up to float rounding); speed comes only from the timing "
+              "runs, the first eval prompts decoded at batch 1 with every method interleaved prompt by prompt in one "
+              "job.")
 
 
 def split_sizes(runs: pd.DataFrame, sweeps: pd.DataFrame, trained: pd.DataFrame) -> pd.DataFrame:

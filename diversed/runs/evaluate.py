@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -243,13 +244,27 @@ def write_task_files(task_name: str, examples: list[dict], folder: Path, max_gen
     return name
 
 
+@contextlib.contextmanager
+def without_environment_report():
+    """lm-eval's results without its environment report, which we do not keep (torch's collect_env lists pip and
+    conda packages in subprocesses: 0.6 s a call, a call a scored run); a run's provenance is in its manifest and
+    scores.json."""
+    from lm_eval import evaluator
+
+    report, evaluator.add_env_info = evaluator.add_env_info, lambda results: None
+    try:
+        yield
+    finally:
+        evaluator.add_env_info = report
+
+
 def evaluate(lm: LM, task_name: str, examples: list[dict], max_gen_toks: int = 256, scoring: str = "standard") -> dict:
     """Run lm-eval offline on examples with model `lm`, scored under `scoring`; returns aggregate and per-example
     metrics."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    with tempfile.TemporaryDirectory(prefix="diversed-lm-eval-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="diversed-lm-eval-") as tmp, without_environment_report():
         name = write_task_files(task_name, examples, Path(tmp), max_gen_toks, scoring)
         tasks = TaskManager(include_path=tmp, include_defaults=False)  # our task only: indexing all is slow
         results = simple_evaluate(model=lm, tasks=[name], task_manager=tasks,

@@ -79,7 +79,8 @@ def run_id(cfg: RunConfig, prompts: list[dict]) -> str:
 @dataclass
 class PreparedRun:
     """One run's config resolved against its models, ready to decode any of its prompts (prompt i from its own
-    stream (seed, i): the same tokens at any batch size and in any order)."""
+    stream (seed, i): the same random numbers at any batch size and in any order, so the same tokens up to the float
+    rounding a batch size brings)."""
 
     cfg: RunConfig
     prompts: list[dict]
@@ -189,7 +190,7 @@ def keep_run(run_dir: str | Path, keep: str | Path) -> Path:
 
 def restore_run(rid: str, run_dir: str | Path, labels: dict, keep: str | Path) -> bool:
     """Put the kept run `rid` at run_dir if the same code decoded it with the same labels; True if it did (a
-    run_id already fixes the config and the prompts, and a prompt's tokens do not depend on the batch size)."""
+    run_id already fixes the config and the prompts, and a prompt's draws do not depend on the batch size)."""
     kept = Path(keep) / rid
     try:
         manifest = json.loads((kept / "manifest.json").read_text())

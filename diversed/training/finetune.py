@@ -97,7 +97,7 @@ def target_text(target: nn.Module, prompts: list[list[int]], *, max_new_tokens: 
                 execution: Execution | None = None) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, the target's completion) for each prompt: greedy at temperature 0, else sampled, prompt i from
     its own stream (seed, i), so that a completion does not depend on the others; batch_size prompts decode
-    together (the same completions at any size)."""
+    together (the same draws at any size)."""
     seeds = [stream_seed(seed, i) for i in range(len(prompts))]
     decoding = Decoding("autoregressive", max_new_tokens=max_new_tokens, sampling=Sampling(temperature))
     with tqdm(total=len(prompts), desc="target text", unit="prompt", disable=not progress) as bar:

@@ -69,8 +69,8 @@ def rollouts(nets: Networks, prompts: list[list[int]], cfg: HeadTrainConfig, *,
              execution: Execution | None = None) -> list[Rollout]:
     """Decode every prompt from nu_t = ensemble(p_t, q_t, nets.head(h_t)) one token at a time (cfg's rollout,
     temperature, mixing and max_new_tokens), all prompts together with KV caches (one host transfer per token for
-    the batch), row r drawing from its own stream (rng, from seeds[r]) and stopping at its own EOS: a rollout does
-    not depend on its batch. Its tensors live on the target's device."""
+    the batch), row r drawing from its own stream (rng, from seeds[r]) and stopping at its own EOS: a rollout's draws
+    do not depend on its batch. Its tensors live on the target's device."""
     target, draft, head, vocab_size = nets.target, nets.draft, nets.head, nets.vocab_size
     max_new_tokens, temperature, mixing = cfg.max_new_tokens, cfg.temperature, cfg.mixing
     shared = shared_width(target, draft)
