@@ -167,11 +167,11 @@ def mentored_target(p: torch.Tensor, q: torch.Tensor, budget: float) -> torch.Te
     def mass(log_c: torch.Tensor, log_rho: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[N, 1] each -> sum pi and sum pi log(pi / p) of pi = clip(q, c p, rho c p), [N, 1] each."""
         log_top = log_c + log_rho
-        low, high = torch.searchsorted(r, log_c.exp()), torch.searchsorted(r, log_top.exp(), right=True)
+        c, top = log_c.exp(), log_top.exp()
+        low, high = torch.searchsorted(r, c), torch.searchsorted(r, top, right=True)
         p_low, p_high = P.gather(-1, low), P[:, -1:] - P.gather(-1, high)
-        z = log_c.exp() * p_low + Q.gather(-1, high) - Q.gather(-1, low) + log_top.exp() * p_high
-        return z, (log_c.exp() * log_c * p_low + L.gather(-1, high) - L.gather(-1, low)
-                   + log_top.exp() * log_top * p_high)
+        z = c * p_low + Q.gather(-1, high) - Q.gather(-1, low) + top * p_high
+        return z, c * log_c * p_low + L.gather(-1, high) - L.gather(-1, low) + top * log_top * p_high
 
     def scale(log_rho: torch.Tensor) -> torch.Tensor:  # the log c at which pi sums to 1
         lo, hi = -log_rho, torch.zeros_like(log_rho)
