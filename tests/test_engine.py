@@ -233,7 +233,7 @@ def test_run_config_refuses_the_same_settings_with_the_same_message(kwargs, mess
 
 def test_sampling_is_a_checked_value():
     assert Sampling(0).greedy and not Sampling(0.5, 0.9).greedy
-    with pytest.raises(ValueError, match="temperature must be >= 0 \\(0 = greedy\\), got nan"):
+    with pytest.raises(ValueError, match="temperature must be >= 0 \\(0 = greedy\\) and finite, got nan"):
         Sampling(float("nan"))
     with pytest.raises(ValueError, match="top_p must be in \\(0, 1\\], got 1.5"):
         Sampling(1.0, 1.5)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import seal_run
 
 from diversed.runs.evaluate import DiversedLM, ReplayLM, evaluate, score_run
 from diversed.runs.run import Run, RunConfig, execute, prompt_hash, task_prompts
@@ -166,6 +167,7 @@ def test_wmt16_headline_is_corpus_bleu(tmp_path):
     run = tmp_path / "run"
     write_jsonl(run / "generations.jsonl", rows)
     write_json(run / "manifest.json", {"run_id": "wmt", "config": {"task": "wmt16-de-en", "max_new_tokens": 32}})
+    seal_run(run)
     s = Run(score_run(run).parent).scores
     hyps = [h.split("\n")[0] for h in WMT_HYPS]
     corpus = sacrebleu.corpus_bleu(hyps, [WMT_REFS]).score

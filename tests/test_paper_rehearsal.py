@@ -14,7 +14,7 @@ import shutil
 import pandas as pd
 import pytest
 import yaml
-from helpers import ROOT, snakemake, thinking_tokenizer, tiny_paper_model, workflow_copy
+from helpers import ROOT, rewrite_generations, snakemake, thinking_tokenizer, tiny_paper_model, workflow_copy
 from test_tasks import hub_row
 
 # pair -> (class of target and draft, the draft's size); the paper's: Llama 3.1 8B / 3.2 1B, Qwen3 8B / 0.6B,
@@ -252,7 +252,7 @@ def test_heads_train_and_decode_with_logit_mixing_and_runs_rescore_as_the_author
     for r in rows:
         answer = r["reference"].split("####")[-1].strip()
         r["completion"] = f" He has {answer}.\n#### {answer}\n\nQuestion: Sam has 7 pens. The answer is 7"
-    (run / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rewrite_generations(run, rows)  # completions the model could have written: the run stays whole
     quality = {}
     for scoring in ("authors", "standard"):
         main(["score", str(run), "--scoring", scoring])

@@ -8,6 +8,7 @@ import filecmp
 import random
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,30 @@ def test_killed_decoding_run_leaves_nothing_complete_and_rerun_finishes(tiny_dir
     subprocess.run([*args, "--out", str(killed)], env=ENV, check=True, capture_output=True)
     (a,), (b,) = complete_runs(killed), complete_runs(tmp_path / "clean")
     assert filecmp.cmp(a / "generations.jsonl", b / "generations.jsonl", shallow=False)
+
+
+def test_ctrl_c_exits_130_in_one_line_and_leaves_nothing(tiny_dir, tmp_path):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) while decoding: exit 130, one line, no
+    traceback, no run folder and no temporary folder left."""
+    import os
+    import signal
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(f'{{"prompt": "problem {i}: {i} + {i} ="}}\n' for i in range(60)))
+    log = tmp_path / "stderr.log"
+    with log.open("w") as err:
+        proc = start(["diversed", "generate", "--target", str(tiny_dir / "tiny-target"), "--draft",
+                      str(tiny_dir / "tiny-draft-l1"), "--prompts", str(prompts), "--max-new-tokens", "64",
+                      "--out", str(tmp_path / "out")], stderr=err)
+        t0 = time.time()
+        while prompts_done(log) < 3:
+            assert proc.poll() is None and time.time() - t0 < 120, log.read_text()
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    text = log.read_text()
+    assert "Traceback" not in text and text.rstrip().splitlines()[-1] == "error: interrupted", text
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
 def test_killed_training_resumes_to_the_same_head(tiny_dir, tmp_path):

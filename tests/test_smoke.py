@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import count_files, jobs, kill_when, snakemake, start, workflow_copy
+from helpers import count_files, jobs, kill_when, snakemake, start, tracked_files, workflow_copy
 
 from diversed.plan import load
 
@@ -28,10 +28,25 @@ SMOKE = "config/smoke.yaml"
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    """The smoke config run once, uninterrupted, in a copy of the workflow (W&B disabled)."""
-    wd = workflow_copy(tmp_path_factory.mktemp("smoke"))
-    snakemake("--cores", "2", "--configfile", SMOKE, cwd=wd, timeout=1200)
+    """The smoke config run once, uninterrupted, in a copy of the repository as a clone has it, W&B offline as a
+    user without a key runs it."""
+    wd = workflow_copy(tmp_path_factory.mktemp("smoke"), whole=True)
+    snakemake("--cores", "2", "--configfile", SMOKE, cwd=wd, timeout=1200, wandb="offline")
     return wd
+
+
+def test_the_main_job_writes_only_its_folders_and_the_linters_pass_after_it(smoke_run):
+    """README's command 1 then command 2 on one tree: the workflow writes nothing outside results/, figures/, logs/
+    and resources/ (W&B's offline runs under logs/wandb/; Snakemake's own .snakemake/), and the linters then pass
+    on that tree (they failed when W&B's folder at the root made ruff take `wandb` for a first-party package)."""
+    wd = smoke_run
+    tracked = set(tracked_files())
+    written = {p.relative_to(wd).parts[0] for p in wd.rglob("*") if p.is_file()
+               and str(p.relative_to(wd)) not in tracked}
+    assert written <= {"results", "figures", "logs", "resources", ".snakemake"}, written
+    assert list((wd / "logs" / "wandb").glob("offline-run-*"))
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", str(wd)], cwd=wd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def parses(path: Path) -> bool:

@@ -5,6 +5,7 @@ saved as one small safetensors file."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -15,7 +16,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from diversed.decoding.models import fingerprint, hidden_size
-from diversed.decoding.settings import TRAINED
+from diversed.decoding.settings import TRAINED, TRAINED_FORMATS
 from diversed.utils import atomic_path
 
 
@@ -58,9 +59,10 @@ class PairModule(nn.Module):
 
     def save(self, path: str | os.PathLike, **meta) -> None:
         """Write weights + pair fingerprints + free-form metadata to one small safetensors file."""
-        metadata = {"format": self.FORMAT, "h_target": str(self.h_target), "h_draft": str(self.h_draft),
-                    "pair": json.dumps(self.pair), "meta": json.dumps(meta, default=str)}
         state = {k: v.detach().float().cpu().contiguous() for k, v in self.state_dict().items()}
+        metadata = {"format": self.FORMAT, "h_target": str(self.h_target), "h_draft": str(self.h_draft),
+                    "pair": json.dumps(self.pair), "meta": json.dumps(meta, default=str),
+                    "tensors_sha256": tensors_sha256(state)}
         with atomic_path(path) as tmp:
             save_file(state, str(tmp), metadata=metadata)
 
@@ -71,7 +73,7 @@ class WeightHead(PairModule):
     Zero-initialised, so w = 0.5 everywhere before training. 2 (h_t + h_d) + 2 parameters.
     """
 
-    FORMAT, WHAT = "diversed-head-v1", TRAINED["head"]
+    FORMAT, WHAT = TRAINED_FORMATS["head"], TRAINED["head"]
 
     def __init__(self, h_target: int, h_draft: int):
         super().__init__(h_target, h_draft, 2)
@@ -87,7 +89,7 @@ class Judge(PairModule):
     [h_draft; h_target], the probability that a draft/target mismatch at this position changes the task's answer.
     (h_t + h_d) + 1 parameters, and the features' mean and standard deviation."""
 
-    FORMAT, WHAT = "diversed-judge-v1", TRAINED["judge"]
+    FORMAT, WHAT = TRAINED_FORMATS["judge"], TRAINED["judge"]
 
     def __init__(self, h_target: int, h_draft: int):
         super().__init__(h_target, h_draft, 1)
@@ -101,6 +103,16 @@ class Judge(PairModule):
     def forward(self, h_target: torch.Tensor, h_draft: torch.Tensor) -> torch.Tensor:
         """h_target [..., h_t], h_draft [..., h_d] -> P(the mismatch matters) [...] in (0, 1)."""
         return self.logits(torch.cat([h_draft, h_target], dim=-1)).sigmoid()
+
+
+def tensors_sha256(state: dict[str, torch.Tensor]) -> str:
+    """A hash of a module's tensors (names, shapes and float32 bytes), written into its file and checked on load:
+    a damaged file is refused rather than decoded with a wrong w."""
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().float().cpu().contiguous()
+        h.update(f"{name}:{tuple(t.shape)}\0".encode() + t.numpy().tobytes())
+    return h.hexdigest()
 
 
 KINDS = {cls.FORMAT: cls for cls in (WeightHead, Judge)}
@@ -125,6 +137,10 @@ def load_head(path: str | os.PathLike, target: nn.Module | None = None, draft: n
         other = KINDS.get(metadata.get("format"))
         raise ValueError(f"{path} is not a diversed {kind.WHAT} (format {metadata.get('format')!r}, expected "
                          f"{kind.FORMAT!r})" + (f": it is a {other.WHAT}" if other else ""))
+    if metadata.get("tensors_sha256") != tensors_sha256(state):
+        raise ValueError(f"{kind.WHAT} file {path}: its tensors do not match the hash written with them (damaged"
+                         + ("" if metadata.get("tensors_sha256") else ", or written before files carried one")
+                         + "); train it again")
     head = kind(int(metadata["h_target"]), int(metadata["h_draft"]))
     head.load_state_dict(state)
     head.pair = json.loads(metadata["pair"])

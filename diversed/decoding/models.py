@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, EMBEDDED_DRAFTS
-from diversed.utils import atomic_dir
+from diversed.utils import MODEL, atomic_dir, check_output, sha256_file, write_json
 
 # The embedded default: SmolLM2-135M-Instruct (built by diversed.training.embedded).
 EMBEDDED_TARGET = "smollm2-135m-instruct"
@@ -149,6 +149,7 @@ def load_model(name: str, *, dtype: str = "float32", device: str = "cpu", role: 
         raise ValueError(f"unknown dtype {dtype!r}; allowed: {', '.join(DTYPES)}")
     check_device(device)
     path = _resolve(name, role, draft_layers)
+    check_weights(path)
     try:
         config = AutoConfig.from_pretrained(path)
         model = model_class(config).from_pretrained(path, config=config, dtype=DTYPES[dtype])
@@ -158,6 +159,25 @@ def load_model(name: str, *, dtype: str = "float32", device: str = "cpu", role: 
             f"(offline: {os.environ.get('HF_HUB_OFFLINE', '0')}). {e}".strip()
         ) from e
     return model.to(device).eval().requires_grad_(False)
+
+
+def weights_sha256(folder: str | os.PathLike) -> dict[str, str]:
+    """The sha256 of each weights file (*.safetensors) of a checkpoint folder, by name."""
+    return {p.name: sha256_file(p) for p in sorted(Path(folder).glob("*.safetensors"))}
+
+
+def check_weights(path: str | os.PathLike) -> None:
+    """Refuse a fine-tuned draft whose weights are not those its distill_manifest.json recorded (damaged)."""
+    manifest = Path(path) / "distill_manifest.json"
+    if not manifest.is_file():
+        return
+    recorded = json.loads(manifest.read_text()).get("weights_sha256")
+    if recorded is None:
+        raise ValueError(f"{manifest} records no hash of its weights (written by an older diversed): fine-tune "
+                         "the draft again")
+    if weights_sha256(path) != recorded:
+        raise ValueError(f"the weights in {path} are not those {manifest} recorded (damaged or replaced): "
+                         "fine-tune the draft again")
 
 
 def load_tokenizer(name: str, *, role: str = "target", draft_layers: int = DEFAULT_DRAFT_LAYERS):
@@ -266,15 +286,23 @@ def char_tokenizer():
     return tok
 
 
+TINY_DRAFT_LAYERS = 1  # the tiny draft: the first of the tiny target's 2 layers
+
+
 def prepare_tiny(root: str | os.PathLike, *, seed: int = 0, hidden: int = 64, layers: int = 2,
-                 draft_layers: int = 1) -> tuple[Path, Path]:
+                 draft_layers: int = TINY_DRAFT_LAYERS) -> tuple[Path, Path]:
     """Build a tiny random target and its truncated draft (+ tokenizer) under root. Idempotent."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     root = Path(root)
+    if not 1 <= draft_layers < layers:
+        raise ValueError(f"the tiny draft keeps 1 to {layers - 1} of the target's {layers} layers (fewer than the "
+                         f"target: the same layers would make the draft the target), got {draft_layers}")
     target_dir, draft_dir = root / "tiny-target", root / f"tiny-draft-l{draft_layers}"
     if (target_dir / "config.json").is_file() and (draft_dir / "config.json").is_file():
         return target_dir, draft_dir
+    for path in (target_dir, draft_dir):
+        check_output(path, MODEL)
     tok = char_tokenizer()
     cfg = LlamaConfig(vocab_size=128, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
@@ -283,7 +311,8 @@ def prepare_tiny(root: str | os.PathLike, *, seed: int = 0, hidden: int = 64, la
     target = LlamaForCausalLM(cfg).eval()
     draft = truncated_draft(target, draft_layers)
     for model, path in ((target, target_dir), (draft, draft_dir)):
-        with atomic_dir(path) as tmp:
+        with atomic_dir(path, MODEL) as tmp:
             model.save_pretrained(tmp)
             tok.save_pretrained(tmp)
+            write_json(tmp / MODEL.marker, {MODEL.key: "diversed prepare-models --kind tiny"})
     return target_dir, draft_dir

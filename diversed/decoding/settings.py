@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from diversed.utils import option
+from diversed.utils import finite, option, safetensors_metadata
 
 MIXINGS = ("linear", "logit")  # nu = w p + (1 - w) q, or the softmax of w log p + (1 - w) log q
 DEFERRALS = ("chow", "diff", "opt", "token")  # speculative cascades' deferral rules (verifiers.defer, token_cascade)
@@ -118,6 +118,22 @@ RULES: dict[str, Rule] = {
 }
 # the trained modules a rule's weight (Rule.weight) reads, each by the RunConfig field and flag that names its file
 TRAINED = {"head": "weight head", "judge": "AutoJudge classifier"}
+TRAINED_FORMATS = {"head": "diversed-head-v1", "judge": "diversed-judge-v1"}  # their files' format tags (head.py)
+
+
+def check_trained_file(path, kind: str) -> None:
+    """Refuse (reading only the file's header, no torch) a file that is not a trained module of `kind` (a key of
+    TRAINED): a judge given as --head, a text file, another safetensors file."""
+    fmt = safetensors_metadata(path).get("format")
+    if fmt != TRAINED_FORMATS[kind]:
+        other = next((k for k, f in TRAINED_FORMATS.items() if f == fmt), None)
+        raise ValueError(f"--{kind} {path} is not {article(TRAINED[kind])} file" +
+                         (f": it is {article(TRAINED[other])} (--{other})" if other else f" (format {fmt!r})"))
+
+
+def article(noun: str) -> str:
+    """The noun with its indefinite article: a weight head, an AutoJudge classifier."""
+    return f"{'an' if noun[0].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def trained_module(verifier: str) -> str | None:
@@ -169,8 +185,8 @@ class Sampling:
     top_k: int = 0
 
     def __post_init__(self):
-        if not self.temperature >= 0:  # NaN included
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
+        if not 0 <= self.temperature < float("inf"):  # NaN included
+            raise ValueError(f"temperature must be >= 0 (0 = greedy) and finite, got {self.temperature!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
@@ -217,6 +233,8 @@ class Decoding:
         v = self.verifier
         if v not in VERIFIERS:
             raise ValueError(f"unknown verifier {v!r}; allowed: {', '.join(VERIFIERS)}")
+        for name in ("weight", "knob", "knob2"):
+            finite(name, getattr(self, name))
         if self.mixing not in MIXINGS:
             raise ValueError(f"unknown mixing {self.mixing!r}; allowed: {', '.join(MIXINGS)}")
         _count("max_new_tokens", self.max_new_tokens)

@@ -253,7 +253,14 @@ def load_config(*paths: str | os.PathLike) -> dict:
     for path in map(Path, paths):
         if not path.is_file():
             raise FileNotFoundError(f"config {path} does not exist")
-        layer = yaml.safe_load(path.read_text()) or {}
+        try:
+            layer = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as e:
+            raise ValueError(f"config {path}: not UTF-8 text (byte {e.start})") from None
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}" if mark else str(path)
+            raise ValueError(f"config {where}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
         if not isinstance(layer, dict):
             raise ValueError(f"config {path} is not a mapping: not a workflow config")
         config = merge(config, layer)

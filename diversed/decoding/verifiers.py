@@ -154,7 +154,8 @@ def mentored_target(p: torch.Tensor, q: torch.Tensor, budget: float) -> torch.Te
     (sum pi - 1), a token with pi < q has pi = c1 p and one with pi > q has pi = c2 p, with c1 / c2 = e^(1/lambda);
     so pi = clip(q, c p, rho c p) for a rho >= 1. For a rho, c in [1/rho, 1] makes pi sum to 1 (bisection in log
     c); KL(pi || p) grows with rho from 0 (rho = 1: pi = p) towards KL(q || p) (pi = q), so rho is the largest with
-    KL <= budget (bisection in log rho up to e^30). budget 0 is p itself: strict. A search step reads prefix sums:
+    KL <= budget (bisection in log rho up to e^30); q itself where KL(q || p) <= budget. budget 0 is p itself:
+    strict. A search step reads prefix sums:
     with the tokens sorted by r = q / p, pi is c p where r < c, q up to r = rho c and rho c p above."""
     if budget == 0:
         return p
@@ -189,6 +190,7 @@ def mentored_target(p: torch.Tensor, q: torch.Tensor, budget: float) -> torch.Te
         lo, hi = torch.where(inside, mid, lo), torch.where(inside, hi, mid)
     c = scale(lo).exp()
     pi = torch.minimum(torch.maximum(q2, c * p2), lo.exp() * c * p2)
+    pi = torch.where(kl_divergence(q2, p2)[:, None] <= budget, q2, pi)  # q itself within the budget: exactly q
     return (pi / pi.sum(-1, keepdim=True)).to(p.dtype).reshape(p.shape)
 
 

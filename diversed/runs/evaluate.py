@@ -290,14 +290,17 @@ def fidelity(rows: list[dict]) -> dict:
 def score_run(run_dir: str | Path, scoring: str | None = None) -> Path:
     """Score a decoding run by replaying its generations through lm-eval (offline, no decoding) with the current
     scorers, under its own scoring or `scoring`; writes run_dir/scores.json."""
+    if Path(run_dir).is_file():
+        raise ValueError(f"{run_dir} is a file: give the run's folder ({Path(run_dir).parent})")
     run = Run(run_dir)
     manifest, rows = run.manifest, run.generations
     task_name = manifest["config"].get("task")
     scoring = scoring or manifest["config"].get("scoring", "standard")
     check_scoring(scoring)
     metric = get_task(task_name).metric if task_name else FIDELITY
-    result = {"run_id": manifest["run_id"], "task": task_name, "fidelity": fidelity(rows), "created": time.time(),
-              **provenance(), "metric": metric.name, "scoring": scoring}
+    result = {"run_id": manifest["run_id"], "generations_sha256": manifest["generations_sha256"], "task": task_name,
+              "fidelity": fidelity(rows), "created": time.time(), **provenance(), "metric": metric.name,
+              "scoring": scoring}
     if metric.fidelity:
         result |= {"quality": result["fidelity"][metric.name], "aggregate": {},
                    "per_example": [{"id": r["id"], "prompt_hash": r["prompt_hash"]} for r in rows]}

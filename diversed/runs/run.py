@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import statistics
+import sys
 import time
 import typing
 from dataclasses import dataclass
@@ -30,16 +31,21 @@ from diversed.runs.settings import Launch, RunConfig
 from diversed.tasks import get_task
 from diversed.tracking import decode_tracker
 from diversed.utils import (
+    RUN,
     atomic_dir,
+    check_output,
     code_hash,
     config_hash,
     field_type,
+    finite,
     hardware_label,
     link_or_copy,
     provenance,
+    read_json,
     read_jsonl,
+    sha256_file,
     write_json,
-    write_jsonl,
+    write_text,
 )
 
 DETERMINISTIC_STATS = ("new_tokens", "steps", "stop", "draft_acceptance_rate", "mean_acceptance_length",
@@ -62,8 +68,23 @@ def load_prompts(path: str | Path) -> list[dict]:
         text = row.get("prompt")
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"{path}: prompt {i + 1} has no non-empty \"prompt\" field")
-        row.setdefault("id", str(i))
+        row["id"] = str(row.get("id", i))
+    check_prompts(rows, str(path))
     return rows
+
+
+def check_prompts(prompts: list[dict], where: str = "the prompts") -> None:
+    """Raise unless every prompt row has a non-empty prompt and its own id (a run's rows are matched by id)."""
+    if not prompts:
+        raise ValueError(f"no prompts to decode in {where}")
+    seen: dict[str, int] = {}
+    for i, row in enumerate(prompts, 1):
+        if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
+            raise ValueError(f"prompt {i} is empty")
+        if (rid := str(row.get("id", i - 1))) in seen:
+            raise ValueError(f"{where}: prompts {seen[rid]} and {i} have the same id {rid!r}; each prompt needs its "
+                             "own")
+        seen[rid] = i
 
 
 def prompt_hash(text: str) -> str:
@@ -98,11 +119,7 @@ class PreparedRun:
         token ids; execution: how the engine runs (default Execution.here())."""
         cfg.validate()
         execution = execution or Execution.here()
-        if not prompts:
-            raise ValueError("no prompts to decode")
-        for i, row in enumerate(prompts):
-            if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
-                raise ValueError(f"prompt {i + 1} is empty")
+        check_prompts(prompts)
         pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers,
                          cache=models)
         needs = trained_module(cfg.verifier)
@@ -147,7 +164,10 @@ class PreparedRun:
         timed = batch_size == 1
         if not timed:  # a batch's wall clock is shared by its rows: no tokens/s
             summary |= {k: None for k in ("tokens_per_s", "time_total", "time_draft", "time_verify")}
+        text = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in rows)
         manifest = {"run_id": rid, "config": dataclasses.asdict(cfg), "decoding": self.decoding.record(),
+                    "generations_sha256": hashlib.sha256(text.encode()).hexdigest(), "prompts": len(rows),
+                    "trained": trained_hashes(cfg),
                     "labels": labels, "seed": cfg.seed, "batch_size": batch_size,
                     "execution": dataclasses.asdict(self.execution), "summary": summary, "started": started,
                     # per prompt, in the order of generations.jsonl; only a batch of one times its prompts
@@ -159,8 +179,8 @@ class PreparedRun:
         tracker.table("generations", ["id", "prompt", "completion"],
                       [[r["id"], r["prompt"][:1000], r["completion"][:1000]] for r in rows[:20]])
         tracker.finish()
-        with atomic_dir(run_dir) as tmp:
-            write_jsonl(tmp / "generations.jsonl", rows)
+        with atomic_dir(run_dir, RUN) as tmp:
+            write_text(tmp / "generations.jsonl", text)
             write_json(tmp / "manifest.json", manifest)  # last: its presence marks a complete run
         return run_dir
 
@@ -171,7 +191,7 @@ def copy_run(source: Path, run_dir: str | Path, labels: dict) -> Path:
     (decode-{run_id})."""
     manifest = _read_json(Path(source) / "manifest.json") | {"labels": labels, "copied_from": str(source)}
     print(f"run {manifest['run_id']}: {run_dir} is {source} (the same config), copied")
-    with atomic_dir(Path(run_dir)) as tmp:
+    with atomic_dir(Path(run_dir), RUN) as tmp:
         link_or_copy(Path(source) / "generations.jsonl", tmp / "generations.jsonl")
         write_json(tmp / "manifest.json", manifest)  # last: its presence marks a complete run
     return Path(run_dir)
@@ -182,25 +202,31 @@ def keep_run(run_dir: str | Path, keep: str | Path) -> Path:
     workflow job deletes its outputs, these links survive, and its rerun takes them back (restore_run)."""
     run_dir = Path(run_dir)
     rid = json.loads((run_dir / "manifest.json").read_text())["run_id"]
-    with atomic_dir(Path(keep) / rid) as tmp:
+    with atomic_dir(Path(keep) / rid, RUN) as tmp:
         for name in ("generations.jsonl", "manifest.json"):
             link_or_copy(run_dir / name, tmp / name)
     return Path(keep) / rid
 
 
 def restore_run(rid: str, run_dir: str | Path, labels: dict, keep: str | Path) -> bool:
-    """Put the kept run `rid` at run_dir if the same code decoded it with the same labels; True if it did (a
-    run_id already fixes the config and the prompts, and a prompt's draws do not depend on the batch size)."""
-    kept = Path(keep) / rid
+    """Put the kept run `rid` at run_dir if the same code decoded it with the same labels and it is whole (Run.check);
+    True if it did (a run_id already fixes the config and the prompts, and a prompt's draws do not depend on the
+    batch size). A damaged kept run is not taken: it is said, and the run decoded again."""
+    kept = Run(Path(keep) / rid)
     try:
-        manifest = json.loads((kept / "manifest.json").read_text())
+        manifest = kept.manifest
     except (OSError, ValueError):
         return False
     if (manifest.get("run_id"), manifest.get("labels"), manifest.get("code")) != (rid, labels, code_hash()):
         return False
-    with atomic_dir(run_dir) as tmp:
+    try:
+        kept.check()
+    except (OSError, ValueError) as e:
+        print(f"warning: not taking the kept run {kept.path}: {e}", file=sys.stderr)
+        return False
+    with atomic_dir(run_dir, RUN) as tmp:
         for name in ("generations.jsonl", "manifest.json"):  # the manifest last: it marks a complete run
-            link_or_copy(kept / name, tmp / name)
+            link_or_copy(kept.path / name, tmp / name)
     return True
 
 
@@ -218,10 +244,13 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
     """
     labels, launch = dict(labels or {}), launch or Launch()
     batch_size = launch.batch_size
+    cfg.validate()
+    check_prompts(prompts)
+    rid = run_id(cfg, prompts)
+    target = Path(run_dir) if run_dir is not None else Path(out) / rid
+    check_output(target, RUN)  # before any model loads
     if keep is not None:
-        cfg.validate()
-        rid = run_id(cfg, prompts)
-        target = Path(run_dir) if run_dir is not None else Path(out) / rid
+        check_output(Path(keep) / rid, RUN)
         if restore_run(rid, target, labels, keep):
             print(f"run {rid}: taken from {Path(keep) / rid} (decoded before by the same code)")
             return target
@@ -232,8 +261,7 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
     with tqdm(total=len(prompts), desc=f"decode {prepared.run_id} (batch {batch_size})", unit="prompt",
               disable=not launch.progress) as bar:
         gens = prepared(list(range(len(prompts))), batch_size, on_finish=lambda _: bar.update())
-    run_dir = prepared.write(gens, Path(run_dir) if run_dir is not None else Path(out) / prepared.run_id, labels,
-                            batch_size, started)
+    run_dir = prepared.write(gens, target, labels, batch_size, started)
     if keep is not None:
         keep_run(run_dir, keep)
     return run_dir
@@ -242,8 +270,9 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
 def run_configs(base: RunConfig, specs: list[RunSpec]) -> list[RunConfig]:
     """The runs of one setting: base with each spec's changes, every one checked, no two writing one folder."""
     configs = [dataclasses.replace(base, **spec.changes) for spec in specs]
-    for cfg in configs:
+    for cfg, spec in zip(configs, specs, strict=True):
         cfg.validate()
+        check_output(spec.run_dir, RUN)
     if len({spec.run_dir.resolve() for spec in specs}) != len(specs):
         raise ValueError("two runs of a batch write the same folder")
     return configs
@@ -256,6 +285,7 @@ def execute_interleaved(base: RunConfig, prompts: list[dict], specs: list[RunSpe
     is base with specs[i].changes, written to specs[i].run_dir; the models load once, and runs of one config (one
     run_id, e.g. a fixed w = 1 and strict) decode and are timed once (copy_run)."""
     configs = run_configs(base, specs)
+    check_prompts(prompts)
     ids = [run_id(cfg, prompts) for cfg in configs]
     models: dict = {}
     prepared = {rid: PreparedRun.prepare(cfg, prompts, models, execution)
@@ -300,7 +330,10 @@ class RunSpec:
             elif key == "weight_file":
                 weight_file = value
             elif key in hints and key not in PROMPT_FIELDS:
-                spec.changes[key] = parse_value(hints[key], value)
+                try:
+                    spec.changes[key] = parse_value(hints[key], value)
+                except ValueError as e:
+                    raise ValueError(f"run {tokens[0]}: {item}: {e}") from None
             else:
                 allowed = sorted(set(hints) - set(PROMPT_FIELDS)) + ["weight_file", "label:KEY"]
                 raise ValueError(f"run {tokens[0]}: unknown key {key!r}; allowed: {', '.join(allowed)}")
@@ -318,7 +351,13 @@ def parse_value(hint, text: str):
         if text.lower() not in ("true", "false"):
             raise ValueError(f"{text!r} is not true or false")
         return text.lower() == "true"
-    return kind(text)
+    try:
+        value = kind(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not {'an integer' if kind is int else 'a number' if kind is float else kind}") \
+            from None
+    finite("value", value)
+    return value
 
 
 def trained(run: Run) -> list[dict]:
@@ -330,22 +369,42 @@ def trained(run: Run) -> list[dict]:
     return [json.loads(p.read_text()) | {"kind": kind, "path": str(p.parent)} for kind, p in paths if p.is_file()]
 
 
+def trained_hashes(cfg: RunConfig) -> dict:
+    """The sha256 of each trained file a run decoded with (its head's or judge's file, a fine-tuned draft's
+    weights, as its manifest recorded them), recorded in the run's manifest."""
+    out = {kind: sha256_file(getattr(cfg, kind)) for kind in TRAINED if getattr(cfg, kind, None)}
+    distilled = Path(cfg.draft) / "distill_manifest.json"
+    if distilled.is_file():
+        out["draft"] = json.loads(distilled.read_text()).get("weights_sha256")
+    return out
+
+
 def with_weight_file(changes: dict, path: str | Path) -> dict:
     """changes with the verifier's setting from a sweep's choice.json: w and mixing for the fixed verifier, knob
     (and cascade's deferral) for another family (settings.RULES); a verifier whose sweep kept strict is the strict
-    verifier."""
-    choice, verifier = json.loads(Path(path).read_text()), changes.get("verifier", "fixed")
-    family = choice.get("families", {}).get(verifier)
-    if verifier not in ("fixed", "strict"):
-        if family is None:
-            raise ValueError(f"{path} holds no choice for the {verifier!r} verifier (its sweep did not sweep it)")
-        if family["verifier"] == "strict":
-            return changes | {"verifier": "strict", "knob": None, "deferral": "chow", "judge": None}
-        return changes | {"knob": float(family["knob"]), "deferral": family.get("deferral") or "chow"}
-    if choice["weight"] == 1.0:
-        return changes | {"weight": None, "mixing": "linear"} | (
-            {"verifier": "strict"} if verifier == "fixed" else {})
-    return changes | {"weight": float(choice["weight"]), "mixing": choice["mixing"]}
+    verifier (said on stderr). changes may not set what the file sets."""
+    choice, verifier = read_json(path), changes.get("verifier", "fixed")
+    sets = ("weight", "mixing") if verifier in ("fixed", "strict") else ("knob", "deferral")
+    if given := [k for k in sets if changes.get(k) not in (None, Decoding.__dataclass_fields__[k].default)]:
+        raise ValueError(f"--weight-file {path} sets {' and '.join(sets)}: give it or --{given[0]}, not both")
+    try:
+        if verifier not in ("fixed", "strict"):
+            family = (choice.get("families") or {}).get(verifier)
+            if family is None:
+                raise ValueError(f"{path} holds no choice for the {verifier!r} verifier (its sweep did not sweep it)")
+            if family["verifier"] == "strict":
+                print(f"note: the sweep in {path} kept strict for {verifier} (no relaxed knob admitted): decoding "
+                      "strict", file=sys.stderr)
+                return changes | {"verifier": "strict", "knob": None, "deferral": "chow", "judge": None}
+            return changes | {"knob": float(family["knob"]), "deferral": family.get("deferral") or "chow"}
+        if float(choice["weight"]) == 1.0:
+            if verifier == "fixed":
+                print(f"note: the sweep in {path} kept strict (w = 1): decoding strict", file=sys.stderr)
+            return changes | {"weight": None, "mixing": "linear"} | (
+                {"verifier": "strict"} if verifier == "fixed" else {})
+        return changes | {"weight": float(choice["weight"]), "mixing": choice["mixing"]}
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path} is not a sweep's choice.json (no {e} where a choice has one)") from None
 
 
 def execute_all(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, labels: dict | None = None,
@@ -355,6 +414,7 @@ def execute_all(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, l
     each (target, draft) loads once, and runs of one config (one run_id) decode once (copy_run); launch and
     keep as in execute."""
     configs, launch = run_configs(base, specs), launch or Launch()
+    check_prompts(prompts)
     first: dict[str, Path] = {}  # run_id -> the folder that decoded it
     out = []
     for cfg, spec in zip(configs, specs, strict=True):
@@ -399,13 +459,48 @@ class Run:
 
     @functools.cached_property
     def generations(self) -> list[dict]:
-        return read_jsonl(self.path / "generations.jsonl")
+        """The rows of generations.jsonl, once check() has shown them to be the ones the manifest recorded."""
+        return self.check()
+
+    def check(self) -> list[dict]:
+        """The run's rows, or ValueError naming both files where generations.jsonl is not what manifest.json
+        recorded: its sha256 (written with it), the count and ids of its rows, and the run id recomputed from the
+        manifest's config and the rows' prompts (an edited manifest or another run's rows)."""
+        manifest, path = self.manifest, self.path / "generations.jsonl"
+        if not path.is_file():
+            raise FileNotFoundError(f"{self.path} is not a complete run (no generations.jsonl)")
+        recorded = manifest.get("generations_sha256")
+        if recorded is None:
+            raise ValueError(f"{self.manifest_path} records no hash of {path.name} (written by an older diversed): "
+                             "decode the run again")
+        if sha256_file(path) != recorded:
+            raise ValueError(f"{path} is not the file {self.manifest_path} recorded (its sha256 differs: edited, "
+                             "cut short or another run's); decode the run again")
+        rows = read_jsonl(path)
+        ids = [str(r.get("id")) for r in rows]
+        if len(rows) != manifest.get("prompts") or len(set(ids)) != len(ids):
+            raise ValueError(f"{path} holds {len(rows)} rows ({len(set(ids))} ids), {self.manifest_path} records "
+                             f"{manifest.get('prompts')} prompts")
+        try:
+            rid = config_hash(manifest["config"] | {"prompts": [prompt_hash(r["prompt"]) for r in rows]})
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"{self.manifest_path} or {path} lacks a field a run records ({e})") from None
+        if rid != manifest.get("run_id"):
+            raise ValueError(f"{self.manifest_path}: its config and the prompts of {path} give run id {rid}, not "
+                             f"the {manifest.get('run_id')} it records (the manifest or the rows were edited)")
+        return rows
 
     @functools.cached_property
     def scores(self) -> dict:
+        """scores.json, once shown to score this run's generations (its run id and the generations' hash)."""
         if not self.scores_path.is_file():
             raise FileNotFoundError(f"{self.path} is not scored yet (no scores.json): run `diversed score {self.path}`")
-        return _read_json(self.scores_path)
+        scores = _read_json(self.scores_path)
+        recorded = (scores.get("run_id"), scores.get("generations_sha256"))
+        if recorded != (self.manifest["run_id"], self.manifest.get("generations_sha256")):
+            raise ValueError(f"{self.scores_path} scored other generations than {self.manifest_path} records: "
+                             f"score the run again (`diversed score {self.path}`)")
+        return scores
 
     @property
     def config(self) -> dict:
@@ -428,7 +523,7 @@ class Run:
     def holds(self, rid: str) -> bool:
         """Whether this folder holds the finished, scored run rid."""
         try:
-            return all(_read_json(p)["run_id"] == rid for p in (self.manifest_path, self.scores_path))
+            return self.manifest["run_id"] == rid and bool(self.scores) and bool(self.check())
         except (OSError, ValueError, KeyError):
             return False
 

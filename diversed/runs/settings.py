@@ -21,10 +21,11 @@ from diversed.decoding.settings import (
     Decoding,
     Execution,
     Sampling,
+    check_trained_file,
     trained_module,
 )
 from diversed.tasks import PROMPT_FORMATS, SPLITS, check_scoring, registry
-from diversed.utils import option, safetensors_metadata
+from diversed.utils import finite, option, safetensors_metadata
 
 SAMPLINGS = ("full", "model")  # RunConfig.sampling
 
@@ -77,6 +78,8 @@ class RunConfig:
 
     def validate(self) -> None:
         """Checks that need no model: fail before anything is loaded."""
+        for name in ("weight", "knob", "knob2", "temperature", "top_p"):
+            finite(name, getattr(self, name))
         self.decoding()
         if self.sampling not in SAMPLINGS:
             raise ValueError(f"unknown sampling {self.sampling!r}; allowed: {', '.join(SAMPLINGS)}")
@@ -90,12 +93,15 @@ class RunConfig:
         if needs and not getattr(self, needs):
             raise ValueError(f"verifier {self.verifier!r} needs --{needs}, a trained {TRAINED[needs]} ({needs}= in "
                              "Python)")
-        if self.judge is not None and self.verifier != "judge":
-            raise ValueError(f"judge is only used by the 'judge' verifier, not {self.verifier!r}")
+        for name, user in (("head", "dynamic"), ("judge", "judge")):
+            if getattr(self, name) is not None and self.verifier != user:
+                raise ValueError(f"--{name} is only used by the {user!r} verifier, not {self.verifier!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; allowed: {', '.join(DTYPES)}")
         if needs and not Path(getattr(self, needs)).is_file():
             raise FileNotFoundError(f"{TRAINED[needs]} not found: {getattr(self, needs)}")
+        if needs:
+            check_trained_file(getattr(self, needs), needs)
         if self.verifier == "dynamic" and (trained := trained_mixing(self.head)) not in (None, self.mixing):
             raise ValueError(f"weight head {self.head} was trained with {trained} mixing: decode it with --mixing "
                              f"{trained} (DIVERSED verifies with the ensemble its head learnt)")

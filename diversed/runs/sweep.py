@@ -22,12 +22,12 @@ from pathlib import Path
 import pandas as pd
 
 from diversed import statistics
-from diversed.decoding.settings import FAMILIES
+from diversed.decoding.settings import FAMILIES, check_trained_file
 from diversed.runs.evaluate import score_run
 from diversed.runs.run import Run, execute, run_id, task_prompts
 from diversed.runs.settings import SELECTIONS, Grid, Launch, RunConfig, dynamic_point, point_name
 from diversed.tasks import get_task, metric_spec
-from diversed.utils import atomic_path, provenance, write_json, write_text
+from diversed.utils import RUN, atomic_path, check_output, check_writable, provenance, write_json, write_text
 
 COLUMNS = ["pair", "task", "split", "prompts", "temperature", "K", "verifier", "weight", "mixing", "knob", "deferral",
            "draft_acceptance_rate", "mean_acceptance_length", "tokens_per_s", "seconds_per_sample", "bias_tv", "kl",
@@ -108,14 +108,31 @@ def setting(row: dict) -> dict:
     return {"knob": row["knob"]} | ({"deferral": row["deferral"]} if row["verifier"] == "cascade" else {})
 
 
+def point_config(base: RunConfig, point: dict) -> RunConfig:
+    """The run config of a sweep's point (Grid.points' RunConfig changes of base), checked."""
+    if base.task is None:
+        raise ValueError("a sweep needs a task (a split of it is decoded and scored)")
+    cfg = dataclasses.replace(base, **({"weight": None, "mixing": "linear", "knob": None, "deferral": "chow"} | point))
+    cfg.validate()
+    return cfg
+
+
+def check_points(base: RunConfig, points: dict[Path, dict], out: Path) -> None:
+    """Every point's config and folder (points: run folder -> point), and the sweep's own files' folder, checked
+    before the first decode: a bad knob, mixing, deferral, head or judge file, or an output folder that is not the
+    sweep's fails in seconds, not after strict and the grid were decoded."""
+    check_writable(out / "choice.json")
+    for run_dir, point in points.items():
+        point_config(base, point)
+        check_output(run_dir, RUN)
+
+
 def sweep_point(base: RunConfig, point: dict, run_dir: str | Path, *, labels: dict | None = None,
                 launch: Launch | None = None) -> Path:
     """Decode + score base's task split at one point (Grid.points' RunConfig changes) into run_dir, as `launch`
     says (batch size, execution; its models shared by the sweep's points). A run_dir that already holds this
     point's scored run is kept as it is."""
-    if base.task is None:
-        raise ValueError("a sweep needs a task (a split of it is decoded and scored)")
-    cfg = dataclasses.replace(base, **({"weight": None, "mixing": "linear", "knob": None, "deferral": "chow"} | point))
+    cfg = point_config(base, point)
     prompts = task_prompts(cfg)
     if Run(run_dir).holds(run_id(cfg, prompts)):
         return Path(run_dir)
@@ -156,8 +173,9 @@ def sweep_weight(base: RunConfig, out: str | Path, grid: Grid | None = None, *, 
     """Every point of the grid (with DIVERSED at grid.head and the target alone where asked), decoded as `launch`
     says, then the choice: out/{point}/ runs, out/sweep.csv/.md and out/choice.json."""
     out, launch = Path(out), launch or Launch()
-    runs = [sweep_point(base, point, out / point_name(point), labels=labels, launch=launch)
-            for point in (grid or Grid()).points()]
+    points = {out / point_name(point): point for point in (grid or Grid()).points()}
+    check_points(base, points, out)
+    runs = [sweep_point(base, point, run_dir, labels=labels, launch=launch) for run_dir, point in points.items()]
     return choose_runs(runs, out, tolerance, select)
 
 
@@ -232,6 +250,8 @@ def sweep_lambda(base: RunConfig, heads: list[str | Path], out: str | Path, head
     out, labels, launch = Path(out), labels or {}, launch or Launch()
     if not heads:
         raise ValueError("a lambda sweep needs at least one head")
+    for h in heads:
+        check_trained_file(h, "head")
     trainings = [head_training(h) for h in heads]
     if len({t["config"]["task"] for t in trainings} | {base.task}) != 1:
         raise ValueError(f"the heads of a lambda sweep are trained on its task {base.task!r}; got "
@@ -241,6 +261,11 @@ def sweep_lambda(base: RunConfig, heads: list[str | Path], out: str | Path, head
         if Path(head).parent.resolve() == (out / f"lambda{lam}").resolve():
             raise ValueError(f"{head}: a head inside the run folder {out / f'lambda{lam}'} would be overwritten by "
                              "its run; train heads elsewhere")
+    points = {out / point_name({"verifier": "strict"}): {"verifier": "strict"}} | {
+        out / f"lambda{lam}": dynamic_point(head) for head, lam in zip(heads, lambdas, strict=True)}
+    check_points(base, points, out)
+    for name in ("head.safetensors", "train_log.csv", "manifest.json"):
+        check_writable(Path(head_out) / name)
     runs = [Run(sweep_point(base, {"verifier": "strict"}, out / point_name({"verifier": "strict"}), labels=labels,
                             launch=launch))]
     for head, lam in zip(heads, lambdas, strict=True):

@@ -13,7 +13,7 @@ import random
 from typing import ClassVar
 
 from diversed.tasks.base import Example, Task
-from diversed.tasks.common import ACCURACY, answer_number
+from diversed.tasks.common import ACCURACY, answer_number, check_number_reference
 
 NAMES = ["Tom", "Anna", "Sam", "Lily", "Ben", "Mia", "Leo", "Emma", "Max", "Zoe"]
 ITEMS = ["apples", "books", "marbles", "stickers", "pencils", "cookies", "cards", "shells"]
@@ -72,3 +72,6 @@ class Arith(Task):
 
     def score(self, completion: str, example: Example) -> dict[str, float]:
         return {"accuracy": float(answer_number(completion) == example.reference)}
+
+    def check_reference(self, example: Example) -> None:
+        check_number_reference(self.name, example)

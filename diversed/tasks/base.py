@@ -198,6 +198,12 @@ class Task:
     def to_example(self, row: dict, id: str) -> Example:
         raise NotImplementedError
 
+    def check_reference(self, example: Example) -> None:
+        """Raise unless the example's reference holds an answer this task can score against (a reference given by
+        hand: `diversed score --reference`)."""
+        if example.reference is None or (isinstance(example.reference, str) and not example.reference.strip()):
+            raise ValueError(f"task {self.name}: the reference is empty; it holds no answer to score against")
+
     # -- scoring ------------------------------------------------------------------------------------
     def score(self, completion: str, example: Example) -> dict[str, float]:
         """Per-example scores, keyed by `metric.per_example` (scoring standard)."""

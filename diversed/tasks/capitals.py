@@ -69,7 +69,18 @@ class Capitals(Task):
     def to_example(self, row: dict, id: str) -> Example:
         return Example(id, f"What is the capital of {row['country']}?", row["capital"])
 
+    @staticmethod
+    def spellings(reference) -> list:
+        """A reference's accepted spellings: a list of names, or one name as a plain string."""
+        return [reference] if isinstance(reference, str) else reference
+
+    def check_reference(self, example: Example) -> None:
+        answers = self.spellings(example.reference)
+        if not isinstance(answers, list) or not answers or not all(isinstance(a, str) and a.strip() for a in answers):
+            raise ValueError(f"task capitals: a reference is a capital's name or a list of its spellings, got "
+                             f"{example.reference!r}")
+
     def score(self, completion: str, example: Example) -> dict[str, float]:
         text = _plain(completion or "")
-        named = any(re.search(rf"\b{re.escape(_plain(a))}\b", text) for a in example.reference)
+        named = any(re.search(rf"\b{re.escape(_plain(a))}\b", text) for a in self.spellings(example.reference))
         return {"accuracy": float(named)}

@@ -27,6 +27,13 @@ def normalize_number(s: str) -> str:
     return "0" if s in ("-0", "") else s
 
 
+def check_number_reference(task: str, example) -> None:
+    """Raise unless a numeric task's reference is a number (GSM8K's "#### N" read, or arith's answer)."""
+    if not re.fullmatch(r"-?\d+(?:\.\d+)?", str(example.reference or "")):
+        raise ValueError(f"task {task}: the reference holds no number (got {example.reference!r}); give the final "
+                         "answer, or GSM8K's solution ending '#### N'")
+
+
 def answer_number(text: str) -> str | None:
     """The model's final answer: the number after 'answer is' when present, else the last number."""
     m = re.findall(r"answer is[:\s]*\$?\s*(-?\d[\d,]*(?:\.\d+)?)", text or "", flags=re.I)

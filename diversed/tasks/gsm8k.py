@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from diversed.tasks.base import Example, Task
-from diversed.tasks.common import ACCURACY, answer_number, authors_number, normalize_number
+from diversed.tasks.common import ACCURACY, answer_number, authors_number, check_number_reference, normalize_number
 
 INSTRUCTION = "Solve the problem step by step. End with a line of the form \"The answer is N\".\n\n"
 
@@ -28,6 +28,9 @@ class GSM8K(Task):
 
     def score(self, completion: str, example: Example) -> dict[str, float]:
         return {"accuracy": float(answer_number(completion) == example.reference)}
+
+    def check_reference(self, example: Example) -> None:
+        check_number_reference(self.name, example)
 
     def authors_score(self, completion: str, example: Example) -> dict[str, float]:
         return {"accuracy": float(authors_number(completion) == example.reference)}

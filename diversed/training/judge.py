@@ -38,7 +38,15 @@ from diversed.decoding.stepper import Stepper
 from diversed.tasks import get_task
 from diversed.training.settings import JudgeConfig, JudgeFit
 from diversed.training.train import encode_examples
-from diversed.utils import atomic_path, config_hash, provenance, read_json, write_json, write_jsonl
+from diversed.utils import (
+    atomic_path,
+    config_hash,
+    provenance,
+    read_json,
+    sha256_file,
+    write_json,
+    write_jsonl,
+)
 
 SHARDS = "shards"  # mine_judge's folder of finished prompt groups, one safetensors file each
 
@@ -302,6 +310,6 @@ def train_judge(labels: str | Path, out: str | Path, fit: JudgeFit | None = None
     task = mined["config"]["task"]
     judge.save(path, task=task, fit=dataclasses.asdict(fit), mining=mined["config_id"])
     write_json(out / "manifest.json", {"task": task, "config": mined["config"], "fit": dataclasses.asdict(fit),
-                                       "labels": str(labels), "mining": mined["config_id"], **summary,
-                                       **provenance()})
+                                       "sha256": sha256_file(path), "labels": str(labels),
+                                       "mining": mined["config_id"], **summary, **provenance()})
     return path

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, MIXINGS
 from diversed.tasks import PROMPT_FORMATS, check_scoring, get_task, registry
-from diversed.utils import config_hash, option
+from diversed.utils import config_hash, finite, option
 
 REWARDS = ("task", "fidelity")
 ACCEPTANCE_TERMS = ("fixed", "relative")
@@ -48,6 +48,8 @@ class TaskPairConfig:
         return ids if self.max_prompt_tokens is None else ids[-self.max_prompt_tokens:]
 
     def validate(self) -> None:
+        for f in dataclasses.fields(self):
+            finite(f.name, getattr(self, f.name))
         if self.prompt_format not in PROMPT_FORMATS:
             raise ValueError(f"unknown prompt format {self.prompt_format!r}; allowed: {', '.join(PROMPT_FORMATS)}")
         if self.task not in registry():
@@ -169,6 +171,7 @@ class JudgeFit:
     seed: int = option(0, "seed of the held-out prompts")
 
     def validate(self) -> None:
+        finite("l2", self.l2)
         if not self.l2 >= 0:
             raise ValueError(f"l2 must be >= 0, got {self.l2}")
         if not 0 <= self.holdout < 1:

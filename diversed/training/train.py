@@ -41,7 +41,7 @@ from diversed.decoding.verifiers import ensemble, logits_to_logprobs
 from diversed.tasks import get_task
 from diversed.tracking import Tracker
 from diversed.training.settings import HeadTrainConfig, TaskPairConfig
-from diversed.utils import atomic_path, config_hash, provenance, write_json, write_text
+from diversed.utils import atomic_path, config_hash, provenance, sha256_file, write_json, write_text
 
 
 @dataclass
@@ -324,7 +324,8 @@ def finish(job: HeadJob, state: Progress, out: Path, cid: str, tracker: Tracker)
         tracker.table("samples", ["prompt", "completion"], state.samples)
     tracker.finish()
     write_json(out / "manifest.json", {"config": dataclasses.asdict(cfg), "config_id": cid, "steps": total,
-                                       "collapsed": collapsed or None, "prompts": len(job.examples),
+                                       "sha256": sha256_file(head_path), "collapsed": collapsed or None,
+                                       "prompts": len(job.examples),
                                        "seconds": sum(r["seconds"] for r in log_rows), "final": summary,
                                        "execution": dataclasses.asdict(job.execution), **provenance()})
     return head_path

@@ -4,11 +4,16 @@
 # untimed decodes and the fine-tuned drafts, 0 the timed jobs, which take every core: they run once the rest is done,
 # so that untimed work fills both cores while it lasts.
 import re
+import sys
 
 from diversed.plan import NUMBER, Plan
 
 
-PLAN = Plan(config)  # the config validated (schema, the verifier registry, cross-key checks) and expanded once
+try:
+    PLAN = Plan(config)  # the config validated (schema, the verifier registry, cross-key checks) and expanded once
+except ValueError as e:  # one line and exit 2, as the diversed command's bad input (no Snakemake traceback)
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
 
 
 def one_of(names):
