@@ -255,3 +255,27 @@ def test_capture_is_checked_before_any_compute(monkeypatch):
         speculative_generate(target, draft, [1, 2], strict, execution=Execution.here("graph"))
     with pytest.raises(ValueError, match="capture 'compile' needs the static-cache fast path.* off"):
         speculative_generate(target, draft, [1, 2], strict, execution=Execution.here("compile", fastpath=False))
+
+
+@pytest.mark.parametrize("layout", ["memory-efficient [B, L, H, d]", "every stride reversed"])
+def test_fast_steps_take_any_layout_of_the_attention_output(layout, monkeypatch):
+    """SDPA's memory-efficient backend (every float32 model on a GPU, every masked bf16 forward on an A100) returns
+    its output laid out [B, L, H, d], which a .view of it in [B, H, L, d] order cannot read: the step, fed that
+    layout (or any other), still equals transformers' forward."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def strided(*args, **kwargs):
+        out = sdpa(*args, **kwargs)  # [B, H, L, d]
+        if layout.startswith("memory"):
+            return out.transpose(1, 2).contiguous().transpose(1, 2)  # the same values, stored [B, L, H, d]
+        return out.permute(3, 2, 1, 0).contiguous().permute(3, 2, 1, 0)
+
+    monkeypatch.setattr(fastpath.F, "scaled_dot_product_attention", strided)
+    model = tiny("llama")
+    seq = torch.randint(3, 96, (24,), generator=torch.Generator().manual_seed(1)).tolist()
+    with torch.no_grad():
+        ref = model(torch.tensor([seq])).logits[0]  # [24, V]
+    s = Stepper(model, max_len=32)
+    got = torch.cat([s(seq[:8])[0], *(s([t])[0] for t in seq[8:12]), s(seq[12:24])[0]])
+    assert not strided(torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 4)).is_contiguous()
+    assert torch.allclose(got, ref, atol=1e-4, rtol=1e-4)

@@ -286,8 +286,10 @@ def test_distillation_loads_the_pair_once_and_trains_the_draft_in_bfloat16(gemma
     load_model = diversed.decoding.models.load_model
     monkeypatch.setattr(diversed.decoding.models, "load_model",
                         lambda name, **kw: loads.append(kw["role"]) or load_model(name, **kw))
-    enable = PreTrainedModel.activation_checkpointing_enable
-    monkeypatch.setattr(PreTrainedModel, "activation_checkpointing_enable",
+    name = "activation_checkpointing_enable" if hasattr(PreTrainedModel, "activation_checkpointing_enable") else \
+        "gradient_checkpointing_enable"  # transformers 5.17's name (diversed.compat)
+    enable = getattr(PreTrainedModel, name)
+    monkeypatch.setattr(PreTrainedModel, name,
                         lambda self, *a, **kw: checkpointed.append(type(self).__name__) or enable(self, *a, **kw))
     target, draft = gemma_dirs
     cfg = DistillConfig(task="arith", target=target, draft=draft, n_train=3, max_new_tokens=8, epochs=3, lr=3e-3,

@@ -303,7 +303,7 @@ def decoder_layer(dec: FastDecoder, w: LayerWeights, k_cache: torch.Tensor, v_ca
         keys, values = keys.index_select(0, rows), values.index_select(0, rows)  # [R, nkv, window, d]
     attn = F.scaled_dot_product_attention(q.reshape(R, nkv, nq // nkv * T, d), keys, values,
                                           attn_mask=mask)  # [R, nkv, group T, d]
-    x = x + w.o(attn.view(R, nq, T, d).transpose(1, 2).reshape(R, T, nq * d))
+    x = x + w.o(attn.reshape(R, nq, T, d).transpose(1, 2).reshape(R, T, nq * d))
     gate, up = w.gate_up(rms_norm(x, w.ln2, dec.eps)).chunk(2, dim=-1)  # [R, T, I] each
     return x + w.down(F.silu(gate) * up)
 

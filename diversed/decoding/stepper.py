@@ -11,6 +11,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from diversed.compat import cache_kwarg
 from diversed.decoding import fastpath, transfer
 from diversed.decoding.models import draft_vocabulary
 from diversed.decoding.settings import Execution
@@ -200,8 +201,8 @@ class Stepper:
         window = max(n) + T
         index = None if rows == list(range(self.rows)) else transfer.index(tuple(rows), self.device)
         self.cache.at(index, pos, window)
-        h = self.decoder(input_ids=x, attention_mask=self._masks(pos, window), position_ids=pos,
-                         cache=self.cache.cache, use_cache=True).last_hidden_state  # [R, T, h]
+        h = self.decoder(input_ids=x, attention_mask=self._masks(pos, window), position_ids=pos, use_cache=True,
+                         **{cache_kwarg(self.decoder): self.cache.cache}).last_hidden_state  # [R, T, h]
         if last_only:
             at = transfer.index(tuple(k - 1 for k in lengths), self.device)[:, None, None]  # [R, 1, 1]
             h = h.gather(1, at.expand(R, 1, h.shape[-1]))  # [R, 1, h]

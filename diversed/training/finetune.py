@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from diversed.compat import enable_activation_checkpointing
 from diversed.decoding.engine import Ends, Networks, generate
 from diversed.decoding.models import draft_vocabulary, load_pair, weights_sha256
 from diversed.decoding.rng import stream_seed
@@ -182,7 +183,7 @@ def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True,
     student = pair.draft if pair.draft.dtype == torch.bfloat16 else pair.draft.float()  # in place
     student.train().requires_grad_(True)
     if student.supports_gradient_checkpointing:
-        student.activation_checkpointing_enable()
+        enable_activation_checkpointing(student)
     tracker = Tracker(name=f"distill-{cfg.task}-{cid}", group=f"train-{cfg.task}", job_type="distill-draft",
                       config=dataclasses.asdict(cfg) | {"config_id": cid})
     t_start = time.perf_counter()
