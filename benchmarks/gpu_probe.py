@@ -91,8 +91,9 @@ def step_syncs(a: argparse.Namespace) -> dict:
 
 
 def step_batch(a: argparse.Namespace) -> dict:
-    """Target alone and strict (synthetic acceptance) at batch a.rows over a.prompt_tokens-token prompts: seconds,
-    ms a step, tokens/s, peak memory, and cost.step_ms's computed ms a step for the same shapes."""
+    """Target alone and strict (synthetic acceptance) at batch a.rows over a.prompt_tokens-token prompts: the
+    prefill and the decode steps timed apart (the engine synchronises at both ends of each), ms a decode step beside
+    cost.step_ms's computed ms a step for the same shapes, tokens/s of the decode, peak memory."""
     target, draft = pair(a)
     device = target.get_output_embeddings().weight.device
     p = prompts(a.rows, a.prompt_tokens, target.config.vocab_size)
@@ -103,13 +104,16 @@ def step_batch(a: argparse.Namespace) -> dict:
         generate(nets, p[:2], greedy(d.verifier, 4, synthetic_acceptance=d.synthetic_acceptance), batch_size=2)
         seconds, gens, peak = timed(device, lambda d=d: generate(nets, p, d, batch_size=a.rows))
         steps = max(len(g.tokens) if d.verifier == "autoregressive" else len(g.drafted) for g in gens)
-        row = {"seconds": seconds, "steps": steps, "ms_per_step": 1e3 * seconds / steps,
-               "tokens_per_s": sum(len(g.tokens) for g in gens) / seconds, "peak_GiB": peak / 2**30}
-        if names:  # the cost model's step for the same rows and context (prefill included in the measured time)
+        decode = max(g.time_total for g in gens)  # every row joins at once and ends at the same step
+        row = {"seconds": seconds, "prefill_ms": 1e3 * max(g.time_prefill for g in gens), "steps": steps,
+               "ms_per_step": 1e3 * decode / steps, "tokens_per_s": sum(len(g.tokens) for g in gens) / decode,
+               "peak_GiB": peak / 2**30}
+        if names:  # the cost model's decode step for the same rows and context
             t, q = (cost.arch(n) for n in names[::-1])
             ctx = a.prompt_tokens + a.tokens // 2
             row["computed_ms_per_step"] = (cost.step_ms(t, a.rows, 1, ctx) if d.verifier == "autoregressive" else
                                            5 * cost.step_ms(q, a.rows, 1, ctx) + cost.step_ms(t, a.rows, 6, ctx))
+            row["measured_over_computed"] = row["ms_per_step"] / row["computed_ms_per_step"]
         if d.verifier != "autoregressive":
             row["acceptance"] = summarize(gens)["draft_acceptance_rate"]
         result[name] = row
@@ -118,18 +122,31 @@ def step_batch(a: argparse.Namespace) -> dict:
 
 
 def step_graphs(a: argparse.Namespace) -> dict:
-    """Batch 1, 64-token prompts: ms a token of the target alone and of strict (synthetic acceptance 0.8), eager and
-    with CUDA graphs (warm-up and capture untimed)."""
+    """Batch 1, 64-token prompts: ms a decode token of the target alone and of strict (synthetic acceptance 0.8),
+    eager and with CUDA graphs. Every method is warmed up and every graph it will replay captured before either is
+    timed (the capture's seconds reported apart), so no method pays another's captures."""
+    from diversed.decoding.fastpath import pooled_decoders
+
     target, draft = pair(a)
     device = target.get_output_embeddings().weight.device
     p, nets, result = prompts(2, 64, target.config.vocab_size), Networks(target, draft), {}
+    methods = {"target alone": greedy("autoregressive", a.tokens),
+               "strict 0.8": greedy("strict", a.tokens, synthetic_acceptance=0.8)}
     for capture in ("none", "graph") if device.type == "cuda" else ("none",):
         execution = Execution(capture=capture)
-        for name, d in (("target alone", greedy("autoregressive", a.tokens)),
-                        ("strict 0.8", greedy("strict", a.tokens, synthetic_acceptance=0.8))):
+        t0 = time.perf_counter()
+        for d in methods.values():
             generate(nets, p[:1], d, execution=execution)
-            seconds, gens, _ = timed(device, lambda d=d, e=execution: generate(nets, p, d, execution=e))
-            result[f"{name}, {capture}"] = {"ms_per_token": 1e3 * seconds / sum(len(g.tokens) for g in gens)}
+            for model in (target, draft):
+                for decoder in pooled_decoders(model):
+                    decoder.precapture(64 + a.tokens + 6)
+        synchronize(device)
+        result[f"warm-up and capture, {capture}"] = {"seconds": time.perf_counter() - t0}
+        for name, d in methods.items():
+            _, gens, _ = timed(device, lambda d=d, e=execution: generate(nets, p, d, execution=e))
+            decode = sum(g.time_total for g in gens)
+            result[f"{name}, {capture}"] = {"ms_per_token": 1e3 * decode / sum(len(g.tokens) for g in gens),
+                                            "prefill_ms": 1e3 * sum(g.time_prefill for g in gens) / len(gens)}
             write_json(f"{a.out}/probe-graphs-{a.arch}.json", result)
     return result
 
@@ -192,7 +209,7 @@ def report(a: argparse.Namespace) -> str:
         if (out / log).is_file():
             text = "```\n" + (out / log).read_text().strip() + "\n```\n\n" + text
     if not a.no_record:
-        record_result("GPU first contact", text, command_line())
+        record_result("GPU first contact", text, command_line(), commit=a.commit)
     return text
 
 
@@ -213,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokens", type=int, default=32, help="new tokens a prompt")
     ap.add_argument("--out", default="results/bench/gpu")
     ap.add_argument("--no-record", action="store_true", help="report: do not rewrite benchmarks/RESULTS.md")
+    ap.add_argument("--commit", help="report: the commit measured (the tree on a GPU machine has no .git)")
     a = ap.parse_args(argv)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     if a.step == "report":

@@ -23,7 +23,7 @@ from diversed.decoding.settings import (
 from diversed.runs.settings import SELECTIONS, RunConfig
 from diversed.tasks import PROMPT_FORMATS, SCORINGS
 from diversed.training.settings import DistillConfig, HeadTrainConfig, JudgeConfig, JudgeFit
-from diversed.utils import check_writable, field_type, read_json, write_json, write_text
+from diversed.utils import BAD_INPUT, FAILED, check_writable, field_type, guarded, read_json, write_json, write_text
 
 PAIR = ("target", "draft", "draft_layers", "dtype", "device")  # RunConfig's fields that name the model pair
 PROMPTS = ("task", "data_files", "split", "n")  # RunConfig's fields that choose the prompts
@@ -680,40 +680,6 @@ def build_parser() -> argparse.ArgumentParser:
                 _scoring_parsers, _bench_parser):
         add(sub)
     return parser
-
-
-BAD_INPUT, FAILED, INTERRUPTED = 2, 1, 130  # exit codes (README "Exit codes")
-
-
-def exit_code(e: BaseException) -> int | None:
-    """The exit code of an error a user can act on without a traceback (None: a bug, shown whole): bad input
-    (a value, a file, a path) 2; a fault of the machine while running (disk, memory, the OS) 1."""
-    import yaml
-
-    if isinstance(e, (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, yaml.YAMLError)):
-        return BAD_INPUT
-    if isinstance(e, (OSError, MemoryError)) or type(e).__name__ == "OutOfMemoryError":  # torch's, on a GPU
-        return FAILED
-    return None
-
-
-def guarded(fn) -> None:
-    """Call fn(); a user's error or a machine's fault ends in one line on stderr and its exit code, an interrupt in
-    exit 130 (a traceback only for a bug, or with DIVERSED_TRACEBACK=1). Every entry point runs through it."""
-    import os
-
-    try:
-        fn()
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        raise SystemExit(INTERRUPTED) from None
-    except Exception as e:
-        code = exit_code(e)
-        if code is None or os.environ.get("DIVERSED_TRACEBACK"):
-            raise
-        text = " ".join(str(e).split()) or type(e).__name__
-        print(f"error: {text if code == BAD_INPUT else f'{type(e).__name__}: {text}'}", file=sys.stderr)
-        raise SystemExit(code) from None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -59,3 +59,18 @@ def enable_activation_checkpointing(model: nn.Module) -> None:
     """Activation (gradient) checkpointing, by the name this transformers version gives it."""
     enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
     enable()
+
+
+def main() -> None:
+    """`python -m diversed.compat`: the versions installed, or one line and exit 2 where they are unsupported."""
+    import torch
+    import transformers
+
+    print(f"torch {torch.__version__} (cuda {torch.version.cuda}), transformers {transformers.__version__}")
+    check_versions()
+
+
+if __name__ == "__main__":
+    from diversed.utils import guarded
+
+    guarded(main)

@@ -310,6 +310,6 @@ def _print(paths: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    from diversed.cli import guarded
+    from diversed.utils import guarded
 
     guarded(lambda: _print(sys.argv[1:]))

@@ -734,6 +734,6 @@ def summary(plan: Plan) -> str:
 
 
 if __name__ == "__main__":
-    from diversed.cli import guarded
+    from diversed.utils import guarded
 
     guarded(lambda: print(summary(load(*(sys.argv[1:] or ["config/config.yaml"])))))

@@ -13,6 +13,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 import typing
 from collections.abc import Iterator
@@ -369,15 +370,17 @@ def command_line() -> str:
     return shlex.join([*head, *sys.argv[1:]])
 
 
-def record_result(section: str, markdown: str, command: str, path: str | os.PathLike = RESULTS_MD) -> Path:
-    """Write `markdown` as section `## {section}` of benchmarks/RESULTS.md, headed with the commit, date, hardware
-    and the command that made it; other sections are kept. The benchmark scripts call this with their tables."""
+def record_result(section: str, markdown: str, command: str, path: str | os.PathLike = RESULTS_MD,
+                  commit: str | None = None) -> Path:
+    """Write `markdown` as section `## {section}` of benchmarks/RESULTS.md, headed with the commit (`commit`, else
+    git's), date, hardware and the command that made it; other sections are kept. The benchmark scripts call this
+    with their tables."""
     import datetime
     import re
 
     hw = hardware()
     device = hardware_label(hw)
-    commit = (git_commit() or "unknown")[:10]
+    commit = (commit or git_commit() or "unknown")[:10]
     head = (f"## {section}\n\n`{command}` · commit `{commit}` · {datetime.date.today().isoformat()} · {device} · "
             f"torch {hw['torch']} ({hw['torch_threads']} threads) · transformers {versions().get('transformers')}\n\n")
     path = Path(path)
@@ -406,3 +409,35 @@ def safetensors_metadata(path: str | os.PathLike) -> dict[str, str]:
     if not isinstance(header, dict):
         raise ValueError(f"{path} is not a safetensors file (its header is not a JSON object)")
     return header.get("__metadata__") or {}
+
+
+BAD_INPUT, FAILED, INTERRUPTED = 2, 1, 130  # exit codes (README "Exit codes")
+
+
+def exit_code(e: BaseException) -> int | None:
+    """The exit code of an error a user can act on without a traceback (None: a bug, shown whole): bad input
+    (a value, a file, a path) 2; a fault of the machine while running (disk, memory, the OS) 1."""
+    import yaml
+
+    if isinstance(e, (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, yaml.YAMLError)):
+        return BAD_INPUT
+    if isinstance(e, (OSError, MemoryError)) or type(e).__name__ == "OutOfMemoryError":  # torch's, on a GPU
+        return FAILED
+    return None
+
+
+def guarded(fn) -> None:
+    """Call fn(); a user's error or a machine's fault ends in one line on stderr and its exit code, an interrupt in
+    exit 130 (a traceback only for a bug, or with DIVERSED_TRACEBACK=1). Every entry point runs through it."""
+    try:
+        fn()
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        raise SystemExit(INTERRUPTED) from None
+    except Exception as e:
+        code = exit_code(e)
+        if code is None or os.environ.get("DIVERSED_TRACEBACK"):
+            raise
+        text = " ".join(str(e).split()) or type(e).__name__
+        print(f"error: {text if code == BAD_INPUT else f'{type(e).__name__}: {text}'}", file=sys.stderr)
+        raise SystemExit(code) from None

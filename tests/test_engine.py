@@ -409,3 +409,28 @@ def test_a_stop_ends_a_row_at_the_step_that_meets_it_in_any_batch(target, draft,
     assert row.tokens == free[1].tokens[:len(row.tokens)] and len(row.tokens) - cut <= 4  # the step's tokens kept
     for g, f in zip(batched, free, strict=True):
         assert (g.stop == "stop") == (marker in f.tokens) and (g.stop != "stop" or g.tokens == f.tokens[:len(g.tokens)])
+
+
+def test_the_prefill_is_timed_apart_from_the_decode_steps(target, draft, monkeypatch):
+    """#49: a row's clock starts once its prefill has finished on the device (a synchronisation there: on a GPU the
+    prefill's kernels were still queued when the clock started, on a CPU they were not), and the prefill is
+    timed on its own: the same definition on both."""
+    import time
+
+    from diversed.decoding import engine, stepper
+
+    call = stepper.Stepper.__call__
+
+    def slow_prefill(self, ids, rows=None, lengths=None, last_only=False):
+        if ids.shape[-1] > 10:  # the 36-token prompt's prefill; a step feeds at most K + 1 = 4 tokens
+            time.sleep(0.3)
+        return call(self, ids, rows, lengths, last_only)
+
+    monkeypatch.setattr(stepper.Stepper, "__call__", slow_prefill)
+    synced = []
+    monkeypatch.setattr(engine, "synchronize", lambda device: synced.append(device))
+    d = Decoding("strict", K=3, max_new_tokens=6, sampling=Sampling(temperature=0.0), eos_token_id=())
+    (gen,) = engine.generate(engine.Networks(target, draft), [list(range(3, 40))], d)
+    assert gen.time_prefill >= 0.6 and gen.time_total < 0.3  # two models prefilled; the decode alone after
+    assert len(synced) >= 3  # before the prefill, after it, at the row's end
+    assert gen.stats()["time_prefill"] == gen.time_prefill

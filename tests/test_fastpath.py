@@ -279,3 +279,31 @@ def test_fast_steps_take_any_layout_of_the_attention_output(layout, monkeypatch)
     got = torch.cat([s(seq[:8])[0], *(s([t])[0] for t in seq[8:12]), s(seq[12:24])[0]])
     assert not strided(torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 4)).is_contiguous()
     assert torch.allclose(got, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_precapture_takes_every_step_a_sequence_will_run(eager_capture):
+    """#49: a timed decode captures nothing: the warm-up captures each (bucket, window) up to the longest sequence
+    the timed prompts reach, so no method pays a capture inside its clock."""
+    model = tiny("llama")
+    s = Stepper(model, max_len=1000, execution=COMPILE, buckets=(1, 3))
+    assert s.fast.precapture(300) == 4 and sorted(s.fast.steps) == [(1, 256), (1, 512), (3, 256), (3, 512)]
+    assert s.fast.precapture(300) == 0
+    seq = torch.randint(3, 96, (300,), generator=torch.Generator().manual_seed(2)).tolist()
+    with torch.no_grad():
+        ref = model(torch.tensor([seq])).logits[0]  # [300, V]
+    got = [s(seq[:250])[0]] + [s([t])[0] for t in seq[250:297]] + [s(seq[297:300])[0]]
+    assert sorted(s.fast.steps) == [(1, 256), (1, 512), (3, 256), (3, 512)]  # none captured while decoding
+    assert torch.allclose(torch.cat(got), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_eager_steps_over_a_bucketed_window_match_the_full_forward():
+    """On CUDA an eager step attends over the bucketed window under a mask (cuDNN builds one graph per key length):
+    the same logits as transformers' forward, checked here by turning it on on the CPU."""
+    model = tiny("qwen3")
+    seq = torch.randint(3, 96, (280,), generator=torch.Generator().manual_seed(3)).tolist()
+    with torch.no_grad():
+        ref = model(torch.tensor([seq])).logits[0]
+    s = Stepper(model, max_len=600)
+    s.fast.bucket_eager = True
+    got = [s(seq[:200])[0]] + [s([t])[0] for t in seq[200:260]] + [s(seq[260:280])[0]]
+    assert torch.allclose(torch.cat(got), ref, atol=1e-4, rtol=1e-4)

@@ -96,3 +96,19 @@ def test_the_decode_loop_draws_no_random_number_row_by_row(target, draft, monkey
         decoding = Decoding(verifier, K=3, max_new_tokens=12, sampling=Sampling(1.0), **kw)
         out = generate(Networks(target, draft), PROMPTS, decoding, batch_size=3)
         assert all(len(g.tokens) == 12 for g in out)
+
+
+def test_a_sampled_step_hashes_its_numbers_once(target, draft, monkeypatch):
+    """#49: every number a sampled speculative step reads (K drafts, K + 1 tests, the correction) comes from one
+    batched hash a step, not one per draw (~420 small kernels a step on a GPU before), and they are the same
+    numbers as drawn one lane at a time."""
+    calls = []
+    hash_ = Draws.hash
+    monkeypatch.setattr(Draws, "hash", lambda self, lanes: calls.append(lanes.numel()) or hash_(self, lanes))
+    d = Decoding("strict", K=4, max_new_tokens=24, sampling=Sampling(temperature=1.0), eos_token_id=())
+    (gen,) = generate(Networks(target, draft), [[1, 5, 9, 13]], d, seeds=[7])
+    assert len(calls) == len(gen.drafted) and set(calls) == {len(rng.step_lanes(4))}
+    keys, count = torch.tensor([key(3), key(4)]), torch.tensor([5, 9])
+    table = Draws(keys, count, K=4)
+    for lane, width in ((rng.DRAFT, 1), (rng.DRAFT + 3, 1), (rng.VERIFY, 5), (rng.RESIDUAL, 1)):
+        assert torch.equal(table.uniform(lane, width), Draws(keys, count).uniform(lane, width))

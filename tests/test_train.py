@@ -439,3 +439,22 @@ def test_a_head_decodes_with_the_mixing_it_was_trained_with(tmp_path):
     plan = load(ROOT / "config" / "paper.yaml")
     dynamic = [r for j in plan.jobs for r in j.runs if r.verifier == "dynamic"]
     assert dynamic and all(r.changes["mixing"] == "logit" for r in dynamic)
+
+
+def test_rollouts_read_the_device_once_every_sixteen_tokens(target, draft, monkeypatch):
+    """#49: a rollout token cost three host synchronisations (its tokens to the host, the next input back); now the
+    batch's tokens stay on the device, and whether every row has ended is read once every ROLLOUT_CHECK tokens."""
+    from helpers import host_syncs
+
+    from diversed.decoding.engine import Networks
+    from diversed.training.settings import HeadTrainConfig
+    from diversed.training.train import ROLLOUT_CHECK, rollouts
+
+    head = WeightHead(target.config.hidden_size, draft.config.hidden_size)
+    cfg = HeadTrainConfig(max_new_tokens=48, temperature=1.0, rollout="sample")
+    prompts = [[1, 5, 9], [1, 7, 11, 13, 2 + 15]]
+    syncs = host_syncs(monkeypatch)
+    rolled = rollouts(Networks(target, draft, head), prompts, cfg, eos=set(), seeds=[0, 1])
+    decode_syncs = len(syncs)
+    assert [len(r.tokens) for r in rolled] == [48, 48]
+    assert decode_syncs <= 48 // ROLLOUT_CHECK + 4, syncs  # the checks, the lengths read at the end

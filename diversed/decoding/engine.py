@@ -198,7 +198,7 @@ class Row:
     out: Generation
     last: int
     pending: list[int]
-    started: float
+    started: float  # perf_counter once its prefill had finished on the device: its decode's clock starts there
     marks: list[tuple] = field(default_factory=list)
 
 
@@ -267,21 +267,27 @@ class Batch:
                 s.reset(slot)
         prefill = sorted(((slot, self.prompts[i][:-1]) for slot, i in joining if len(self.prompts[i]) > 1),
                          key=lambda x: len(x[1]))
+        device = self.steppers[0].device
+        synchronize(device)  # the prefill's clock: from an idle device to its last kernel, on CPU and GPU alike
+        t0 = time.perf_counter()
         for group in _prefill_groups(prefill):
             width = max(len(ids) for _, ids in group)
-            x = to_device([ids + [0] * (width - len(ids)) for _, ids in group], self.steppers[0].device)  # [R, L]
+            x = to_device([ids + [0] * (width - len(ids)) for _, ids in group], device)  # [R, L]
             for s in self.steppers:
                 s(x, [slot for slot, _ in group], [len(ids) for _, ids in group], last_only=True)
         if joining:
             self.streams.start([slot for slot, _ in joining], [self.seeds[i] for _, i in joining])
+        synchronize(device)
+        t1 = time.perf_counter()
         for slot, i in joining:
             ids = self.prompts[i]
-            self.live[slot] = Row(i, Generation(tokens=[], K=self.decoding.K if self.decoding.verifier in
-                                                RULES else 0), ids[-1], ids[-1:], time.perf_counter())
+            out = Generation(tokens=[], K=self.decoding.K if self.decoding.verifier in RULES else 0,
+                             time_prefill=t1 - t0)
+            self.live[slot] = Row(i, out, ids[-1], ids[-1:], t1)
 
     def finish(self, slot: int, clock: _Clock | None = None) -> None:
-        """A row that ended leaves (its times: from its admission, and its steps' draft and verify marks); its slot
-        takes the next prompt."""
+        """A row that ended leaves (its times: its decode from the end of its prefill, and its steps' draft and
+        verify marks; its prefill was timed when it joined); its slot takes the next prompt."""
         row = self.live.pop(slot)
         synchronize(self.steppers[0].device)
         row.out.time_total = time.perf_counter() - row.started
@@ -305,7 +311,7 @@ class Batch:
     def draws(self, slots: list[int]) -> Draws:
         """The step's random numbers of the rows in slots (greedy decoding draws none of them but synthetic
         acceptance's)."""
-        return self.streams.take(index(tuple(slots), self.streams.count.device))
+        return self.streams.take(index(tuple(slots), self.streams.count.device), self.decoding.K)
 
 
 @dataclass

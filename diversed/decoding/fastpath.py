@@ -201,6 +201,9 @@ class FastDecoder:
         self.steps: dict[int, CapturedStep] = {}
         self.n = [0] * rows  # positions filled, per row
         self.key, self.owner = None, None  # set by acquire() for pooled decoders
+        # eager steps attend over a window bucketed as a captured step's, on CUDA: cuDNN's attention builds a new
+        # graph for every (query length, key length), which a window growing by one each step would make
+        self.bucket_eager = device.type == "cuda"
 
     @torch.inference_mode()
     def __call__(self, ids: torch.Tensor, rows: list[int] | None = None, lengths: list[int] | None = None,
@@ -220,8 +223,10 @@ class FastDecoder:
         P = next((b for b in self.buckets if b >= T), None)
         if P is None or rows != list(range(self.rows)):  # eager: attend over the filled positions only
             index = None if self.rows == R and rows == list(range(R)) else transfer.index(tuple(rows), device)
-            window = min(max(n) + T, self.capacity)  # a padded row's tail is clamped to the last position
-            h = forward(self, ids, pos, index, window, masked=T > 1 or R > 1)  # [R, T, h]
+            if self.bucket_eager:  # a few window lengths, the positions past each row's own masked
+                h = forward(self, ids, pos, index, window_bucket(max(n) + T, self.capacity), masked=True)
+            else:  # a padded row's tail is clamped to the last position
+                h = forward(self, ids, pos, index, min(max(n) + T, self.capacity), masked=T > 1 or R > 1)  # [R, T, h]
             logits = None
         else:  # every row, in the bucket's fixed shape, over the live length's window
             W = window_bucket(max(n) + P, self.capacity)
@@ -243,6 +248,27 @@ class FastDecoder:
     def crop(self, row: int, n: int) -> None:
         """Keep row's first n positions (later writes overwrite the rolled-back ones)."""
         self.n[row] = min(self.n[row], n)
+
+    def precapture(self, live: int) -> int:
+        """Capture now every (bucket, window) step a sequence of up to `live` positions will run, so that none is
+        captured inside a timed decode; returns how many were new. Run between sequences: the captures write
+        keys and values at the first positions, which the next sequence overwrites before it reads them."""
+        if not self.buckets:
+            return 0
+        new, device = 0, self.embed.device
+        for P in self.buckets:
+            top, W = window_bucket(min(live + P, self.capacity), self.capacity), WINDOW_MIN
+            while True:
+                W = min(W, self.capacity)
+                if (P, W) not in self.steps:
+                    self.steps[(P, W)] = CapturedStep(self, P, W)
+                    zeros = torch.zeros(self.rows, P, dtype=torch.long, device=device)
+                    self.steps[(P, W)](zeros, zeros)
+                    new += 1
+                if top <= W:
+                    break
+                W *= 2
+        return new
 
 
 def forward(dec: FastDecoder, ids: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor | None, window: int,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from diversed.decoding.transfer import to_device
+from diversed.decoding.transfer import index, to_device
 
 MASK = 0xFFFF_FFFF
 DRAFT, VERIFY, RESIDUAL = 0, 1 << 10, 1 << 11  # lanes of a step: draft position j, test position j, correction
@@ -51,21 +51,40 @@ def stream_seed(seed: int, i: int) -> int:
     return seed << 32 | i
 
 
+def step_lanes(K: int) -> tuple[int, ...]:
+    """Every lane a speculative step of draft length K reads: the drafts', the tests' and the correction's."""
+    return (*range(DRAFT, DRAFT + K), *range(VERIFY, VERIFY + K + 1), RESIDUAL)
+
+
 @dataclass
 class Draws:
-    """One step's random numbers for R rows: row r's at lane l is u(key[r], count[r], l)."""
+    """One step's random numbers for R rows: row r's at lane l is u(key[r], count[r], l). With K given, the first
+    number asked for computes every lane of the step (step_lanes(K)) in one batched hash, and the step's later
+    draws read that table: one hash computation a step instead of one per draw (the same numbers)."""
 
     keys: torch.Tensor  # [R, 2] long
     count: torch.Tensor  # [R] long, < 2^32
+    K: int | None = None
+    table: torch.Tensor | None = None  # [R, len(step_lanes(K))] float64, once computed
+
+    def hash(self, lanes: torch.Tensor) -> torch.Tensor:
+        """lanes [L] (long, on the device) -> [R, L] float64 in (0, 1)."""
+        ka, kb = self.keys[:, :1], self.keys[:, 1:]  # [R, 1]
+        c, lanes = self.count[:, None], lanes[None]  # [R, 1], [1, L]
+        a = mix(mix(c ^ ka) ^ kb ^ lanes)  # [R, L]
+        b = mix(mix(c ^ kb ^ _C2) ^ ka ^ lanes ^ _C3)
+        return ((a >> 6) * (1 << 26) + (b >> 6)).double().add_(0.5).mul_(2.0 ** -52)
 
     def uniform(self, lane: int, width: int = 1) -> torch.Tensor:
         """[R, width] float64 in (0, 1): lanes lane .. lane + width - 1 of each row."""
-        ka, kb = self.keys[:, :1], self.keys[:, 1:]  # [R, 1]
-        c = self.count[:, None]  # [R, 1]
-        lanes = torch.arange(lane, lane + width, device=c.device)[None]  # [1, width]
-        a = mix(mix(c ^ ka) ^ kb ^ lanes)  # [R, width]
-        b = mix(mix(c ^ kb ^ _C2) ^ ka ^ lanes ^ _C3)
-        return ((a >> 6) * (1 << 26) + (b >> 6)).double().add_(0.5).mul_(2.0 ** -52)
+        if self.K is not None:
+            lanes = step_lanes(self.K)
+            if lane in lanes and lane + width - 1 in lanes:
+                if self.table is None:
+                    self.table = self.hash(index(lanes, self.count.device))
+                at = lanes.index(lane)
+                return self.table[:, at:at + width]
+        return self.hash(torch.arange(lane, lane + width, device=self.count.device))
 
     def categorical(self, probs: torch.Tensor, lane: int) -> torch.Tensor:
         """probs [R, V] (non-negative, any positive total) -> one token id per row [R] (long), drawn at lane."""
@@ -75,7 +94,8 @@ class Draws:
 
     def at(self, r: int) -> Draws:
         """Row r's numbers alone (a batch of one)."""
-        return Draws(self.keys[r:r + 1], self.count[r:r + 1])
+        return Draws(self.keys[r:r + 1], self.count[r:r + 1], self.K,
+                     None if self.table is None else self.table[r:r + 1])
 
 
 class Streams:
@@ -92,9 +112,10 @@ class Streams:
         self.keys[at] = to_device([key(s) for s in seeds], self.keys.device)
         self.count[at] = 0
 
-    def take(self, at: torch.Tensor) -> Draws:
-        """The step's numbers of the rows at slots `at` [R] (long, on the device); their counts advance by one."""
-        draws = Draws(self.keys[at], self.count[at])
+    def take(self, at: torch.Tensor, K: int | None = None) -> Draws:
+        """The step's numbers of the rows at slots `at` [R] (long, on the device), for a step of draft length K
+        (Draws); their counts advance by one."""
+        draws = Draws(self.keys[at], self.count[at], K)
         self.count.index_add_(0, at, torch.ones_like(at))
         return draws
 

@@ -67,7 +67,8 @@ class Generation:
     kl: list[float] = field(default_factory=list)  # per emitted token: KL(nu || p) in nats
     time_draft: float = 0.0
     time_verify: float = 0.0
-    time_total: float = 0.0
+    time_total: float = 0.0  # its decode: from the end of its prefill to its last token (synchronised at both ends)
+    time_prefill: float = 0.0  # the prefill forward(s) of the group it joined with (its own at batch 1)
     stop: str = "length"  # "eos", "stop" (a stop string: engine.Ends) or "length"
 
     def record(self, step: Step, eos: set[int]) -> int:
@@ -95,7 +96,7 @@ class Generation:
 
     @property
     def time_other(self) -> float:
-        """time_total - time_draft - time_verify: prefill, rollback, bookkeeping."""
+        """time_total - time_draft - time_verify: rollback, bookkeeping."""
         return self.time_total - self.time_draft - self.time_verify
 
     @property
@@ -122,7 +123,7 @@ class Generation:
 
     @property
     def tokens_per_s(self) -> float:
-        """New tokens / time_total (wall clock of the whole decode, prefill included)."""
+        """New tokens / time_total (wall clock of the decode steps; the prefill is time_prefill, apart)."""
         return rate(len(self.tokens), self.time_total)
 
     def stats(self) -> dict:
@@ -139,7 +140,7 @@ class Generation:
             "target_argmax_agreement": mean([float(a) for a in self.target_argmax]),
             "tokens_per_s": self.tokens_per_s,
             "time_total": self.time_total, "time_draft": self.time_draft,
-            "time_verify": self.time_verify, "time_other": self.time_other,
+            "time_verify": self.time_verify, "time_other": self.time_other, "time_prefill": self.time_prefill,
         }
 
 
@@ -153,7 +154,7 @@ def pool(gens: list[Generation]) -> Generation:
         target_logprob=[x for g in gens for x in g.target_logprob],
         target_argmax=[a for g in gens for a in g.target_argmax],
         time_draft=sum(g.time_draft for g in gens), time_verify=sum(g.time_verify for g in gens),
-        time_total=sum(g.time_total for g in gens))
+        time_total=sum(g.time_total for g in gens), time_prefill=sum(g.time_prefill for g in gens))
 
 
 def summarize(gens: list[Generation]) -> dict:
@@ -164,4 +165,4 @@ def summarize(gens: list[Generation]) -> dict:
     keys = ("new_tokens", "steps", "draft_acceptance_rate", "mean_acceptance_length", "acceptance_by_position")
     return {"prompts": len(gens), **{k: s[k] for k in keys}, "conditional_acceptance": g.conditional_acceptance,
             **{k: s[k] for k in ("mean_weight", "bias_tv", "kl", "target_logprob", "target_argmax_agreement",
-                                 "tokens_per_s", "time_total", "time_draft", "time_verify")}}
+                                 "tokens_per_s", "time_total", "time_draft", "time_verify", "time_prefill")}}

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from diversed.decoding.engine import Ends, Networks, check_request, generate, stop_at
+from diversed.decoding.engine import Ends, Networks, check_request, generate, stop_at, synchronize
+from diversed.decoding.fastpath import pooled_decoders
 from diversed.decoding.head import MODULES, load_head
 from diversed.decoding.models import encode_prompt, load_pair
 from diversed.decoding.rng import stream_seed
@@ -139,12 +140,22 @@ class PreparedRun:
                         decoding or self.decoding, seeds=seeds, batch_size=batch_size, execution=self.execution,
                         ends=ends)
 
-    def warm_up(self) -> None:
-        """A short decode of the first prompt before a timed one: allocations and kernel choice."""
+    def warm_up(self) -> float:
+        """Before a timed decode: a short decode of the first prompt (allocations and kernel choice), then every
+        captured step (CUDA graphs, compiled steps) any of its prompts will run, so that no method pays a capture
+        inside a timed prompt. Returns its seconds (recorded apart from the timings)."""
+        t0 = time.perf_counter()
         short = dataclasses.replace(self.decoding, max_new_tokens=min(8, self.cfg.max_new_tokens))
         self([0], decoding=short)
+        live = max(len(ids) for ids in self.encoded) + self.cfg.max_new_tokens + self.cfg.K + 1
+        for model in (self.pair.target, self.pair.draft):
+            for decoder in pooled_decoders(model):
+                decoder.precapture(live)
+        synchronize(self.pair.target.get_output_embeddings().weight.device)
+        return time.perf_counter() - t0
 
-    def write(self, gens: list[Generation], run_dir: Path, labels: dict, batch_size: int, started: float) -> Path:
+    def write(self, gens: list[Generation], run_dir: Path, labels: dict, batch_size: int, started: float,
+              warmup: float | None = None) -> Path:
         """The run folder: generations.jsonl, then manifest.json (renamed into place when complete), and its W&B
         entry. Only a batch of one times its prompts (prompt_seconds, tokens/s)."""
         cfg, rid = self.cfg, self.run_id
@@ -163,15 +174,18 @@ class PreparedRun:
         summary = summarize(gens)
         timed = batch_size == 1
         if not timed:  # a batch's wall clock is shared by its rows: no tokens/s
-            summary |= {k: None for k in ("tokens_per_s", "time_total", "time_draft", "time_verify")}
+            summary |= {k: None for k in ("tokens_per_s", "time_total", "time_draft", "time_verify", "time_prefill")}
         text = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in rows)
         manifest = {"run_id": rid, "config": dataclasses.asdict(cfg), "decoding": self.decoding.record(),
                     "generations_sha256": hashlib.sha256(text.encode()).hexdigest(), "prompts": len(rows),
                     "trained": trained_hashes(cfg),
                     "labels": labels, "seed": cfg.seed, "batch_size": batch_size,
                     "execution": dataclasses.asdict(self.execution), "summary": summary, "started": started,
-                    # per prompt, in the order of generations.jsonl; only a batch of one times its prompts
+                    # per prompt, in the order of generations.jsonl; only a batch of one times its prompts:
+                    # its decode steps, and its prefill apart
                     "prompt_seconds": [g.time_total for g in gens] if timed else None,
+                    "prefill_seconds": [g.time_prefill for g in gens] if timed else None,
+                    "warmup_seconds": warmup,  # the warm-up and captures before a timed decode (PreparedRun.warm_up)
                     "finished": time.time(), "code": code_hash(), **provenance()}
         tracker = decode_tracker(rid, cfg.task, cfg.verifier, labels,
                                  config=dataclasses.asdict(cfg) | {"run_id": rid, **labels})
@@ -255,13 +269,12 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
             print(f"run {rid}: taken from {Path(keep) / rid} (decoded before by the same code)")
             return target
     prepared = PreparedRun.prepare(cfg, prompts, launch.models, launch.execution)
-    if batch_size == 1:  # only a batch of one is timed (write): its decode follows a warm-up
-        prepared.warm_up()
+    warmup = prepared.warm_up() if batch_size == 1 else None  # only a batch of one is timed: after a warm-up
     started = time.time()
     with tqdm(total=len(prompts), desc=f"decode {prepared.run_id} (batch {batch_size})", unit="prompt",
               disable=not launch.progress) as bar:
         gens = prepared(list(range(len(prompts))), batch_size, on_finish=lambda _: bar.update())
-    run_dir = prepared.write(gens, target, labels, batch_size, started)
+    run_dir = prepared.write(gens, target, labels, batch_size, started, warmup)
     if keep is not None:
         keep_run(run_dir, keep)
     return run_dir
@@ -290,8 +303,7 @@ def execute_interleaved(base: RunConfig, prompts: list[dict], specs: list[RunSpe
     models: dict = {}
     prepared = {rid: PreparedRun.prepare(cfg, prompts, models, execution)
                 for rid, cfg in dict(zip(ids, configs, strict=True)).items()}  # each distinct run once
-    for run in prepared.values():
-        run.warm_up()
+    warmup = {rid: run.warm_up() for rid, run in prepared.items()}  # every method's captures before any clock
     started, gens = time.time(), {rid: [] for rid in prepared}
     for i in tqdm(range(len(prompts)), desc="timing (interleaved)", unit="prompt", disable=not progress):
         for rid, run in prepared.items():
@@ -299,7 +311,7 @@ def execute_interleaved(base: RunConfig, prompts: list[dict], specs: list[RunSpe
     first: dict[str, Path] = {}
     return [copy_run(first[rid], spec.run_dir, (labels or {}) | spec.labels) if rid in first else
             first.setdefault(rid, prepared[rid].write(gens[rid], spec.run_dir, (labels or {}) | spec.labels, 1,
-                                                      started))
+                                                      started, warmup[rid]))
             for rid, spec in zip(ids, specs, strict=True)]
 
 

@@ -63,14 +63,19 @@ class Rollout:
         return self.log_q.exp()
 
 
+ROLLOUT_CHECK = 16  # tokens between the rollouts' one look at whether every row has ended (a host sync)
+
+
 @torch.no_grad()
 def rollouts(nets: Networks, prompts: list[list[int]], cfg: HeadTrainConfig, *,
              seeds: list[int], eos: set[int],
              execution: Execution | None = None) -> list[Rollout]:
     """Decode every prompt from nu_t = ensemble(p_t, q_t, nets.head(h_t)) one token at a time (cfg's rollout,
-    temperature, mixing and max_new_tokens), all prompts together with KV caches (one host transfer per token for
-    the batch), row r drawing from its own stream (rng, from seeds[r]) and stopping at its own EOS: a rollout's draws
-    do not depend on its batch. Its tensors live on the target's device."""
+    temperature, mixing and max_new_tokens), all prompts together with KV caches, row r drawing from its own stream
+    (rng, from seeds[r]) and ending at its own EOS: a rollout's draws do not depend on its batch. Every row steps
+    until all have ended, its tokens and their terms kept on the device (a row past its EOS decodes on, its tokens
+    cut afterwards), so a token costs no host synchronisation: whether all have ended is read every ROLLOUT_CHECK
+    tokens. Its tensors live on the target's device."""
     target, draft, head, vocab_size = nets.target, nets.draft, nets.head, nets.vocab_size
     max_new_tokens, temperature, mixing = cfg.max_new_tokens, cfg.temperature, cfg.mixing
     shared = shared_width(target, draft)
@@ -78,33 +83,34 @@ def rollouts(nets: Networks, prompts: list[list[int]], cfg: HeadTrainConfig, *,
     max_len = max(len(ids) for ids in prompts) + max_new_tokens
     T = Stepper(target, vocab_size, shared, max_len, execution=execution, rows=B)
     D = Stepper(draft, vocab_size, shared, max_len, execution=execution, rows=B)
-    out = [{"tokens": [], "log_p": [], "log_q": [], "h_target": [], "h_draft": []} for _ in prompts]
-    pending, live = [list(ids) for ids in prompts], list(range(B))
-    streams = Streams(B, T.device)
-    streams.start(live, seeds)
-    for _ in range(max_new_tokens):
-        width = max(len(pending[r]) for r in live)
-        x = torch.tensor([pending[r] + [0] * (width - len(pending[r])) for r in live], device=T.device)  # [R, L]
-        lengths = [len(pending[r]) for r in live]
-        lt, h_t = T(x, live, lengths, last_only=True)  # [R, 1, V], [R, 1, h_t]
-        ld, h_d = D(x, live, lengths, last_only=True)
-        lp, lq = logits_to_logprobs(lt, temperature), logits_to_logprobs(ld, temperature)  # [R, 1, V]
-        w = head(h_t, h_d).float()  # [R, 1]
-        nu = ensemble(lp.exp(), lq.exp(), w, mixing, log_p=lp, log_q=lq)[:, 0]  # [R, V]
-        if cfg.rollout == "greedy":
-            y = nu.argmax(-1)
-        else:
-            y = streams.take(index(tuple(live), T.device)).categorical(nu, DRAFT)  # [R]
-        for i, (r, token) in enumerate(zip(live, y.tolist(), strict=True)):  # one transfer for the batch
-            o = out[r]
-            o["tokens"].append(token), o["log_p"].append(lp[i, 0]), o["log_q"].append(lq[i, 0])
-            o["h_target"].append(h_t[i, 0]), o["h_draft"].append(h_d[i, 0])
-            pending[r] = [token]
-        live = [r for r in live if pending[r][0] not in eos]
-        if not live:
+    streams, every = Streams(B, T.device), index(tuple(range(B)), T.device)
+    streams.start(list(range(B)), seeds)
+    stop = torch.tensor(sorted(eos), dtype=torch.long, device=T.device)  # [E]
+    width = max(len(ids) for ids in prompts)
+    x = torch.tensor([ids + [0] * (width - len(ids)) for ids in prompts], device=T.device)  # [B, L]
+    lengths = [len(ids) for ids in prompts]
+    ended = torch.zeros(B, dtype=torch.bool, device=T.device)  # [B]: its EOS emitted
+    steps: dict[str, list[torch.Tensor]] = {"tokens": [], "log_p": [], "log_q": [], "h_target": [], "h_draft": []}
+    for t in range(max_new_tokens):
+        lt, h_t = T(x, None, lengths, last_only=True)  # [B, 1, V], [B, 1, h_t]
+        ld, h_d = D(x, None, lengths, last_only=True)
+        lp, lq = logits_to_logprobs(lt, temperature), logits_to_logprobs(ld, temperature)  # [B, 1, V]
+        w = head(h_t, h_d).float()  # [B, 1]
+        nu = ensemble(lp.exp(), lq.exp(), w, mixing, log_p=lp, log_q=lq, check=False)[:, 0]  # [B, V]: w a softmax
+        y = nu.argmax(-1) if cfg.rollout == "greedy" else streams.take(every).categorical(nu, DRAFT)  # [B]
+        for name, value in zip(steps, (y, lp[:, 0], lq[:, 0], h_t[:, 0], h_d[:, 0]), strict=True):
+            steps[name].append(value)
+        ended |= torch.isin(y, stop)
+        x, lengths = y[:, None], None  # [B, 1]: each row's newest token
+        if (t + 1) % ROLLOUT_CHECK == 0 and bool(ended.all()):  # the one sync of ROLLOUT_CHECK tokens
             break
-    return [Rollout(torch.tensor(o["tokens"], device=T.device), torch.stack(o["log_p"]), torch.stack(o["log_q"]),
-                    torch.stack(o["h_target"]).float(), torch.stack(o["h_draft"]).float()) for o in out]
+    tokens = torch.stack(steps["tokens"], 1)  # [B, steps]
+    at_eos = torch.isin(tokens, stop)
+    first = torch.where(at_eos.any(1), at_eos.float().argmax(1) + 1, tokens.shape[1]).tolist()  # kept per row
+    stacked = {name: torch.stack(v, 1) for name, v in steps.items() if name != "tokens"}  # [B, steps, ...]
+    return [Rollout(tokens[r, :n], stacked["log_p"][r, :n], stacked["log_q"][r, :n],
+                    stacked["h_target"][r, :n].float(), stacked["h_draft"][r, :n].float())
+            for r, n in enumerate(first)]
 
 
 def sequence_terms(head: WeightHead, r: Rollout, mixing: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
