@@ -263,3 +263,18 @@ def test_a_fault_of_the_machine_is_one_line_exit_1_and_keeps_nothing_half_writte
     assert e.value.code == 1 and err.splitlines()[-1] == "error: OSError: [Errno 28] No space left on device", err
     assert "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_every_folder_the_package_replaces_names_its_owner():
+    """Every atomic_dir call in the package passes the owner whose marker an existing folder must carry (the
+    embedded target's conversion once called it without one, and failed only when the pair was built)."""
+    import ast
+
+    import diversed
+
+    missing = []
+    for path in Path(diversed.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "atomic_dir" and len(node.args) < 2:
+                missing.append(f"{path.name}:{node.lineno}")
+    assert not missing, missing

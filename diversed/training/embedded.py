@@ -62,9 +62,10 @@ def convert_gguf(gguf: Path, out: Path) -> nn.Module:
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict(), strict=True)
     model.generation_config = loaded.generation_config
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, MODEL) as tmp:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
+        write_json(tmp / MODEL.marker, {MODEL.key: f"diversed prepare-models (from {gguf.name})"})
     return model.eval().requires_grad_(False)
 
 
