@@ -27,7 +27,8 @@ from diversed.utils import BAD_INPUT, FAILED, check_writable, field_type, guarde
 
 PAIR = ("target", "draft", "draft_layers", "dtype", "device")  # RunConfig's fields that name the model pair
 PROMPTS = ("task", "data_files", "split", "n")  # RunConfig's fields that choose the prompts
-DECODING = ("K", "temperature", "sampling", "top_k", "top_p", "prompt_format", "scoring", "max_new_tokens", "seed")
+DECODING = ("K", "temperature", "sampling", "top_k", "top_p", "prompt_format", "scoring", "stop", "max_new_tokens",
+            "seed")
 
 
 def number(kind: type = float, low: float | None = None):

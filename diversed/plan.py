@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from diversed import protocol
 from diversed.decoding.settings import BASELINES, FAMILIES, GIVEN, METHODS, RULES, given_method, method_verifier
 from diversed.decoding.sources import Sources, hub_model, hub_sources, hub_task, load_config
 from diversed.runs.settings import Grid, RunConfig, point_name
@@ -145,7 +146,7 @@ def validated(config: dict) -> dict:
     its defaults filled in, and every cross-field check that the schema cannot express."""
     import jsonschema
 
-    config = copy.deepcopy(config)
+    config = protocol.apply(copy.deepcopy(config))  # the protocol's defaults, where the config sets no value
     check_finite(config)  # NaN passes a schema's range checks (every comparison with it is false)
     schema = yaml.safe_load((files("diversed") / SCHEMA).read_text())
     schema["properties"]["methods"]["items"]["enum"] = list(METHODS)
@@ -373,7 +374,8 @@ class Plan:
     def _decoding_flags(self, task: str, T, seed: int, K: int | None = None) -> str:
         c = self.config
         return flags(RunConfig, max_new_tokens=self.tasks[task]["max_new_tokens"], temperature=temperature(T),
-                     sampling=c["sampling"], prompt_format=c["prompt_format"], scoring=c["scoring"], K=K, seed=seed)
+                     sampling=c["sampling"], prompt_format=c["prompt_format"], scoring=c["scoring"], stop=c["stop"],
+                     K=K, seed=seed)
 
     def _execution(self, timed: bool = False) -> str:
         """The engine's flags; timed: a timing job's (batch 1), whose capture is execution.timed_capture if set."""

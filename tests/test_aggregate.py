@@ -268,47 +268,59 @@ def test_a_batched_run_never_enters_the_speed_table_a_speedup_or_the_speed_claim
 
 
 def test_deviations_read_what_ran_from_the_manifests(tmp_path):
-    """The deviations section compares what the runs' and trainings' manifests record with the paper's settings:
-    a run with the authors' settings agrees; the default's chat prompts, full sampling and distilled draft do not."""
+    """The deviations section compares what the runs' and trainings' manifests record with the authors' settings
+    (diversed.protocol, one row each: none can say yes by hand): a run with every authors' setting agrees on every
+    one of them; the standard protocol's values (each setting's default) disagree wherever they differ."""
+    from diversed import protocol
     from diversed.analysis.tables import collect, trained_table
+    from diversed.report.deviations import _norm, standard_value
     from diversed.report.deviations import settings as from_tables
     from diversed.utils import write_json
 
     def settings(runs):  # from the aggregated tables, as the report reads them
-        return from_tables(runs, trained_table(runs["run_dir"]))
+        return {r["setting"]: r for r in from_tables(runs, trained_table(runs["run_dir"]))}
 
+    theirs = protocol.authors_settings()
     head, draft = tmp_path / "head", tmp_path / "draft"
-    write_json(head / "manifest.json", {"config": {"task": "arith", "acceptance_term": "relative",
-                                                   "acceptance_weight": 0.05, "lr": 5e-4, "batch_size": 8,
-                                                   "epochs": 2, "mixing": "logit", "baseline": "authors",
-                                                   "relative_at_zero": 10.0, "scoring": "authors",
-                                                   "max_prompt_tokens": 512}, "prompts": 400, "steps": 100,
-                                        "final": {}})
-    write_json(draft / "distill_manifest.json", {"config": {"task": "arith", "finetune": "sft",
+    head_config = {"task": "arith", "lr": 5e-4, "batch_size": 8, "epochs": 2, **theirs["train_head"],
+                   "scoring": theirs["scoring"]}
+    write_json(head / "manifest.json", {"config": head_config, "prompts": 400, "steps": 100, "final": {}})
+    write_json(draft / "distill_manifest.json", {"config": {"task": "arith", **theirs["distill"],
                                                             "max_prompt_tokens": 512}, "prompts": 400})
     run = write_run(tmp_path / "dyn", "dynamic", 5, 10.0)
     manifest = json.loads((run / "manifest.json").read_text())
     manifest["config"] |= {"target": "Qwen/Qwen3-8B", "draft": str(draft), "head": str(head / "head.safetensors"),
-                           "sampling": "model", "prompt_format": "raw", "max_new_tokens": 128, "split": "eval",
-                           "mixing": "logit"}
+                           "max_new_tokens": 128, "split": "eval", "mixing": "logit",
+                           **{k: v for k, v in theirs.items() if not isinstance(v, dict)}}
     manifest["decoding"] = {"sampling": {"temperature": 1.0, "top_k": 20, "top_p": 0.95}}
     write_json(run / "manifest.json", manifest)
     write_json(run / "scores.json", json.loads((run / "scores.json").read_text()) | {"scoring": "authors"})
     seal_run(run)
-    rows = {r["setting"]: r for r in settings(collect([run]))}
-    for name in ("temperatures", "draft length K", "sampling", "prompt format", "new tokens per prompt",
-                 "fine-tuned draft's objective", "acceptance term of the head", "head training",
-                 "scoring and answer extraction", "DIVERSED's mixing", "the head's reward", "training prompts"):
+    rows = settings(collect([run]))
+    for step in protocol.STEPS:
+        assert rows[step.name]["agrees"] == "yes", (step.name, rows[step.name])
+        assert rows[step.name]["source"].startswith(f"authors' code, {step.source}")
+    for name in ("temperatures", "draft length K", "new tokens per prompt", "head training"):
         assert rows[name]["agrees"] == "yes", (name, rows[name])
     assert rows["sampling"]["this run"] == "model (top-k 20, top-p 0.95)"
     assert rows["model pairs"]["agrees"] == "**no**"  # the draft here is a local folder, not the paper's
     assert rows["seeds"]["agrees"] == "the paper is silent"
+    assert rows["eval prompts' length"]["agrees"] == rows["timed prompts"]["agrees"] == "**no**"
 
-    manifest["config"] |= {"sampling": "full", "prompt_format": "chat", "max_new_tokens": 256}
+    # every setting at its standard value: each row whose authors' value differs says no, and shows both
+    head_config |= {step.column: standard_value(step) for step in protocol.STEPS if step.table == "heads"}
+    write_json(head / "manifest.json", {"config": head_config, "prompts": 400, "steps": 100, "final": {}})
+    write_json(draft / "distill_manifest.json", {"config": {"task": "arith", "max_prompt_tokens": 512}})
+    manifest["config"] |= {step.column: standard_value(step) for step in protocol.STEPS if step.table == "runs"}
+    manifest["config"] |= {"max_new_tokens": 256}
     write_json(run / "manifest.json", manifest)
+    write_json(run / "scores.json", json.loads((run / "scores.json").read_text()) | {"scoring": "standard"})
     seal_run(run)
-    rows = {r["setting"]: r for r in settings(collect([run]))}
-    assert [rows[n]["agrees"] for n in ("sampling", "prompt format", "new tokens per prompt")] == ["**no**"] * 3
+    rows = settings(collect([run]))
+    for step in protocol.STEPS:
+        differs = str(step.authors) != str(standard_value(step))
+        assert rows[step.name]["agrees"] == ("**no**" if differs else "yes"), (step.name, rows[step.name])
+        assert rows[step.name]["standard"] == _norm(standard_value(step))  # both protocols' values shown
     assert rows["new tokens per prompt"]["this run"] == "arith 256"
     # regression: the fine-tuned draft's folder was listed as a model pair of the run
     tuned = write_run(tmp_path / "tuned", "finetuned", 5, 10.0)
@@ -316,8 +328,7 @@ def test_deviations_read_what_ran_from_the_manifests(tmp_path):
     m["config"] |= {"target": "Qwen/Qwen3-8B", "draft": str(tmp_path / "tuned-draft")}
     write_json(tuned / "manifest.json", m)
     seal_run(tuned)
-    pairs = {r["setting"]: r for r in settings(collect([run, tuned]))}["model pairs"]["this run"]
-    assert pairs == f"{draft} / Qwen/Qwen3-8B"  # the dynamic run's pair only
+    assert settings(collect([run, tuned]))["model pairs"]["this run"] == f"{draft} / Qwen/Qwen3-8B"
 
 
 def test_sweep_points_take_their_speed_from_their_timing_runs(tmp_path):
@@ -384,7 +395,7 @@ def test_the_authors_given_settings_sit_beside_the_dev_choices():
     from helpers import claim_units
 
     from diversed.analysis.tables import families_table, retention_table
-    from diversed.report.deviations import _given_row
+    from diversed.report.deviations import _given_rows
 
     rows = claim_units({"autoregressive": (0, 0.5, 1), "fixed": (0.3, 0.5, 1), "fixed-0.7": (0.5, 0.4, 1),
                         "cascade-0.5": (0.6, 0.3, 1), "dynamic": (0.7, 0.5, 2)}, prompts=40, seeds=1)
@@ -402,7 +413,12 @@ def test_the_authors_given_settings_sit_beside_the_dev_choices():
     assert "Speculative cascade, alpha = 0.5 (given)" in set(retention_table(rows.assign(length=40))["method"])
 
     own = pd.DataFrame({"method": ["fixed", "cascade", "fixed-0.7", "cascade-0.5"], "weight": [0.9, None, 0.7, None],
-                        "knob": [None, 0.1, None, 0.5]})
-    _, _, this, agrees = _given_row(own)
-    assert agrees and this == "cascade 0.1 (dev); cascade 0.5 (given); fixed 0.7 (given); fixed 0.9 (dev)"
-    assert _given_row(own.iloc[:2])[3] is False and _given_row(own.iloc[:0])[3] is None
+                        "knob": [None, 0.1, None, 0.5], "mixing": ["linear", "linear", "linear", "linear"]})
+    static, cascade = (row.record() for row in _given_rows(own))
+    # #47 item 7: never "yes": their static path is not released (their only static code mixes logits) and their
+    # cascade rule is not public
+    assert static["agrees"] == "**no**" and static["this run"] == "w 0.7, linear"
+    assert cascade["agrees"] == "not public"
+    logit = own.assign(mixing="logit")
+    assert _given_rows(logit)[0].record()["agrees"] == "not public"
+    assert [row.record()["agrees"] for row in _given_rows(own.iloc[:2])] == ["the paper is silent"] * 2

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -229,3 +230,27 @@ def test_a_tracked_run_does_not_list_the_installed_packages(monkeypatch):
     monkeypatch.setattr(wandb, "init", lambda **kw: seen.update(kw))
     Tracker(name="n", group="g", job_type="decode")
     assert seen["mode"] == "offline" and seen["settings"].x_save_requirements is False
+
+
+def test_the_authors_decode_runs_on_past_the_marker_their_scoring_cuts_at(tiny_dir, tmp_path, monkeypatch):
+    """#47 item 1: stop length (the authors' decode) runs to max_new_tokens or EOS and cuts only when scored; stop
+    markers ends at the marker: fewer tokens, so other acceptance and time, and the same scored text."""
+    from diversed.tasks import get_task
+    from diversed.tasks.arith import Arith
+
+    cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), task="arith", n=2,
+                    max_new_tokens=24, temperature=0.0, scoring="authors", stop="length")
+    prompts = task_prompts(cfg)
+    runs = {"length": execute(cfg, prompts, tmp_path / "length", launch=Launch(progress=False))}
+    first = Run(runs["length"]).generations[0]["completion"]
+    monkeypatch.setattr(Arith, "stops", (first[4:6],))  # a marker the decode meets early
+    runs["length"] = execute(cfg, prompts, tmp_path / "length", launch=Launch(progress=False))
+    runs["markers"] = execute(dataclasses.replace(cfg, stop="markers"), prompts, tmp_path / "markers",
+                              launch=Launch(progress=False))
+    rows = {name: Run(path).generations for name, path in runs.items()}
+    assert [len(r["tokens"]) for r in rows["length"]] == [24, 24]
+    assert len(rows["markers"][0]["tokens"]) < 24 and rows["markers"][0]["stop"] == "stop"
+    task = get_task("arith")
+    for a, b in zip(rows["length"], rows["markers"], strict=True):
+        assert task.scored_text(a["completion"], "authors") == task.scored_text(b["completion"], "authors")
+    assert Run(runs["length"]).manifest["run_id"] != Run(runs["markers"]).manifest["run_id"]

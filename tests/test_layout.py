@@ -8,8 +8,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "diversed"
 # the layers, in the order data flows through them; a module may import from its own layer and those before it
-LAYERS = [("utils", "compat", "tracking", "statistics", "calibration"), ("tasks",), ("decoding",), ("training",),
-          ("runs",), ("analysis",), ("report",), ("bench", "plan", "cost", "cli")]
+LAYERS = [("utils", "compat", "protocol", "tracking", "statistics", "calibration"), ("tasks",), ("decoding",),
+          ("training",), ("runs",), ("analysis",), ("report",), ("bench", "plan", "cost", "cli")]
 
 
 def layer(name: str) -> int:

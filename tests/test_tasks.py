@@ -402,6 +402,47 @@ def test_authors_scoring_cuts_a_run_on_gsm8k_completion_and_reads_the_hash_answe
         task.scores(RUN_ON, ex, "theirs")
 
 
+# (completion, the authors' answer: scripts/run_dp.py's find_answer run on it); read against their regexes
+AUTHORS_GSM8K = [
+    ("48+24 = 72 clips.\n#### 72", 72), ("She earns 12 * 5 = 60 dollars. The answer is 60.", 60),
+    ("The total cost is $1,234.50.", 1234),  # commas dropped, rounded half to even
+    ("### 3.7", 3),  # "###" takes an integer: the decimals are dropped
+    ("#### -12", -12), ("It takes 2.5 hours.", 2), ("He pays 3.5 dollars.", 4),
+    ("### 1. Total apples: 3 + 4 = 7", 1),  # a markdown heading is read as the answer
+    ("### Step 1: add 5 + 7 = 12", 12), ("The answer is 42.\n####", 42),
+    ("The difference is 20-15", 15),  # no digit may precede the "-"
+    ("The temperature fell to -5 degrees.", -5), ("I cannot determine it.", None),
+    ("3 + 4 = 7\n#### 7\n#### 9", 7),  # the first "###", where the last "####" would give 9
+]
+
+
+@pytest.mark.parametrize(("completion", "answer"), AUTHORS_GSM8K)
+def test_gsm8k_answers_as_the_authors_code_extracts_them(completion, answer):
+    """#47 item 6: the first "###" (an integer), else the last number, banker's rounding; the earlier reading
+    (the last "####", decimals kept) differs on 7 of these."""
+    from diversed.tasks.common import authors_number
+
+    assert authors_number(completion) == answer
+    task = get_task("gsm8k", "unused")
+    if answer is not None:
+        assert task.scores(completion, Example("1", "p", str(answer)), "authors") == {"accuracy": 1.0}
+    assert task.scores("I cannot determine it.", Example("1", "p", "0"), "authors") == {"accuracy": 0.0}
+
+
+def test_xsum_is_scored_on_its_first_32_words_as_the_authors_evaluate():
+    """#47 item 3: the authors' evaluation scores an XSum summary's first 32 words (their head's reward reads it
+    whole); a long summary that starts with the reference scores 100 under their scoring, less under ours."""
+    task = get_task("xsum", "unused")
+    reference = " ".join(f"w{i}" for i in range(32))
+    ex = Example("1", "p", reference)
+    long = reference + " " + " ".join(f"x{i}" for i in range(40))
+    assert task.scores(long, ex, "authors")["rouge2"] == pytest.approx(100.0)
+    assert task.scores(long, ex, "standard")["rouge2"] < 70
+    assert task.reward(long, ex, "authors") < 0.7  # the reward: the whole summary
+    short = "w0 w1  w2"
+    assert task.scores(short, ex, "authors") == task.authors_score(short, ex)  # under 32 words: as it is
+
+
 def test_authors_rouge_is_unstemmed_and_cut_at_the_next_article():
     task = get_task("cnndm", "unused")
     ex = Example("1", "p", "the cats were running home")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -42,7 +43,7 @@ def toy_rollouts(head: WeightHead, batch: int, gen: torch.Generator) -> list[Rol
 def train_toy(reward_token: int | None, acceptance_weight: float, steps: int = 150) -> tuple[float, float, float]:
     """Returns (mean w, expected acceptance) before and after training on the toy problem."""
     head = WeightHead(H, H)
-    opt, sched = make_optimizer(head, 0.05, steps, 0.0)
+    opt, sched = make_optimizer(head, HeadTrainConfig(lr=0.05, warmup_frac=0.0), steps)
     gen = torch.Generator().manual_seed(0)
     baseline, first = None, None
     for _ in range(steps):
@@ -358,8 +359,60 @@ def test_relative_acceptance_term_is_a_fixed_fraction_of_the_reward_loss():
     _, zero = reinforce_loss(head, rollouts, torch.full_like(rewards, 0.3), 0.3, acceptance_weight=0.05,
                              mixing="linear", acceptance_term="relative", at_zero=10.0)
     assert zero["lambda"] == 10.0
-    with pytest.raises(ValueError, match="unknown acceptance term 'scaled'; allowed: fixed, relative"):
+    with pytest.raises(ValueError, match="unknown acceptance term 'scaled'; allowed: fixed, relative, authors"):
         HeadTrainConfig(acceptance_term="scaled").validate()
+
+
+def test_the_authors_acceptance_term_penalises_acceptance_whenever_the_reward_loss_is_not_zero():
+    """#47 item 4: their regulariser is -L_acc and their scale 0.05 |L_reward| / (-L_acc + 1e-8): negative, so
+    minimising the loss lowers expected acceptance, by a term worth 0.05 |L_reward|; with no reward loss lambda is
+    their reg_scale and the term rewards acceptance. Ours (relative) rewards it at the same size."""
+    from diversed.training.train import sequence_terms
+
+    gen = torch.Generator().manual_seed(0)
+    head = WeightHead(H, H)
+    rollouts = toy_rollouts(head, 8, gen)
+    rewards = torch.stack([(r.tokens == 0).float().mean() for r in rollouts])
+    terms = [sequence_terms(head, r, "linear") for r in rollouts]
+    reward_loss = -(torch.stack([t[0] for t in terms]) * (rewards - 0.3)).mean()
+    acc = torch.stack([t[1] for t in terms]).mean()
+    gradients = {}
+    for term in ("relative", "authors"):
+        head.zero_grad()
+        loss, stats = reinforce_loss(head, rollouts, rewards, 0.3, acceptance_weight=0.05, mixing="linear",
+                                     acceptance_term=term)
+        r, a = abs(float(reward_loss)), float(acc)
+        expected = 0.05 * r / a if term == "relative" else 0.05 * r / (-a + 1e-8)
+        assert stats["lambda"] == pytest.approx(expected, rel=1e-6)
+        assert float(loss) == pytest.approx(float(reward_loss) + (-1 if term == "relative" else 1) * 0.05 * r,
+                                            rel=1e-5)
+        (-stats["lambda"] * acc).backward(retain_graph=True)  # the acceptance term alone
+        gradients[term] = head.proj.weight.grad.clone()
+    # one step along each: the authors' term moves the weights against acceptance, ours with it
+    assert torch.allclose(gradients["authors"], -gradients["relative"], rtol=1e-4, atol=1e-12)
+    _, zero = reinforce_loss(head, rollouts, torch.full_like(rewards, 0.3), 0.3, acceptance_weight=0.05,
+                             mixing="linear", acceptance_term="authors", at_zero=10.0)
+    assert zero["lambda"] == 10.0  # no reward loss: their reg_scale, rewarding acceptance
+
+
+def test_the_authors_schedule_cycles_after_its_warm_up():
+    """#47 item 5: LinearLR from 0.1 over 10 steps, then cosine with T_max = 400 // 32 - 10 = 2, stepped every
+    batch: 5e-4, 2.5e-4, 0, 2.5e-4, 5e-4, ... to the end (ours decays once)."""
+    head = WeightHead(H, H)
+    rates = {}
+    for schedule in ("authors", "cosine"):
+        opt, sched = make_optimizer(head, HeadTrainConfig(schedule=schedule, n_train=400), 100)
+        rates[schedule] = []
+        for _ in range(100):
+            rates[schedule].append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+    authors = rates["authors"]
+    assert authors[0] == pytest.approx(5e-5) and authors[9] == pytest.approx(4.55e-4)
+    assert authors[10:18] == pytest.approx([5e-4, 2.5e-4, 0, 2.5e-4] * 2, abs=1e-12)
+    assert authors[99] == pytest.approx(2.5e-4) and sum(r == pytest.approx(0, abs=1e-12) for r in authors) == 22
+    cosine = rates["cosine"]
+    assert all(a >= b for a, b in itertools.pairwise(cosine[10:]))  # ours: one decay after warm-up
 
 
 def test_sft_draft_learns_the_reference_answers(tiny_dir, tmp_path):
@@ -390,13 +443,18 @@ def test_sft_draft_learns_the_reference_answers(tiny_dir, tmp_path):
         DistillConfig(finetune="rl").validate()
 
 
-def test_training_prompts_keep_their_last_max_prompt_tokens():
-    """#32 item 5: the paper config clips each training prompt to its last 512 tokens (the authors'), so that a
-    long article fits a batch of rollouts; the embedded default keeps whole prompts."""
+def test_training_prompts_keep_their_last_or_their_first_max_prompt_tokens():
+    """#32 item 5, #47 item 2: the paper config clips each training prompt to 512 tokens, so that a long article fits
+    a batch of rollouts; the authors' tokenizer call keeps the first 512 (BOS kept, the reply's header lost), which
+    prompt_keep first reproduces; the embedded default keeps whole prompts."""
     from diversed.plan import load
     from diversed.training.settings import DistillConfig, HeadTrainConfig
 
-    assert HeadTrainConfig(max_prompt_tokens=3).clip([1, 2, 3, 4, 5]) == [3, 4, 5]
+    bos_first = [1, 2, 3, 4, 5]  # 1: BOS
+    assert HeadTrainConfig(max_prompt_tokens=3).clip(bos_first) == [3, 4, 5]
+    assert HeadTrainConfig(max_prompt_tokens=3, prompt_keep="first").clip(bos_first) == [1, 2, 3]
+    with pytest.raises(ValueError, match="unknown prompt_keep 'middle'; allowed: last, first"):
+        HeadTrainConfig(prompt_keep="middle").validate()
     assert DistillConfig().clip([1, 2, 3]) == [1, 2, 3]
     with pytest.raises(ValueError, match="max_prompt_tokens must be >= 1"):
         HeadTrainConfig(task="arith", max_prompt_tokens=0).validate()

@@ -196,6 +196,43 @@ def test_bad_config_is_refused(change, message):
         smoke(**change)
 
 
+def test_the_authors_protocol_gives_every_setting_theirs_and_a_key_the_config_sets_wins():
+    """#47: protocol authors sets each setting of diversed.protocol to the authors' value (their decode to length,
+    scoring, acceptance term, schedule, prompt cut, ...); a key the config sets itself wins; standard leaves each
+    setting at its own default. config/paper.yaml runs the authors' protocol and names each setting itself."""
+    from diversed import protocol
+
+    def flag(name: str, value) -> str:
+        return f"--{name.replace('_', '-')} {value}"
+
+    theirs = smoke(protocol="authors")
+    for step in protocol.STEPS:
+        section, _, name = step.key.rpartition(".")
+        rule, key = {"": ("decode", "decoding"), "train_head": ("train_head", "config"),
+                     "distill": ("distill_draft", "config")}[section]
+        own = (SMOKE.get(section) or {}) if section else SMOKE
+        expected = own.get(name, step.authors)  # the smoke config's own key wins (its rollouts sample)
+        if name in ("sampling", "prompt_format"):  # the run's flags of these go with the pair's prompts
+            assert theirs.config[name] == expected
+            continue
+        assert all(flag(name, expected) in c for c in commands(theirs, rule, key)), (step.key, rule)
+    assert all("--stop markers" in c for c in commands(smoke(protocol="authors", stop="markers"), "decode",
+                                                        "decoding"))
+    standard = smoke()
+    assert standard.config["protocol"] == "standard" and all("--stop markers" in c for c in commands(
+        standard, "decode", "decoding"))
+    assert all("--schedule cosine" in c and "--acceptance-term fixed" in c for c in commands(standard, "train_head",
+                                                                                              "config"))
+    text = (ROOT / "config" / "paper.yaml").read_text()
+    assert "protocol: authors" in text and paper().config["stop"] == "length"
+    for step in protocol.STEPS:  # each named in the paper config itself, at the authors' value
+        section, _, name = step.key.rpartition(".")
+        written = yaml.safe_load(text)
+        assert (written[section] if section else written)[name] == step.authors, step.key
+    with pytest.raises(ValueError, match="protocol: unknown protocol 'theirs'; allowed: standard, authors"):
+        smoke(protocol="theirs")
+
+
 def test_quality_decodes_are_batched_and_timing_decodes_interleaved_at_batch_1():
     """The decode, transfer, lambda and sweep jobs decode batch_size prompts together; the time job decodes the
     first n_timing eval prompts at batch 1, every method interleaved prompt by prompt, in one job, and the
@@ -263,9 +300,9 @@ def test_local_models_and_data_need_no_fetch():
 
 def test_paper_config_runs_as_the_authors_did():
     """config/paper.yaml decodes with the models' own top-k / top-p and the authors' raw templates, trains the
-    head with their relative acceptance term and fine-tunes the draft on reference answers; the default config
-    keeps chat prompts, the full vocabulary, a fixed lambda and distillation."""
-    for plan, (sampling, fmt, term, finetune) in ((paper(), ("model", "raw", "relative", "sft")),
+    head with their acceptance term and fine-tunes the draft on reference answers; the default config keeps chat
+    prompts, the full vocabulary, a fixed lambda and distillation."""
+    for plan, (sampling, fmt, term, finetune) in ((paper(), ("model", "raw", "authors", "sft")),
                                                   (load(ROOT / "config" / "config.yaml"),
                                                    ("full", "chat", "fixed", "distill"))):
         decodes = [j for j in plan.jobs if "decoding" in j.flags]
@@ -334,11 +371,14 @@ def test_lint_is_clean(tree):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("configs", [["config/config.yaml"], ["config/smoke.yaml"]])
+@pytest.mark.parametrize("configs", [["config/config.yaml"], ["config/smoke.yaml"], ["config/paper.yaml"]])
 def test_snakemake_runs_the_plans_jobs_with_the_plans_flags(tree, configs):
     """Snakemake's DAG is the plan's, job for job; each job's shell command holds the plan's flags, takes its
     threads (2 cores: untimed jobs one thread, timed jobs and the pair's build both) as torch's, and runs W&B and
     the hub offline."""
+    from diversed.cli import build_parser
+
+    parser = build_parser()
     plan = load(*(tree / c for c in configs))
     done = snakemake("-n", "--forceall", "-p", "--cores", "2", "--configfile", *configs, cwd=tree)
     assert {k: v for k, v in jobs(done.stdout).items() if k != "all"} == plan.counts()
@@ -354,6 +394,9 @@ def test_snakemake_runs_the_plans_jobs_with_the_plans_flags(tree, configs):
                                            "HF_HUB_OFFLINE=1 diversed "), job["shell"]
             argv = shlex.split(job["shell"].split(" > ")[0])
             assert argv[3] == "diversed"
+        if " diversed " in f" {job['shell']}":  # the command line takes every flag the plan gives it
+            argv = shlex.split(job["shell"].split(" > ")[0])
+            parser.parse_args(argv[argv.index("diversed") + 1:])
 
 
 @pytest.mark.slow

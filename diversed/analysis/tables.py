@@ -18,6 +18,7 @@ from diversed.runs.run import Run, trained
 from diversed.runs.sweep import COLUMNS as SWEEP_COLUMNS
 from diversed.statistics import NONE, Estimate
 from diversed.tasks import metric_spec
+from diversed.training.settings import DistillConfig, HeadTrainConfig
 from diversed.utils import write_text
 
 METHOD_NAMES = METHODS  # every method's name in tables, figures and the report (settings.RULES' labels)
@@ -72,10 +73,13 @@ def collect(run_dirs: list[str | Path]) -> pd.DataFrame:
     return df
 
 
-TRAINED_COLUMNS = ["kind", "path", "task", "prompts", "steps", "acceptance_term", "acceptance_weight", "lr",
-                   "batch_size", "epochs", "mixing", "baseline", "relative_at_zero", "max_prompt_tokens", "scoring",
-                   "finetune", "final_mean_w", "reward_varied", "collapsed", "chosen_split", "candidates",
-                   "important_share", "held_out_auc"]
+# a training config's settings the tables keep, read from its manifest (a setting its manifest predates: the
+# dataclass's default, which is what ran)
+HEAD_SETTINGS = ("acceptance_term", "acceptance_weight", "lr", "batch_size", "epochs", "mixing", "baseline",
+                 "relative_at_zero", "max_prompt_tokens", "prompt_keep", "schedule", "rollout", "scoring")
+DRAFT_SETTINGS = ("lr", "epochs", "max_prompt_tokens", "prompt_keep", "finetune")
+TRAINED_COLUMNS = ["kind", "path", "task", "prompts", "steps", *HEAD_SETTINGS, "finetune", "final_mean_w",
+                   "reward_varied", "collapsed", "chosen_split", "candidates", "important_share", "held_out_auc"]
 
 
 def trained_table(run_dirs: list[str | Path]) -> pd.DataFrame:
@@ -88,16 +92,11 @@ def trained_table(run_dirs: list[str | Path]) -> pd.DataFrame:
     for run_dir in run_dirs:
         for t in trained(Run(run_dir)):
             c, final, chosen = t["config"], t.get("final", {}), t.get("chosen") or {}
+            cls, names = {"head": (HeadTrainConfig, HEAD_SETTINGS), "draft": (DistillConfig, DRAFT_SETTINGS)}.get(
+                t["kind"], (None, ()))
             rows[t["path"]] = {
                 "kind": t["kind"], "path": t["path"], "task": c["task"], "prompts": t.get("prompts"),
-                "steps": t.get("steps"), "acceptance_term": c.get("acceptance_term", "fixed") if t["kind"] == "head"
-                else None, "acceptance_weight": c.get("acceptance_weight"), "lr": c.get("lr"),
-                "batch_size": c.get("batch_size"), "epochs": c.get("epochs"),
-                **({"mixing": c.get("mixing", "linear"), "baseline": c.get("baseline", "mean"),
-                    "relative_at_zero": c.get("relative_at_zero", 5.0), "scoring": c.get("scoring", "standard")}
-                   if t["kind"] == "head" else {}),
-                "max_prompt_tokens": c.get("max_prompt_tokens"),
-                "finetune": c.get("finetune", "distill") if t["kind"] == "draft" else None,
+                "steps": t.get("steps"), **{name: c.get(name, getattr(cls, name)) for name in names},
                 "final_mean_w": final.get("mean_w"), "reward_varied": final.get("reward_varied"),
                 "collapsed": t.get("collapsed") or "no" if t["kind"] == "head" else None,
                 "chosen_split": chosen.get("split"),

@@ -1,36 +1,60 @@
-"""Where a run differs from the paper: each setting the paper's numbers depend on, the paper's value with its
-source, the value this run used (read from the aggregated tables of its runs and trainings, which come from their
-manifests: what ran, not what was asked), and whether they agree. REPORT.md's "Deviations from the paper" section."""
+"""Where a run differs from the paper and from the authors' code: each setting the paper's numbers depend on, its
+source (the paper, or the authors' file and line), the authors' value, the standard protocol's, the value this run
+used (read from the aggregated tables of its runs and trainings, which come from their manifests: what ran, not
+what was asked), and whether it agrees. The settings the authors' code decides come from diversed.protocol, one row
+each, so no row can say "yes" by hand. REPORT.md's "Deviations from the paper" section."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 
+from diversed.protocol import STEPS, Step
+from diversed.runs.settings import RunConfig
+from diversed.training.settings import DistillConfig, HeadTrainConfig
+
 SILENT = "the paper is silent"
+NOT_PUBLIC = "not public"
 PAPER_PAIRS = {("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct"),
                ("Qwen/Qwen3-8B", "Qwen/Qwen3-0.6B")}
+SECTIONS = {"": RunConfig, "train_head": HeadTrainConfig, "distill": DistillConfig}  # where a key's default lives
+
+
+@dataclass
+class Row:
+    """One setting: its source and the authors' value, the standard protocol's, this run's, and the verdict (True
+    yes, False no, None or a text: no verdict, saying why)."""
+
+    setting: str
+    source: str
+    authors: str
+    standard: str
+    this_run: str
+    agrees: bool | str | None
+
+    def record(self) -> dict:
+        verdict = self.agrees if isinstance(self.agrees, str) else SILENT if self.agrees is None else \
+            "yes" if self.agrees else "**no**"
+        return {"setting": self.setting, "source": self.source, "authors": self.authors,
+                "standard": self.standard, "this run": self.this_run, "agrees": verdict}
+
+
+def _norm(x) -> str:
+    """A recorded value as text: 512.0 (an integer column read with gaps) as 512."""
+    if isinstance(x, float) and x.is_integer():
+        return str(int(x))
+    return str(x)
 
 
 def _values(xs) -> str:
-    vals = sorted({str(x) for x in xs if x is not None and not (isinstance(x, float) and pd.isna(x))})
+    vals = sorted({_norm(x) for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))})
     return ", ".join(vals) if vals else "–"
 
 
 def _per_task(runs: pd.DataFrame, column: str) -> str:
     return "; ".join(f"{t} {_values(g[column])}" for t, g in runs.groupby("task")) or "–"
-
-
-def _lambda_choice(head) -> str:
-    """How a head's lambda was set: chosen on a split among candidates (sweep_lambda), or the config's."""
-    if not isinstance(head.chosen_split, str):
-        return f"{head.task}: the config's"
-    return f"{head.task}: on {head.chosen_split}, among {head.candidates}"
-
-
-def _sampling(run) -> str:
-    return f"{run.sampling} (top-k {run.top_k:g}, top-p {run.top_p:g})"
 
 
 def _column(df: pd.DataFrame, name: str, default) -> pd.Series:
@@ -40,111 +64,118 @@ def _column(df: pd.DataFrame, name: str, default) -> pd.Series:
     return df[name].astype(object).where(df[name].notna(), default)  # object: a text default in a float column
 
 
-def _scoring_rows(own: pd.DataFrame) -> list[tuple]:
-    """The rows of what decides a run's numbers beyond its settings: scoring, DIVERSED's mixing, the draft length
-    policy, the acceptance rate's definition."""
-    scoring = _column(own, "scoring", "standard")
-    mixing = _column(own, "mixing", "linear")[own["method"] == "dynamic"]
+def standard_value(step: Step):
+    """The setting's value under the standard protocol: its own default."""
+    section, _, name = step.key.rpartition(".")
+    return getattr(SECTIONS[section], name)
+
+
+DETAILS = {"sampling": lambda r: f"{r.sampling} (top-k {r.top_k:g}, top-p {r.top_p:g})"}  # what a value meant
+
+
+def protocol_row(step: Step, tables: dict[str, pd.DataFrame]) -> Row:
+    """A setting the authors' code decides, as it ran in the table its step names."""
+    table = tables[step.table]
+    recorded = {_norm(x) for x in _column(table, step.column, standard_value(step))}
+    shown = _values(DETAILS[step.column](r) for r in table.itertuples()) if step.column in DETAILS else \
+        _values(recorded)
+    return Row(step.name, f"authors' code, {step.source}: {step.theirs}", _norm(step.authors),
+               _norm(standard_value(step)), shown, recorded == {_norm(step.authors)} if recorded else None)
+
+
+def _lambda_choice(head) -> str:
+    """How a head's lambda was set: chosen on a split among candidates (sweep_lambda), or the config's."""
+    if not isinstance(head.chosen_split, str):
+        return f"{head.task}: the config's"
+    return f"{head.task}: on {head.chosen_split}, among {head.candidates}"
+
+
+def _given_rows(own: pd.DataFrame) -> list[Row]:
+    """The static ensemble and the cascade at the authors' README settings (w = 0.7, lenience 0.5), run as given
+    (methods fixed-0.7, cascade-0.5) beside what the dev sweeps chose."""
+    fixed, cascade = own[own["method"] == "fixed-0.7"], own[own["method"] == "cascade-0.5"]
+    mixing = set(_column(fixed, "mixing", "linear"))
     return [
-        ("scoring and answer extraction", "each completion cut at the next prompt marker (\"Question:\", "
-         "\"Article:\", \"Document:\"); GSM8K's \"#### N\", else the last number; ROUGE unstemmed (authors' code)",
-         _values(scoring), set(scoring) == {"authors"}),
-        ("DIVERSED's mixing", "logit: w log p + (1 - w) log q, renormalised (authors' head-training code)",
-         _values(mixing), set(mixing) == {"logit"} if len(mixing) else None),
-        ("draft length policy", "K drafts, or fewer where the draft's confidence falls below transformers' assistant "
-         "threshold (authors' code may)", "always K", None),
-        ("acceptance rate", f"{SILENT} (its definition is unstated)", "accepted / drafted tokens (alpha)", None)]
+        Row("static ensemble at the authors' w", "the authors' README: draft weight 0.3 (w = 0.7); their static path "
+            "is not released, and the only static code they released mixes logits (train/models.py:227-246)",
+            "w 0.7, logit", "–", f"w 0.7, {_values(mixing)}" if len(fixed) else "–",
+            (NOT_PUBLIC if mixing == {"logit"} else False) if len(fixed) else None),
+        Row("cascade at the authors' lenience", "the authors' README: lenience 0.5; their cascade and lenient rules "
+            "are not public (their run script has no --lenience; run_dp.py:525)", "lenience 0.5", "–",
+            "this harness's cascade rule at 0.5" if len(cascade) else "–", NOT_PUBLIC if len(cascade) else None)]
 
 
-def _training_rows(heads: pd.DataFrame, trained: pd.DataFrame) -> list[tuple]:
-    """The head's reward recipe and the training prompts' truncation."""
-    recipe = {(b, float(z), s) for b, z, s in zip(_column(heads, "baseline", "mean"),
-                                                   _column(heads, "relative_at_zero", 5.0),
-                                                   _column(heads, "scoring", "standard"), strict=True)}
-    cut = {int(x) if x == x else None for x in _column(trained, "max_prompt_tokens", math.nan)}
+def _run_rows(own: pd.DataFrame, quality: pd.DataFrame) -> list[Row]:
+    """The settings of the runs the paper states, or the authors' scripts show."""
+    pairs = set(zip(*(own.loc[own["method"] != "finetuned", c] for c in ("target", "draft")), strict=True))
+    temps = {float(t) for t in own["temperature"]}
+    ks = {int(k) for k in quality["K"].dropna()}
+    evals = own[own["split"] == "eval"]
     return [
-        ("the head's reward", "R - 1 on GSM8K and MBPP, R minus a running mean on the others; lambda 10 on a step "
-         "without reward loss; scored as the authors score (authors' code)",
-         _values(f"baseline {b}, lambda at zero {z:g}, {s} scoring" for b, z, s in recipe),
-         recipe == {("authors", 10.0, "authors")} if len(heads) else None),
-        ("training prompts", "each cut to its last 512 tokens (authors' code)",
-         _values("whole" if x is None else f"last {x} tokens" for x in cut), cut == {512} if len(trained) else None)]
+        Row("model pairs", "paper, Tables 1-3", "Llama-3.2-1B / Llama-3.1-8B-Instruct, Qwen3-0.6B / Qwen3-8B", "–",
+            _values(f"{d} / {t}" for t, d in pairs), pairs <= PAPER_PAIRS and bool(pairs)),
+        Row("temperatures", "paper, Tables 1 and 2", "1.0, 0.1", "–", _values(temps),
+            temps <= {1.0, 0.1} and bool(temps)),
+        Row("draft length K", "paper; authors' code, scripts/run_dp.py:158-165, 527-530: a constant schedule, "
+            "confidence threshold 0", "5 every step", "K every step", _values(ks), ks == {5}),
+        Row("eval prompts per task", "authors' code, train/dataloader.py:33, 113-117; scripts/run_dp.py:522: the "
+            "first 100 of a seed-42 shuffle of the test split (the paper does not say)", "100", "–",
+            _per_task(evals, "prompts"), set(evals["prompts"]) == {100} if len(evals) else None),
+        Row("eval prompts' length", "authors' code, scripts/run_dp.py:257: tokenised with max_length 2048, right "
+            "truncation", "first 2,048 tokens", "whole (refused past the context)", "whole", False),
+        Row("new tokens per prompt", "authors' code, scripts/run_dp.py:517", "128", "–",
+            _per_task(own, "max_new_tokens"), set(own["max_new_tokens"]) == {128}),
+        Row("timed prompts", "authors' code, scripts/run_dp.py:315-334, 484-489: every eval prompt timed as it is "
+            "decoded, no warm-up, tokens/s a mean of per-prompt ratios", "the 100 eval prompts", "–",
+            "the first n_timing eval prompts at batch 1 after a warm-up, a ratio of totals", False),
+        Row("acceptance rate", "authors' code: none is computed (no acceptance count in the released code)",
+            "–", "accepted / drafted tokens (alpha)", "accepted / drafted tokens (alpha)", None),
+        Row("seeds", SILENT, "42 (scripts/run_dp.py:519)", "–", _values(int(s) for s in quality["seed"]), None),
+        Row("MBPP eval split", "authors' code, train/dataloader.py:231", "validation", "test",
+            "test" if (quality["task"] == "mbpp").any() else "–", False if (quality["task"] == "mbpp").any() else None),
+    ]
 
 
-def _given_row(own: pd.DataFrame) -> tuple:
-    """The static ensemble's and the cascade's settings: the authors' (w = 0.7, 0.5) among the runs, run as given
-    (methods fixed-0.7, cascade-0.5), beside what the dev sweeps chose."""
-    def setting(method: str) -> str:
-        g = own[own["method"] == method]
-        return f"{method.split('-')[0]} {_values(g['weight'] if method.startswith('fixed') else g['knob'])}"
-
-    methods = [m for m in own["method"].unique() if m.split("-")[0] in ("fixed", "lenient", "cascade")]
-    given = {m for m in methods if "-" in m}
-    return ("static ensemble and cascade settings", "w = 0.7 (draft weight 0.3) and cascade lenience 0.5 (the "
-            "authors' README); lenient decoding's are not public",
-            "; ".join(sorted(setting(m) + (" (given)" if m in given else " (dev)") for m in methods)) or "–",
-            {"fixed-0.7", "cascade-0.5"} <= given if methods else None)
+def _training_rows(heads: pd.DataFrame, cross: pd.DataFrame) -> list[Row]:
+    """The head's training that the paper states, its lambda's choice, Table 3's temperature."""
+    training = {(r.lr, r.batch_size, r.epochs, r.prompts) for r in heads.itertuples()}
+    return [
+        Row("head training", "paper; authors' code, train_config/config.yaml, rl_train.py:177-185",
+            "AdamW lr 5e-4, batch 8, 2 epochs, 400 train prompts", "–",
+            _values(f"lr {lr:g}, batch {batch:g}, {epochs:g} epochs, {prompts:g} prompts"
+                    for lr, batch, epochs, prompts in training),
+            training == {(5e-4, 8, 2, 400)} if len(heads) else None),
+        Row("choice of lambda", f"{SILENT}; the authors' code fixes 5%", "0.05", "–",
+            "; ".join(sorted({_lambda_choice(h) for h in heads.itertuples()})) or "–", None),
+        Row("Table 3 temperature", "paper: its caption says 0.1, its GSM8K rows are Table 1's T = 1.0", "ambiguous",
+            "–", _values(float(t) for t in cross["temperature"]), None),
+        Row("choice of the fixed w and of each family's knob", f"{SILENT}; here on the dev split: the largest "
+            "acceptance its rule admits against strict (sweep.select)", "–", "dev-split sweep", "dev-split sweep",
+            None),
+    ]
 
 
 def settings(runs: pd.DataFrame, trained: pd.DataFrame) -> list[dict]:
-    """One row per setting: setting, paper (value and source), this run, agrees (yes / no / the paper is silent).
+    """One row per setting: setting, source, authors, standard, this run, agrees (yes / no / no verdict and why).
     runs, trained: the aggregated runs.csv and trained.csv."""
     quality = runs[~runs["timing"].fillna(False).astype(bool)]
     own = quality[quality["head_task"].isna()]
     cross = quality[quality["head_task"].notna()]
     heads, drafts = trained[trained["kind"] == "head"], trained[trained["kind"] == "draft"]
-    pairs = set(zip(*(own.loc[own["method"] != "finetuned", c] for c in ("target", "draft")), strict=True))
-    temps = {float(t) for t in own["temperature"]}
-    ks = {int(k) for k in quality["K"].dropna()}
-    evals = own[own["split"] == "eval"]
-    head_settings = {(r.acceptance_term, r.acceptance_weight) for r in heads.itertuples()}
-    training = {(r.lr, r.batch_size, r.epochs, r.prompts) for r in heads.itertuples()}
-    rows = [
-        ("model pairs", "Llama-3.2-1B / Llama-3.1-8B-Instruct, Qwen3-0.6B / Qwen3-8B (Tables 1-3)",
-         _values(f"{d} / {t}" for t, d in pairs), pairs <= PAPER_PAIRS and bool(pairs)),
-        ("temperatures", "1.0 (Table 1), 0.1 (Table 2)", _values(temps), temps <= {1.0, 0.1} and bool(temps)),
-        ("draft length K", "5 (the paper's experiments)", _values(ks), ks == {5}),
-        ("sampling", "each model's generation config (top-k / top-p), as transformers' generate (authors' code)",
-         _values(_sampling(r) for r in own.itertuples()), set(own["sampling"]) == {"model"}),
-        ("prompt format", "raw templates, no chat template (authors' code)",
-         _values(own["prompt_format"]), set(own["prompt_format"]) == {"raw"}),
-        ("eval prompts per task", "100 (the authors' scripts; the paper does not say)",
-         _per_task(evals, "prompts"), set(evals["prompts"]) == {100} if len(evals) else None),
-        *_scoring_rows(own),
-        ("new tokens per prompt", "128 for every task (authors' scripts)",
-         _per_task(own, "max_new_tokens"), set(own["max_new_tokens"]) == {128}),
-        ("seeds", SILENT, _values(int(s) for s in quality["seed"]), None),
-        ("fine-tuned draft's objective", "supervised on the reference answers (authors' data loader; its other "
-         "settings are not public)",
-         _values(drafts["finetune"]), set(drafts["finetune"]) == {"sft"} if len(drafts) else None),
-        ("acceptance term of the head", "relative: 5% of the reward loss's magnitude, every step (authors' code)",
-         _values(f"{term} {weight:g}" for term, weight in head_settings),
-         head_settings == {("relative", 0.05)} if len(heads) else None),
-        ("choice of lambda", f"{SILENT} (the authors' code fixes 5%)",
-         "; ".join(sorted({_lambda_choice(h) for h in heads.itertuples()})) or "–", None),
-        ("head training", "AdamW lr 5e-4, batch 8, 2 epochs, 400 train prompts (paper)",
-         _values(f"lr {lr:g}, batch {batch:g}, {epochs:g} epochs, {prompts:g} prompts"
-                 for lr, batch, epochs, prompts in training),
-         training == {(5e-4, 8, 2, 400)} if len(heads) else None),
-        *_training_rows(heads, trained),
-        ("Table 3 temperature", "ambiguous: its caption says 0.1, its GSM8K rows are Table 1's T = 1.0",
-         _values(float(t) for t in cross["temperature"]), None),
-        ("choice of the fixed w and of each family's knob", f"{SILENT}; here on the dev split: the largest "
-         "acceptance its rule admits against strict (sweep.select)", "dev-split sweep", None),
-        ("MBPP eval split", "validation (authors' code)", "test" if (quality["task"] == "mbpp").any() else "–",
-         False if (quality["task"] == "mbpp").any() else None),
-        _given_row(own),
-    ]
-    return [{"setting": s, "paper (source)": p, "this run": v,
-             "agrees": SILENT if a is None else "yes" if a else "**no**"} for s, p, v, a in rows]
+    tables = {"runs": own, "heads": heads, "drafts": drafts}
+    rows = [*_run_rows(own, quality), *(protocol_row(step, tables) for step in STEPS),
+            *_training_rows(heads, cross), *_given_rows(own)]
+    return [row.record() for row in rows]
 
 
 def section(runs: pd.DataFrame, trained: pd.DataFrame) -> list[str]:
     """REPORT.md's deviations section: the settings table and what it means for comparing numbers."""
     table = pd.DataFrame(settings(runs, trained))
     return ["## Deviations from the paper", "",
-            "Each setting the paper's numbers depend on, the paper's value (from the paper, or from the authors' "
-            "released code where the paper does not say), and what this run used, read from its runs' and trainings' "
-            "manifests (aggregated in results/tables/runs.csv and trained.csv). A "
-            "number of this run is comparable with the paper's only where every setting it depends on agrees.", "",
+            "Each setting the paper's numbers depend on: its source (the paper, or the authors' released code, "
+            "comeusr/diversed, file and line, where the paper does not say), the authors' value, the standard "
+            "protocol's (`protocol: standard`; `protocol: authors` runs the authors'), and what this run used, read "
+            "from its runs' and trainings' manifests (aggregated in results/tables/runs.csv and trained.csv). A "
+            "number of this run is comparable with the paper's only where every setting it depends on agrees. "
+            "docs/AUTHORS.md walks the authors' pipeline step by step.", "",
             table.to_markdown(index=False), ""]

@@ -134,7 +134,8 @@ class PreparedRun:
                  decoding: Decoding | None = None) -> list[Generation]:
         """The prompts `indices`, batch_size at a time (decoding: other settings, e.g. a warm-up's budget)."""
         seeds = [stream_seed(self.cfg.seed, i) for i in indices]
-        stops = get_task(self.cfg.task).stops if self.cfg.task and self.cfg.scoring == "authors" else ()
+        cfg = self.cfg  # stop decoding at the markers the authors' scoring cuts at, unless the decode runs on as theirs
+        stops = get_task(cfg.task).stops if cfg.task and cfg.scoring == "authors" and cfg.stop == "markers" else ()
         ends = Ends(stop=stop_at(self.pair.tokenizer, stops) if stops else None, on_finish=on_finish)
         return generate(Networks.of(self.pair, self.head), [self.encoded[i] for i in indices],
                         decoding or self.decoding, seeds=seeds, batch_size=batch_size, execution=self.execution,
@@ -565,6 +566,7 @@ class Run:
             "hardware": hardware_label(self.manifest.get("hardware"), c.get("device", "cpu")),
             "capture": self.manifest.get("execution", {}).get("capture", "none"),  # how its steps ran (timing)
             "metric": scores["metric"], "quality": scores["quality"], "scoring": scores.get("scoring", "standard"),
+            "stop": c.get("stop", "markers"),
             "target_logprob": scores["fidelity"]["target_logprob"],
             "target_argmax_agreement": scores["fidelity"]["target_argmax_agreement"],
             "run_id": self.manifest["run_id"], "run_dir": str(self.path),

@@ -28,6 +28,7 @@ from diversed.tasks import PROMPT_FORMATS, SPLITS, check_scoring, registry
 from diversed.utils import finite, option, safetensors_metadata
 
 SAMPLINGS = ("full", "model")  # RunConfig.sampling
+STOPS = ("markers", "length")  # RunConfig.stop
 
 
 @dataclass
@@ -59,8 +60,11 @@ class RunConfig:
     device: str = option("cpu", "cpu | cuda | cuda:N")
     prompt_format: str = option("chat", "chat (the task's instructions in the tokenizer's chat template) | raw (the "
                                         "task's plain template, no chat template: the authors')")
-    scoring: str = option("standard", "standard | authors (cut at the task's stop markers, where decoding then stops; "
-                                      "the authors' answer extraction; ROUGE unstemmed)")
+    scoring: str = option("standard", "standard | authors (cut at the task's stop markers; the authors' answer "
+                                      "extraction; ROUGE unstemmed; XSum's first 32 words)")
+    stop: str = option("markers", "where a decode scored as the authors stops early: markers (at the task's stop "
+                                  "markers, which that scoring cuts at anyway) | length (at max_new_tokens or EOS "
+                                  "only, cut when scored: the authors' decode)", choices=STOPS)
     task: str | None = option(None, "prompts and references of a task (diversed.tasks) instead of a prompt file")
     split: str = option("eval", "task split: train | dev | eval")
     n: int | None = option(None, "seeded subsample size of the task split (default: all)", flag="-n")
@@ -89,6 +93,8 @@ class RunConfig:
         if self.prompt_format not in PROMPT_FORMATS:
             raise ValueError(f"unknown prompt format {self.prompt_format!r}; allowed: {', '.join(PROMPT_FORMATS)}")
         check_scoring(self.scoring)
+        if self.stop not in STOPS:
+            raise ValueError(f"unknown stop {self.stop!r}; allowed: {', '.join(STOPS)}")
         needs = trained_module(self.verifier)  # the head's or the judge's file
         if needs and not getattr(self, needs):
             raise ValueError(f"verifier {self.verifier!r} needs --{needs}, a trained {TRAINED[needs]} ({needs}= in "

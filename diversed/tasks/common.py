@@ -40,10 +40,16 @@ def answer_number(text: str) -> str | None:
     return normalize_number(m[-1]) if m else last_number(text)
 
 
-def authors_number(text: str) -> str | None:
-    """GSM8K's answer as the authors' code reads it: the number after the last "####", else the last number."""
-    m = re.findall(r"####\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?)", text or "")
-    return normalize_number(m[-1]) if m else last_number(text)
+def authors_number(text: str) -> int | None:
+    """GSM8K's answer as the authors' code reads it (scripts/run_dp.py:97-106, the same in rl_train.py:67-75): commas
+    dropped; the integer after the first "###" (so "#### 72" too; "### 3.7" is 3), else the last number (a "-" only
+    where no digit precedes it: "20-15" is 15), rounded half to even (Python's round: 2.5 is 2); None where there
+    is no number."""
+    text = (text or "").replace(",", "")
+    if m := re.search(r"###\s*(-?\d+)", text):
+        return round(float(m.group(1)))
+    found = re.findall(r"(?<!\d)-?\d+(?:\.\d+)?", text)
+    return round(float(found[-1])) if found else None
 
 
 def code_block(text: str) -> str:

@@ -33,4 +33,7 @@ class GSM8K(Task):
         check_number_reference(self.name, example)
 
     def authors_score(self, completion: str, example: Example) -> dict[str, float]:
-        return {"accuracy": float(authors_number(completion) == example.reference)}
+        """The authors' per-example score (scripts/run_dp.py:354-357): their reading of the cut completion against
+        their reading of the gold answer ("#### N"), both by authors_number."""
+        answer = authors_number(completion)
+        return {"accuracy": float(answer is not None and answer == authors_number(f"#### {example.reference}"))}

@@ -40,6 +40,13 @@ class CNNDM(_Summarization):
     answer_field = "highlights"
 
 
+def first_words(text: str, n: int) -> str:
+    """The authors' truncate_to_n_words (scripts/run_dp.py:72-86): text with more than n whitespace-separated words
+    becomes its first n joined by single spaces; shorter text stays as it is."""
+    words = text.split()
+    return text if len(words) <= n else " ".join(words[:n])
+
+
 class XSum(_Summarization):
     name = "xsum"
     hub = ("EdinburghNLP/xsum", None)  # dev: the hub's validation split
@@ -51,3 +58,16 @@ class XSum(_Summarization):
     stops = ("\n\nDocument:",)
     answer_field = "summary"
     max_new_tokens = 64
+    AUTHORS_WORDS = 32  # the authors' evaluation scores the first 32 words of an XSum summary
+
+    def authors_score(self, completion: str, example: Example) -> dict[str, float]:
+        """The authors' per-example score (scripts/run_dp.py:387-391): the cut summary's first 32 words, ROUGE
+        unstemmed."""
+        return super().authors_score(first_words(completion, self.AUTHORS_WORDS), example)
+
+    def reward(self, completion: str, example: Example, scoring: str = "standard") -> float:
+        """The head's reward: under the authors' scoring, the cut summary whole, as their training reward reads it
+        (rl_train.py:115-124, no 32-word cut)."""
+        if scoring != "authors":
+            return super().reward(completion, example, scoring)
+        return _Summarization.authors_score(self, self.cut(completion), example)["rouge2"] / 100

@@ -14,7 +14,9 @@ from diversed.tasks import PROMPT_FORMATS, check_scoring, get_task, registry
 from diversed.utils import config_hash, finite, option
 
 REWARDS = ("task", "fidelity")
-ACCEPTANCE_TERMS = ("fixed", "relative")
+ACCEPTANCE_TERMS = ("fixed", "relative", "authors")
+SCHEDULES = ("cosine", "authors")  # HeadTrainConfig.schedule
+PROMPT_KEEPS = ("last", "first")  # TaskPairConfig.prompt_keep
 # the reward baseline b of the advantage R - b: a running mean, none (b = 1: R - 1), or the authors' choice per task
 # (none where the reward is 0/1, GSM8K and MBPP; the running mean on the others)
 BASELINES = ("mean", "none", "authors")
@@ -38,14 +40,19 @@ class TaskPairConfig:
     device: str = option("cpu", "cpu | cuda | cuda:N")
     prompt_format: str = option("chat", "chat (the task's instructions in the chat template) | raw (the task's "
                                         "plain template: the authors')")
-    max_prompt_tokens: int | None = option(None, "keep each training prompt's last N tokens (the authors' 512: a "
-                                                 "long article then fits a batch of rollouts); none: whole prompts")
+    max_prompt_tokens: int | None = option(None, "cut each training prompt to N tokens (the authors' 512: a long "
+                                                 "article then fits a batch of rollouts); none: whole prompts")
+    prompt_keep: str = option("last", "which max_prompt_tokens a cut prompt keeps: last (the question and the reply's "
+                                      "header) | first (with BOS, as the authors' tokenizer call truncates)",
+                              choices=PROMPT_KEEPS)
 
     COUNTS = ("n_train", "max_new_tokens")  # integers that must be >= 1
 
     def clip(self, ids: list[int]) -> list[int]:
-        """A training prompt's token ids, its last max_prompt_tokens (the question and the reply's header)."""
-        return ids if self.max_prompt_tokens is None else ids[-self.max_prompt_tokens:]
+        """A training prompt's token ids cut to max_prompt_tokens: its last ones, or its first (prompt_keep)."""
+        if self.max_prompt_tokens is None:
+            return ids
+        return ids[:self.max_prompt_tokens] if self.prompt_keep == "first" else ids[-self.max_prompt_tokens:]
 
     def validate(self) -> None:
         for f in dataclasses.fields(self):
@@ -59,6 +66,8 @@ class TaskPairConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 1 or none, got {self.max_prompt_tokens}")
+        if self.prompt_keep not in PROMPT_KEEPS:
+            raise ValueError(f"unknown prompt_keep {self.prompt_keep!r}; allowed: {', '.join(PROMPT_KEEPS)}")
 
 
 @dataclass
@@ -82,7 +91,12 @@ class HeadTrainConfig(TrainConfig):
     batch_size: int = option(8, "prompts per REINFORCE step")
     warmup_frac: float = option(0.1, "fraction of the steps spent in linear warm-up")
     acceptance_term: str = option("fixed", "fixed (lambda weighs the expected acceptance) | relative (lambda is its "
-                                          "size as a fraction of the reward loss's, every step: the authors')")
+                                          "size as a fraction of the reward loss's, every step, always rewarding "
+                                          "acceptance) | authors (their arithmetic: the same fraction with their "
+                                          "sign, which penalises acceptance whenever the reward loss is not 0)")
+    schedule: str = option("cosine", "learning rate: cosine (linear warm-up over warmup_frac, one cosine decay to 0) "
+                                     "| authors (their LinearLR from 0.1 over 10 steps, then cosine with T_max = "
+                                     "n_train // 32 - 10, stepped every batch: it cycles)", choices=SCHEDULES)
     acceptance_weight: float = option(0.1, "lambda >= 0: the acceptance term's weight (fixed) or fraction (relative)")
     baseline: str = option("mean", "the reward baseline b in R - b: mean (running) | none (b = 1) | authors (none for "
                                    "0/1 rewards, GSM8K and MBPP; mean on the others)")
@@ -110,6 +124,8 @@ class HeadTrainConfig(TrainConfig):
         check_scoring(self.scoring)
         if self.relative_at_zero < 0:
             raise ValueError(f"relative_at_zero must be >= 0, got {self.relative_at_zero}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r}; allowed: {', '.join(SCHEDULES)}")
         if self.acceptance_term not in ACCEPTANCE_TERMS:
             raise ValueError(f"unknown acceptance term {self.acceptance_term!r}; "
                              f"allowed: {', '.join(ACCEPTANCE_TERMS)}")

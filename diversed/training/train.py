@@ -123,15 +123,22 @@ def sequence_terms(head: WeightHead, r: Rollout, mixing: str) -> tuple[torch.Ten
     return log_nu, acceptance, w
 
 
+AUTHORS_EPS = 1e-8  # the authors' EPS (train/trainer.py:20)
+
+
 def acceptance_lambda(term: str, weight: float, reward_loss: torch.Tensor, acceptance: torch.Tensor,
                       at_zero: float = 5.0) -> float:
-    """The step's lambda: `weight` (fixed), or weight * |L_reward| / |L_acc| (relative: the acceptance term is
-    that fraction of the reward loss's magnitude, at_zero when the reward loss is 0, as the authors' code
-    rescales it; magnitudes, so the term always rewards acceptance)."""
+    """The step's lambda in L = L_reward - lambda L_acc: `weight` (fixed); weight * |L_reward| / |L_acc| (relative:
+    the acceptance term that fraction of the reward loss's magnitude, at_zero when the reward loss is 0;
+    magnitudes, so it always rewards acceptance); or the authors' arithmetic (train/trainer.py:249-261): their
+    regulariser is -L_acc <= 0 and their scale weight * |L_reward| / (-L_acc + EPS), so lambda is negative, and the
+    term penalises acceptance, whenever |L_reward| > EPS; at_zero (their reg_scale) otherwise."""
     if term == "fixed":
         return weight
-    r, a = abs(float(reward_loss.detach())), abs(float(acceptance.detach()))
-    return weight * r / a if r > 0 and a > 0 else at_zero
+    r, a = abs(float(reward_loss.detach())), float(acceptance.detach())
+    if term == "authors":
+        return weight * r / (-a + AUTHORS_EPS) if r > AUTHORS_EPS else at_zero
+    return weight * r / abs(a) if r > 0 and a != 0 else at_zero
 
 
 def reinforce_loss(head: WeightHead, rollouts: list[Rollout], rewards: torch.Tensor, baseline: float, *,
@@ -164,12 +171,24 @@ def fixed_baseline(cfg: HeadTrainConfig) -> bool:
     return cfg.baseline == "none" or (cfg.baseline == "authors" and get_task(cfg.task).metric.binary)
 
 
-def make_optimizer(head: WeightHead, lr: float, total_steps: int, warmup_frac: float):
+AUTHORS_WARMUP, AUTHORS_LOADER_BATCH = 10, 32  # train_config/config.yaml:23; train/dataloader.py:60's default
+
+
+def make_optimizer(head: WeightHead, cfg: HeadTrainConfig, total_steps: int):
+    """AdamW at cfg.lr and its schedule, stepped every batch: cosine (linear warm-up over cfg.warmup_frac of the
+    steps, one cosine decay to 0), or the authors' (rl_train.py:224-228): LinearLR from 0.1 over 10 steps, then
+    CosineAnnealingLR whose T_max is their loader's step count (n_train // 32, its default batch, for one epoch)
+    less the warm-up, at least 1; at 400 prompts T_max is 2, so the rate cycles 5e-4, 2.5e-4, 0, 2.5e-4 every 4
+    steps to the end."""
+    from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
     from transformers import get_cosine_schedule_with_warmup
 
-    opt = torch.optim.AdamW(head.parameters(), lr=lr)
-    sched = get_cosine_schedule_with_warmup(opt, int(warmup_frac * total_steps), total_steps)
-    return opt, sched
+    opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr)
+    if cfg.schedule == "cosine":
+        return opt, get_cosine_schedule_with_warmup(opt, int(cfg.warmup_frac * total_steps), total_steps)
+    t_max = max(1, cfg.n_train // AUTHORS_LOADER_BATCH - AUTHORS_WARMUP)
+    warmup = LinearLR(opt, start_factor=0.1, end_factor=1.0, total_iters=AUTHORS_WARMUP)
+    return opt, SequentialLR(opt, [warmup, CosineAnnealingLR(opt, T_max=t_max, eta_min=0)], [AUTHORS_WARMUP])
 
 
 def task_reward(task, reward: str, scoring: str = "standard"):
@@ -293,7 +312,7 @@ def train_head(cfg: HeadTrainConfig, out: str | Path, *, pair=None, examples=Non
     head = WeightHead(hidden_size(pair.target), hidden_size(pair.draft)).bind(pair.target, pair.draft)
     head = head.to(pair.target.get_output_embeddings().weight.device)
     total = cfg.epochs * job.steps_per_epoch
-    state = Progress(head, *make_optimizer(head, cfg.lr, total, cfg.warmup_frac))
+    state = Progress(head, *make_optimizer(head, cfg, total))
     state.resume(out / "checkpoint.pt", cid)
     tracker = Tracker(name=f"train-head-{cfg.task}-{cid}", group=f"train-{cfg.task}", job_type="train-head",
                       config=dataclasses.asdict(cfg) | {"config_id": cid})
