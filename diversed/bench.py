@@ -157,7 +157,7 @@ def time_prompts(fn: Callable[[list[int]], object], prompts: list[list[int]], de
 # the rules the bench times by default, each at a knob that relaxes strict (every rule of settings.RULES but the
 # ensembles', which the fixed w rows cover)
 RULE_SPECS = ("block", "cascade=0.9", "lenient=0.5", "typical=0.09", "topk=2", "ears=0.5", "fuzzy=0.1",
-              "threshold=0.5", "mentored=0.1", "fly=0.3")
+              "threshold=0.5", "mentored=0.1", "mars=0.9", "fly=0.3")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 from diversed.decoding.rng import DRAFT, Draws, key, stream_seed
-from diversed.decoding.verifiers import Criterion, _as_weight, logits_to_probs, synthetic_rows, verify_rows
+from diversed.decoding.verifiers import Criterion, Logits, _as_weight, logits_to_probs, synthetic_rows, verify_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -388,7 +388,7 @@ def verify_on_device(
             "expected [K], [K, V], [K + 1, V]"
         )
     w = torch.as_tensor(w, dtype=torch.float32, device=q.device).expand(K)
-    logs = tuple(None if x is None else x[None] for x in (log_p, log_q))
+    logs = Logits(*(None if x is None else x[None] for x in (log_p, log_q)))
     draws = draws if draws is not None else (stream or Stream(0)).next()
     n, next_token, bias, _ = verify_rows(draft_tokens[None], q[None], p[None], w[None], [K], draws=draws,
                                          criterion=Criterion(test, mixing, greedy, knob, knob2=knob2,

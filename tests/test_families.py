@@ -44,10 +44,10 @@ def lenient_rule(q, p, lenience):
     return a, (q * a) + (1 - (q * a).sum()) * residual / residual.sum()
 
 
-def typical_rule(q, p, eps):
-    h = -(p * p.log()).sum()
+def typical_rule(q, p, eps):  # Medusa's code: H with log(p + 1e-5), the next token argmax p
+    h = -(p * (p + 1e-5).log()).sum()
     a = (p > min(eps, math.sqrt(eps) * math.exp(-float(h)))).float()
-    return a, q * a + (1 - (q * a).sum()) * p
+    return a, q * a + (1 - (q * a).sum()) * torch.nn.functional.one_hot(p.argmax(), len(p)).float()
 
 
 def topk_rule(q, p, k):
@@ -149,7 +149,7 @@ def test_cascade_emits_pi_and_accepts_as_its_rule():
 
 def test_typical_threshold_is_medusas():
     p = torch.tensor([0.5, 0.25, 0.25])
-    h = 1.0397207708399179  # -(0.5 ln 0.5 + 2 * 0.25 ln 0.25)
+    h = -(0.5 * math.log(0.5 + 1e-5) + 2 * 0.25 * math.log(0.25 + 1e-5))  # Medusa's code: log(p + 1e-5)
     assert float(typical_threshold(p, 0.09)) == pytest.approx(min(0.09, 0.3 * math.exp(-h)))
     assert float(typical_threshold(p, 0.5)) == pytest.approx(min(0.5, math.sqrt(0.5) * math.exp(-h)))
 

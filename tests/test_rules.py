@@ -18,6 +18,7 @@ from test_verifiers import DRAWS, V, chi_square_ok, random_dists
 from diversed.decoding.verifiers import (
     Criterion,
     block_test,
+    fuzzy_divergence,
     js_divergence,
     kl_divergence,
     mentored_target,
@@ -203,20 +204,20 @@ def test_token_cascade_follows_its_rule():
 
 
 def test_topk_margin_follows_its_rule():
-    """TensorRT-LLM's relaxed acceptance: x in p's top k and p(x) >= r max p; r = 0 is the top k alone."""
+    """TensorRT-LLM's relaxed acceptance: x in p's top k and p(x) >= max p - delta; delta 1 is the top k alone."""
     p = random_dists(102, 2, sharp=1.0)
     q = related(p[:1], 103)
-    k, r = 4, 0.5
+    k, r = 4, 0.1
     a = torch.zeros(V)
     a[p[0].argsort(descending=True)[:k]] = 1.0
-    a *= (p[0] >= r * p[0].max()).float()
+    a *= (p[0] >= p[0].max() - r).float()
     assert 0 < a.sum() < k  # the margin drops some of the top k
     accepts_as(q, p, a, q[0] * a + (1 - (q[0] * a).sum()) * p[0], 7, test="topk", knob=k, knob2=r)
     gd = torch.Generator().manual_seed(12)
     for seed in range(200):
         x = torch.multinomial(q[0], 1, generator=gd)
         plain = verify(x, q, p, 1.0, stream=Stream(seed), test="topk", knob=k)
-        zero = verify(x, q, p, 1.0, stream=Stream(seed), test="topk", knob=k, knob2=0.0)
+        zero = verify(x, q, p, 1.0, stream=Stream(seed), test="topk", knob=k, knob2=1.0)
         assert (plain.n_accepted, plain.next_token) == (zero.n_accepted, zero.next_token)
 
 
@@ -230,21 +231,15 @@ def test_js_and_kl_divergences_are_scipys():
     assert kl_divergence(p, q).tolist() == pytest.approx([entropy(a, b) for a, b in pairs], abs=1e-5)
 
 
-def test_fuzzy_accepts_outright_below_its_bound_and_is_strict_above():
+def test_fuzzy_keeps_every_draft_below_its_bound_and_none_above():
+    """Fuzzy SD's code: every draft kept where the divergence is within T (q emitted), none above (p emitted)."""
     p = random_dists(106, 2, sharp=1.0)
     q = related(p[:1], 107, noise=0.5)
-    js = float(js_divergence(p[0], q[0]))
-    accepts_as(q, p, torch.ones(V), q[0], 8, test="fuzzy", knob=js * 1.01)  # every draft, the draft's q emitted
-    _, n, _ = verify_many(q, p, 1.0, DRAWS, 9, test="fuzzy", knob=js * 0.99)  # strict's acceptance
-    assert binomial_ok(int(n.sum()), DRAWS, float(torch.minimum(p[0], q[0]).sum()))
-    K = 4
-    q, p = random_dists(108, K), random_dists(109, K + 1)
-    gd = torch.Generator().manual_seed(13)
-    for seed in range(200):  # T = 0: strict draw for draw
-        draft = torch.multinomial(q, 1, generator=gd)[:, 0]
-        strict = verify(draft, q, p, 1.0, stream=Stream(seed))
-        fuzzy = verify(draft, q, p, 1.0, stream=Stream(seed), test="fuzzy", knob=0.0)
-        assert (fuzzy.n_accepted, fuzzy.next_token) == (strict.n_accepted, strict.next_token)
+    d = float(fuzzy_divergence(p[0], q[0]))
+    accepts_as(q, p, torch.ones(V), q[0], 8, test="fuzzy", knob=d * 1.01)  # every draft, the draft's q emitted
+    _, n, nxt = verify_many(q, p, 1.0, DRAWS, 9, test="fuzzy", knob=d * 0.99)
+    counts = torch.bincount(nxt, minlength=V).float()
+    assert int(n.sum()) == 0 and chi_square_ok(counts, p[0]) and not chi_square_ok(counts, q[0])
 
 
 def threshold_rule(q, p, t_acc, t_single):
@@ -273,16 +268,16 @@ def test_threshold_follows_sglangs_rule_and_is_exact_at_one():
 
 
 def test_mentored_target_is_the_best_within_its_kl_budget():
-    """Over 200,000 random distributions of three tokens, none within KL(pi || p) <= D accepts more (sum min(q, pi))
+    """Over 200,000 random distributions of three tokens, none within KL(p || pi) <= D accepts more (sum min(q, pi))
     than mentored_target's, which lies within the budget and is reached by the search (within 1e-3)."""
     for seed, budget in ((0, 0.02), (1, 0.1), (2, 0.3)):
         p, q = (torch.randn(2, 3, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 1.5).softmax(-1)
         pi = mentored_target(p, q, budget)
-        assert float(pi.sum()) == pytest.approx(1.0) and float(kl_divergence(pi, p)) <= budget + 1e-6
+        assert float(pi.sum()) == pytest.approx(1.0) and float(kl_divergence(p, pi)) <= budget + 1e-6
         ours = float(torch.minimum(q, pi).sum())
         torch.manual_seed(14 + seed)
         others = torch.distributions.Dirichlet(torch.ones(3, dtype=torch.float64)).sample((200_000,))
-        inside = others[kl_divergence(others, p.expand_as(others)) <= budget]
+        inside = others[kl_divergence(p.expand_as(others), others) <= budget]
         best = float(torch.minimum(q, inside).sum(-1).max())
         assert best <= ours + 1e-9 and best > ours - 0.01, (budget, best, ours)  # ours is feasible: the search nears it
         assert float(torch.minimum(q, p).sum()) < ours <= 1  # above strict's, at most every draft
@@ -324,7 +319,7 @@ def test_rows_of_a_new_rule_draw_as_batches_of_one(criterion):
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_new_rules_on_models(target, other_draft, temperature):
-    """At the settings where each reduces to strict (EARS beta = 0, fuzzy T = 0, mentored D = 0, a token cascade
+    """At the settings where each reduces to strict (EARS beta = 0, mentored D = 0, a token cascade
     that always defers) the new rules emit strict's tokens for the same seeds, block verification and the thresholds
     under greedy too; sampled, block verification decodes and the relaxed rules keep more drafts than strict."""
     def rate(gens):
@@ -332,7 +327,7 @@ def test_new_rules_on_models(target, other_draft, temperature):
 
     strict = decode(target, other_draft, "strict", temperature)
     tokens = [g.tokens for g in strict]
-    for verifier, kw in (("ears", {"knob": 0.0}), ("fuzzy", {"knob": 0.0}), ("mentored", {"knob": 0.0}),
+    for verifier, kw in (("ears", {"knob": 0.0}), ("mentored", {"knob": 0.0}),
                          ("cascade", {"knob": -1e9, "deferral": "token"})):
         assert [g.tokens for g in decode(target, other_draft, verifier, temperature, **kw)] == tokens, verifier
     block = decode(target, other_draft, "block", temperature)
@@ -341,6 +336,6 @@ def test_new_rules_on_models(target, other_draft, temperature):
         assert [g.tokens for g in decode(target, other_draft, "threshold", 0.0, knob=0.5)] == tokens
         return
     assert len(block) == len(PROMPTS) and all(g.tokens for g in block)
-    for verifier, kw in (("ears", {"knob": 1.0}), ("fuzzy", {"knob": 0.6}), ("mentored", {"knob": 0.5}),
+    for verifier, kw in (("ears", {"knob": 1.0}), ("fuzzy", {"knob": 20.0}), ("mentored", {"knob": 0.5}),
                          ("threshold", {"knob": 0.002}), ("cascade", {"knob": 0.9, "deferral": "token"})):
         assert rate(decode(target, other_draft, verifier, 1.0, **kw)) > rate(strict), verifier

@@ -240,17 +240,17 @@ def test_strict_is_exact_on_top_k_top_p_filtered_distributions():
 def test_verify_rows_checks_its_shapes_at_entry(bad):
     """Every decode verifies through verify_rows: arguments that disagree in shape fail there, with their shapes,
     not deep inside the math (or silently, by broadcasting)."""
-    from diversed.decoding.verifiers import Criterion, verify_rows
+    from diversed.decoding.verifiers import Criterion, Logits, verify_rows
 
     R, K, V = 2, 3, 7
     q = torch.full((R, K, V), 1 / V)
     args = {"draft_tokens": torch.zeros(R, K, dtype=torch.long), "q": q, "p": torch.full((R, K + 1, V), 1 / V),
-            "w": torch.ones(R, K), "k": [K, K - 1], "draws": row_draws(0, R), "logs": (None, q.log()),
+            "w": torch.ones(R, K), "k": [K, K - 1], "draws": row_draws(0, R), "logs": Logits(None, q.log()),
             "criterion": Criterion("ensemble")}
     verify_rows(**args)  # as given: fine
     args[bad if bad in args else {"log_q": "logs", "test": "criterion"}[bad]] = {
         "draft_tokens": torch.zeros(R, K + 1, dtype=torch.long), "p": torch.full((R, K, V), 1 / V),
-        "w": torch.ones(R), "k": [K + 1, K], "draws": row_draws(0, R + 1), "log_q": (None, q[:, :, :-1]),
+        "w": torch.ones(R), "k": [K + 1, K], "draws": row_draws(0, R + 1), "log_q": Logits(None, q[:, :, :-1]),
         "test": Criterion("unknown")}[bad]
     with pytest.raises(ValueError, match="verify_rows|unknown verification test"):
         verify_rows(**args)

@@ -41,6 +41,7 @@ from diversed.decoding.transfer import index, to_device
 from diversed.decoding.verifiers import (
     WEIGHTS,
     Criterion,
+    Logits,
     fly_window,
     logits_to_logprobs,
     synthetic_rows,
@@ -383,7 +384,8 @@ def verify_step(block: Block, scored: Scored, w: torch.Tensor, ks: list[int], ro
     if decoding.synthetic_acceptance is None:
         criterion = Criterion(RULES[decoding.verifier].test, decoding.mixing, sampling.greedy, decoding.knob,
                               fly_window(decoding.K), decoding.knob2, decoding.deferral)
-        logs = (scored.log_p, block.log_q) if decoding.mixing == "logit" else None
+        logit = decoding.mixing == "logit"
+        logs = Logits(scored.log_p if logit else None, block.log_q if logit else None, scored.logits)
         n, next_token, bias, kl = verify_rows(block.tokens, q, p, w, ks, draws=block.draws, criterion=criterion,
                                               logs=logs)  # [R], [R], [R, kmax + 1] x 2
     else:

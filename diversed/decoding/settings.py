@@ -33,7 +33,8 @@ class Rule:
     draft (verifiers.TESTS); knob: what Decoding.knob sets (None: no knob; a rule with a knob is a sweep family,
     its setting chosen on dev) with the range it must lie in; knob2: what Decoding.knob2 sets, a second setting
     (None: none; a sweep leaves it at its default) with its range; marker: its marker in the figures; source:
-    the paper it comes from."""
+    the paper it comes from; checked: the source's code this rule was read against, line by line (or why none
+    settles it), the README table's last column."""
 
     label: str
     weight: str | None = "ones"
@@ -47,6 +48,7 @@ class Rule:
     high2: float = 1.0
     marker: str = "o"
     source: str = ""
+    checked: str = ""
 
     def check_knob(self, verifier: str, x) -> None:
         """Raise unless x is a valid knob of this rule (None where it has none)."""
@@ -81,40 +83,63 @@ class Rule:
 
 INF = float("inf")
 RULES: dict[str, Rule] = {
-    "strict": Rule("SD", "ones", marker="o", source="Leviathan et al. 2023, Alg. 1"),  # w = 1: lossless
-    "fixed": Rule("Static ensemble (fixed w)", "constant", marker="x", source="the static ensemble"),
-    "dynamic": Rule("DIVERSED", "head", marker="*", source="Wang et al. 2026"),  # w(h_target, h_draft)
+    # w = 1: lossless
+    "strict": Rule("SD", "ones", marker="o", source="Leviathan et al. 2023, Alg. 1",
+                 checked="none needed: Algorithm 1, exact (tested)"),
+    "fixed": Rule("Static ensemble (fixed w)", "constant", marker="x", source="the static ensemble",
+                 checked="the authors' `train/models.py` (logit mixing; their static driver is not public)"),
+    # w(h_target, h_draft)
+    "dynamic": Rule("DIVERSED", "head", marker="*", source="Wang et al. 2026",
+                 checked="the authors' `train/models.py`, `rl_train.py` (docs/AUTHORS.md)"),
     # speculative cascades: w = delta(q, p) in {0, 1}, the deferral rule (Decoding.deferral) at threshold alpha;
     # chow from 0 (strict) to 1 (the draft), opt unbounded
     "cascade": Rule("Speculative cascade", "deferral", knob="alpha", low=-INF, high=INF, marker="P",
-                    source="Narasimhan et al., ICLR 2025"),
+                    source="Narasimhan et al., ICLR 2025",
+                checked="no code released: sections 4-5"),
     "lenient": Rule("Lenient SD", None, "lenient", knob="lenience l", marker="^",
-                    source="Leviathan et al. 2023, A.5"),  # min(1, p / (l q)); l = 1 is strict
+                    source="Leviathan et al. 2023, A.5",
+                checked="no code released: A.5 (its correction unstated)"),  # min(1, p / (l q)); l = 1 is strict
     "typical": Rule("Typical acceptance", None, "typical", knob="epsilon", marker="<",
-                    source="Medusa (Cai et al. 2024), 3.3.1"),  # p(x) > min(epsilon, sqrt(epsilon) exp(-H(p)))
-    # x among p's top k and p(x) >= r max p (TensorRT-LLM's relaxed acceptance; r = 0: the top k alone)
-    "topk": Rule("Top-k acceptance", None, "topk", knob="k", low=1, high=INF, integer=True, knob2="margin r",
-                 marker=">", source="AutoJudge's baseline (Garipov et al. 2025); TensorRT-LLM's margin"),
+                    source="Medusa (Cai et al. 2024), 3.3.1",
+                checked="Medusa `medusa/model/utils.py`"),  # p(x) > min(epsilon, sqrt(epsilon) exp(-H(p)))
+    # x among p's top k and p(x) >= max p - delta (TensorRT-LLM's relaxed acceptance; delta 1: the top k alone)
+    "topk": Rule("Top-k acceptance", None, "topk", knob="k", low=1, high=INF, integer=True,
+                 knob2="margin delta (probability)", marker=">",
+                 source="AutoJudge's baseline (Garipov et al. 2025); TensorRT-LLM's margin",
+                checked="TensorRT-LLM `mtpKernels.cu`"),
     # the K drafts verified jointly: an exact sampler of p that accepts at least as many tokens as strict on average
-    "block": Rule("Block verification", None, "block", marker="p", source="Sun et al., ICLR 2025"),
+    "block": Rule("Block verification", None, "block", marker="p", source="Sun et al., ICLR 2025",
+                checked="no code released: Algorithm 2, exact (tested)"),
     # u <= p(x) / q(x) + beta (1 - max p): the bar drops where the target is unsure; beta = 0 is strict
-    "ears": Rule("EARS", None, "ears", knob="beta", high=INF, marker="d", source="EARS, arXiv 2512.13194"),
-    # drafts accepted outright where JS(p, q) <= T, else strict's test at that position; T = 0 is strict
-    "fuzzy": Rule("Fuzzy SD", None, "fuzzy", knob="JS bound T", high=INF, marker="8",
-                  source="Fuzzy Speculative Decoding, ACL Findings 2025"),
-    # speculative sampling towards the pi of largest acceptance with KL(pi || p) <= D; D = 0 is strict
-    "mentored": Rule("Mentored decoding", None, "mentored", knob="KL budget D", high=INF, marker="H",
-                     source="mentored decoding (lossy SD, 2023)"),
+    "ears": Rule("EARS", None, "ears", knob="beta", high=INF, marker="d", source="EARS, arXiv 2512.13194",
+                checked="vllm-ascend#5587 `rejection_sampler.py` (it admits p(x) = 0; ours not)"),
+    # drafts kept without a coin while their divergence (0.5 KL(m || p) + 0.5 KL(m || q), nats) is <= T; at the first
+    # over T, a draw from p; T = 0 an exact sampler of p
+    "fuzzy": Rule("Fuzzy SD", None, "fuzzy", knob="divergence bound T (nats)", high=INF, marker="8",
+                  source="Fuzzy Speculative Decoding, ACL Findings 2025",
+                checked="maxholsman/fsd `fsd_utils.py`"),
+    # speculative sampling towards the pi of largest acceptance with KL(p || pi) <= D nats; D = 0 is strict
+    "mentored": Rule("Mentored decoding", None, "mentored", knob="KL budget D = KL(p || pi) (nats)", high=INF,
+                     marker="H", source="mentored decoding (Tran-Thien 2023)",
+                checked="vivien000/mentored_decoding `notebook.ipynb`, `proof.pdf`"),
+    # a position whose target logits' ratio z2 / z1 exceeds theta keeps a draft among its top 2 without a coin;
+    # else speculative sampling with MARS's correction
+    "mars": Rule("MARS", None, "mars", knob="logit ratio theta", low=-INF, high=INF, marker="v",
+                 source="MARS (Song et al., arXiv 2601.15498)",
+                checked="5SSjw/MARS `mars/model/utils.py`"),
     # p(x) >= t_single, else accept with probability min(1, p(x) / t_acc); the correction p without x
     "threshold": Rule("Acceptance thresholds", None, "threshold", knob="t_acc", low=1e-6, knob2="t_single",
-                      marker="X", source="SGLang's speculative acceptance thresholds"),
+                      marker="X", source="SGLang's speculative acceptance thresholds",
+                checked="SGLang `speculative_sampling.cuh`"),
     # a strict rejection deferred where the target's top-3 entropy >= the threshold and the next W drafts pass
     "fly": Rule("FLy", None, "fly", knob="entropy threshold", high=INF, marker="h",
-                source="FLy, as vLLM's v1/spec_decode/fly.py"),
+                source="FLy, as vLLM's v1/spec_decode/fly.py",
+                checked="vLLM `v1/spec_decode/fly.py`"),
     # a learned rival: a mismatch kept where AutoJudge's classifier (Decoding's head) puts the chance that it
     # changes the answer below the threshold; threshold 0 is strict
     "judge": Rule("AutoJudge", "judge", "judge", knob="threshold", marker="D",
-                  source="Garipov et al., NeurIPS 2025 (AutoJudge)"),
+                  source="Garipov et al., NeurIPS 2025 (AutoJudge)",
+                checked="AutoJudge's greedy rule; no source settles the sampled form (ours)"),
 }
 # the trained modules a rule's weight (Rule.weight) reads, each by the RunConfig field and flag that names its file
 TRAINED = {"head": "weight head", "judge": "AutoJudge classifier"}

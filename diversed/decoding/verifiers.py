@@ -87,7 +87,8 @@ def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 # verify_rows' tests (settings.RULES'): against an ensemble, or another rule
-TESTS = ("ensemble", "lenient", "typical", "topk", "ears", "fuzzy", "threshold", "mentored", "block", "fly", "judge")
+TESTS = ("ensemble", "lenient", "typical", "topk", "ears", "fuzzy", "threshold", "mentored", "block", "fly", "judge",
+         "mars")
 
 
 def entropy(p: torch.Tensor) -> torch.Tensor:
@@ -138,6 +139,14 @@ def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return (kl(p) + kl(q)) / 2
 
 
+def fuzzy_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """The divergence Fuzzy SD's code thresholds (fsd_utils.py:2018-2039): 0.5 KL(m || p) + 0.5 KL(m || q) with
+    m = (p + q) / 2, in nats ([..., V] x 2 -> [...]). Its kl_div(log p, m) is KL(m || p), so this is not the
+    textbook JS divergence (0.5 KL(p || m) + 0.5 KL(q || m), at most ln 2): inf where p or q lacks mass m has."""
+    m = (p + q) / 2
+    return 0.5 * (kl_divergence(m, p) + kl_divergence(m, q))
+
+
 def kl_divergence(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """KL(a || b) in nats of rows (inf where a has mass b lacks): [..., V] x [..., V] -> [...]."""
     return (a * torch.where(a > 0, a.log() - b.log(), 0.0)).sum(-1)
@@ -147,32 +156,36 @@ MENTORED_STEPS = 16  # bisection steps of each of mentored_target's two searches
 
 
 def mentored_target(p: torch.Tensor, q: torch.Tensor, budget: float) -> torch.Tensor:
-    """Mentored decoding's target (lossy speculative decoding, 2023): of the distributions pi with KL(pi || p) <=
-    budget, the one speculative sampling accepts most often (sum_v min(q, pi)), p, q [..., V] -> [..., V].
+    """Mentored decoding's target (Tran-Thien 2023, "A provably optimal lossy variant of speculative decoding";
+    proof.pdf eq. 1-4, 23-28): of the distributions pi with KL(p || pi) <= budget (the target first, in nats), the
+    one speculative sampling accepts most often (sum_v min(q, pi)), p, q [..., V] -> [..., V].
 
-    Derivation (ours; the write-up gives no closed form): maximising sum_v min(q, pi) - lambda KL(pi || p) - mu
-    (sum pi - 1), a token with pi < q has pi = c1 p and one with pi > q has pi = c2 p, with c1 / c2 = e^(1/lambda);
-    so pi = clip(q, c p, rho c p) for a rho >= 1. For a rho, c in [1/rho, 1] makes pi sum to 1 (bisection in log
-    c); KL(pi || p) grows with rho from 0 (rho = 1: pi = p) towards KL(q || p) (pi = q), so rho is the largest with
-    KL <= budget (bisection in log rho up to e^30); q itself where KL(q || p) <= budget. budget 0 is p itself:
-    strict. A search step reads prefix sums:
-    with the tokens sorted by r = q / p, pi is c p where r < c, q up to r = rho c and rho c p above."""
+    The write-up's solution (its letters swapped: its p is our draft q): pi = p / alpha where p / q <= alpha, q
+    where alpha < p / q < beta, p / beta where p / q >= beta, alpha <= 1 <= beta; that is pi = clip(q, c p, rho c p)
+    with c = 1 / beta and rho = beta / alpha >= 1. For a rho, c in [1/rho, 1] makes pi sum to 1 (bisection in log
+    c); KL(p || pi) grows with rho from 0 (rho = 1: pi = p) towards KL(p || q) (pi = q), so rho is the largest with
+    KL <= budget (bisection in log rho up to e^30); q itself where KL(p || q) <= budget. budget 0 is p itself:
+    strict. The write-up's notebook searches alpha to within 20% of the budget; this meets it to the searches'
+    precision. A search step reads prefix sums: with the tokens sorted by r = q / p, pi is c p where r < c, q up to
+    r = rho c and rho c p above."""
     if budget == 0:
         return p
     p2, q2 = p.reshape(-1, p.shape[-1]).double(), q.reshape(-1, q.shape[-1]).double()  # [N, V]
     r, order = torch.where(p2 > 0, q2 / p2, torch.where(q2 > 0, torch.inf, 0.0)).sort(-1)  # [N, V]: q / p
     ps, qs = p2.gather(-1, order), q2.gather(-1, order)
     zero = p2.new_zeros(len(p2), 1)  # [N, 1]
-    P, Q, L = (torch.cat([zero, x.cumsum(-1)], -1) for x in (ps, qs, torch.where(qs > 0, qs * r.log(), 0.0)))
+    # the write-up's notebook (its q the target, p the draft): "dkl = cumsum_q_log_q_over_p[-1]", KL(target || draft)
+    log_r = torch.where((ps > 0) & (qs > 0), ps * r.log(), 0.0)  # p log(q / p) where both have mass
+    P, Q, L = (torch.cat([zero, x.cumsum(-1)], -1) for x in (ps, qs, log_r))
 
     def mass(log_c: torch.Tensor, log_rho: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[N, 1] each -> sum pi and sum pi log(pi / p) of pi = clip(q, c p, rho c p), [N, 1] each."""
+        """[N, 1] each -> sum pi and KL(p || pi) = -sum p log(pi / p) of pi = clip(q, c p, rho c p), [N, 1] each."""
         log_top = log_c + log_rho
         c, top = log_c.exp(), log_top.exp()
         low, high = torch.searchsorted(r, c), torch.searchsorted(r, top, right=True)
         p_low, p_high = P.gather(-1, low), P[:, -1:] - P.gather(-1, high)
         z = c * p_low + Q.gather(-1, high) - Q.gather(-1, low) + top * p_high
-        return z, c * log_c * p_low + L.gather(-1, high) - L.gather(-1, low) + top * log_top * p_high
+        return z, -(log_c * p_low + L.gather(-1, high) - L.gather(-1, low) + log_top * p_high)
 
     def scale(log_rho: torch.Tensor) -> torch.Tensor:  # the log c at which pi sums to 1
         lo, hi = -log_rho, torch.zeros_like(log_rho)
@@ -186,18 +199,20 @@ def mentored_target(p: torch.Tensor, q: torch.Tensor, budget: float) -> torch.Te
     for _ in range(MENTORED_STEPS):
         mid = (lo + hi) / 2
         z, s = mass(scale(mid), mid)
-        inside = s / z - z.log() <= budget  # KL(pi / z || p)
+        inside = s + z.log() <= budget  # KL(p || pi / z) = KL(p || pi) + log z
         lo, hi = torch.where(inside, mid, lo), torch.where(inside, hi, mid)
     c = scale(lo).exp()
     pi = torch.minimum(torch.maximum(q2, c * p2), lo.exp() * c * p2)
-    pi = torch.where(kl_divergence(q2, p2)[:, None] <= budget, q2, pi)  # q itself within the budget: exactly q
+    pi = torch.where(kl_divergence(p2, q2)[:, None] <= budget, q2, pi)  # q itself within the budget: exactly q
     return (pi / pi.sum(-1, keepdim=True)).to(p.dtype).reshape(p.shape)
 
 
 def typical_threshold(p: torch.Tensor, epsilon: float) -> torch.Tensor:
-    """Medusa's typical acceptance bar min(epsilon, delta exp(-H(p))) with delta = sqrt(epsilon) (Cai et al. 2024,
-    section 3.3.1; vLLM's TypicalAcceptanceSampler defaults: epsilon 0.09, delta 0.3): p [..., V] -> [...]."""
-    return torch.minimum(torch.full_like(p[..., 0], epsilon), epsilon ** 0.5 * torch.exp(-entropy(p)))
+    """Medusa's typical acceptance bar min(epsilon, delta exp(-H(p))) with delta = sqrt(epsilon) and H = -sum p
+    log(p + 1e-5), as Medusa's code (medusa/model/utils.py:474-502) and vLLM's TypicalAcceptanceSampler compute it
+    (defaults there: epsilon 0.09, delta 0.3): p [..., V] -> [...]."""
+    h = -(p * torch.log(p + 1e-5)).sum(-1)
+    return torch.minimum(torch.full_like(p[..., 0], epsilon), epsilon ** 0.5 * torch.exp(-h))
 
 
 # The ensemble weight w [R, k] each rule of settings.RULES verifies against (Rule.weight names it), from what a
@@ -283,59 +298,136 @@ def _emitted(q: torch.Tensor, a: torch.Tensor, stop: torch.Tensor) -> torch.Tens
     return kept + (1 - kept.sum(-1, keepdim=True)).clamp_min(0) * stop / stop.sum(-1, keepdim=True)
 
 
+Outcome = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (accepted [R, K] bool, stop [R, K, V], nu [R, K, V])
+
+
 def _test(test: str, knob: float | None, draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor,
-          r: torch.Tensor | None, knob2: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+          r: torch.Tensor | None, knob2: float | None = None) -> Outcome:
     """A test other than the ensemble's: draft_tokens [R, K], q [R, K, V], p [R, K, V] (the drafted positions),
     r [R, K] uniforms (None: greedy) -> (accepted [R, K] bool, stop [R, K, V] what the correction is drawn from
-    (unnormalised), nu [R, K, V] the distribution a sampled step emits at each position, for bias_tv).
-
-    lenient (Leviathan et al. 2023, appendix A.5, lenience l = knob): q is multiplied by l before the comparison
-    of Algorithm 1, so x is accepted with probability min(1, p(x) / (l q(x))); the correction is Algorithm 1's,
-    norm(max(0, p - q)) (as the authors' colab and Fast-HSD implement it); l = 1 is strict, l = 0 accepts every
-    draft the target allows. Greedy (the paper's temperature-0 rule): accept while p(x) >= l max p, correction
-    argmax p.
-    typical (Cai et al. 2024, Medusa, section 3.3.1, epsilon = knob): accept x when p(x) > min(epsilon, sqrt(epsilon)
-    exp(-H(p))), else draw from p. topk (the top-k baseline of Garipov et al. 2025, AutoJudge; k = knob): accept x
-    when it is among p's k most likely tokens (ties kept) and p(x) >= r max p (TensorRT-LLM's relaxed acceptance
-    margin, r = knob2, default 0), else draw from p; k = 1 under greedy is strict greedy.
-    fuzzy (Fuzzy Speculative Decoding, ACL Findings 2025; T = knob): a draft is accepted outright where JS(p, q) <=
-    T, else by strict's test and correction, each position by its own divergence (our reading of what follows the
-    first position over T); greedy: outright, else x == argmax p. T = 0 is strict (JS = 0 only where p = q).
-    threshold (SGLang's acceptance thresholds; t_acc = knob, t_single = knob2, default t_acc): accept x when
-    p(x) >= t_single, else with probability min(1, p(x) / t_acc); the correction is p without x (SGLang's residual
-    of a one-hot draft). At t_acc = t_single = 1 it accepts x with probability p(x) and is an exact sampler of p for
-    any q, accepting less than strict (p(x) <= min(1, p(x) / q(x))); greedy: strict greedy.
-    ears (EARS, arXiv 2512.13194, beta = knob): accept x when u <= p(x) / q(x) + beta (1 - max p), a bar lowered
-    where the target is unsure; the correction is Algorithm 1's; beta = 0 is strict. Greedy (our reading: q a point
-    mass on x): accept while p(x) >= max p - beta (1 - max p), correction argmax p; beta = 0 is strict greedy."""
-    p_x, q_x = p.gather(-1, draft_tokens[..., None])[..., 0], q.gather(-1, draft_tokens[..., None])[..., 0]  # [R, K]
-    if test == "fuzzy":
-        return outright(js_divergence(p, q) <= knob, draft_tokens, q, p, r)
-    if test == "threshold":
-        return _threshold(knob, knob if knob2 is None else knob2, draft_tokens, q, p, r)
-    if test == "ears":
-        slack = knob * (1 - p.max(-1).values)  # [R, K]: beta (1 - max p)
-        a = (p / q.clamp_min(torch.finfo(p.dtype).tiny) + slack[..., None]).clamp(max=1.0)  # [R, K, V]
-        stop = _strict_residual(p, q)
-        if r is None:
-            return p_x >= p.max(-1).values - slack, p, _emitted(q, a, stop)
-        return r * q_x < p_x + slack * q_x, stop, _emitted(q, a, stop)
-    if test == "lenient":
-        lq = knob * q
-        a = torch.where(lq < p, 1.0, p / lq.clamp_min(torch.finfo(p.dtype).tiny))  # [R, K, V]: min(1, p / (l q))
-        stop = _strict_residual(p, q)
-        if r is None:
-            return p_x >= knob * p.max(-1).values, p, _emitted(q, a, stop)
-        return r * knob * q_x < p_x, stop, _emitted(q, a, stop)
-    if test == "typical":
-        a = (p > typical_threshold(p, knob)[..., None]).float()  # [R, K, V]
-    elif test == "topk":
-        kth = p.topk(min(int(knob), p.shape[-1]), dim=-1).values[..., -1:]  # [R, K, 1]
-        a = ((p >= kth) & (p >= (knob2 or 0.0) * p.max(-1, keepdim=True).values)).float()
-    else:
+    (unnormalised), nu [R, K, V] the distribution a sampled step emits at each position, for bias_tv). Each rule's
+    function states its source's rule; MARS (which reads logits) is _mars."""
+    if test not in _RULE_TESTS:
         raise ValueError(f"unknown verification test {test!r}; allowed: {', '.join(TESTS)}")
-    accepted = a.gather(-1, draft_tokens[..., None])[..., 0] > 0
-    return accepted, p, _emitted(q, a, p)
+    p_x, q_x = p.gather(-1, draft_tokens[..., None])[..., 0], q.gather(-1, draft_tokens[..., None])[..., 0]  # [R, K]
+    return _RULE_TESTS[test](knob, knob2, draft_tokens, q, p, p_x, q_x, r)
+
+
+def _lenient(knob, knob2, draft_tokens, q, p, p_x, q_x, r) -> Outcome:
+    """lenient (Leviathan et al. 2023, appendix A.5, lenience l = knob): q is multiplied by l before the comparison
+    of Algorithm 1, so x is accepted with probability min(1, p(x) / (l q(x))); the correction is Algorithm 1's,
+    norm(max(0, p - q)) (A.5 does not say; the authors' colab and Fast-HSD do this); l = 1 is strict. Greedy (A.5's
+    temperature-0 rule, "p(x) <= l max p" there, a misprint: at l = 1 it must be argmax): accept while p(x) >= l max
+    p and p(x) > 0 (l = 0 never keeps a token the target excludes), correction argmax p."""
+    lq = knob * q
+    a = torch.where(lq < p, 1.0, p / lq.clamp_min(torch.finfo(p.dtype).tiny))  # [R, K, V]: min(1, p / (l q))
+    stop = _strict_residual(p, q)
+    if r is None:
+        return (p_x >= knob * p.max(-1).values) & (p_x > 0), p, _emitted(q, a, stop)
+    return r * knob * q_x < p_x, stop, _emitted(q, a, stop)
+
+
+def _typical(knob, knob2, draft_tokens, q, p, p_x, q_x, r) -> Outcome:
+    """typical (Medusa, medusa/model/utils.py:474-502, epsilon = knob, delta = sqrt(epsilon) as its docstring
+    recommends): accept x when p(x) > min(epsilon, delta exp(-H(p))); the token after the accepted prefix is argmax
+    p (its default fast path, utils.py:280-286; vLLM's TypicalAcceptanceSampler likewise); greedy: exact argmax
+    match (utils.py:459-472), strict greedy."""
+    if r is None:  # Medusa at temperature 0: the argmax, strict greedy
+        return draft_tokens == p.argmax(-1), p, p
+    # medusa/model/utils.py: "posterior_mask = candidates_prob > threshold"; the next token "if temperature == 0
+    # or fast: candidates_logit = torch.argmax(logits[:, -1])"
+    a = (p > typical_threshold(p, knob)[..., None]).float()  # [R, K, V]
+    top = torch.zeros_like(p).scatter(-1, p.argmax(-1, keepdim=True), 1.0)  # [R, K, V]: argmax p
+    return a.gather(-1, draft_tokens[..., None])[..., 0] > 0, top, _emitted(q, a, top)
+
+
+def _topk(knob, knob2, draft_tokens, q, p, p_x, q_x, r) -> Outcome:
+    """topk (AutoJudge's top-k baseline, k = knob, else a draw from p; TensorRT-LLM's relaxed acceptance margin delta
+    = knob2, mtpKernels.cu mtpRelaxedAcceptanceKernel): accept x when it is among p's k most likely tokens (ties
+    kept) and p(x) >= max p - delta (additive, in probability; default delta 1: the top k alone); k = 1 under
+    greedy is strict greedy."""
+    kth = p.topk(min(int(knob), p.shape[-1]), dim=-1).values[..., -1:]  # [R, K, 1]
+    delta = 1.0 if knob2 is None else knob2
+    a = ((p >= kth) & (p >= p.max(-1, keepdim=True).values - delta)).float()  # [R, K, V]
+    return a.gather(-1, draft_tokens[..., None])[..., 0] > 0, p, _emitted(q, a, p)
+
+
+def _fuzzy(knob, knob2, draft_tokens, q, p, p_x, q_x, r) -> Outcome:
+    """fuzzy (Fuzzy SD, Holsman et al., ACL Findings 2025; maxholsman/fsd fsd_utils.py:2018-2039, 2121, 2138-2146;
+    T = knob): a draft is accepted, without a coin, where fuzzy_divergence(p, q) <= T; at the first position over
+    T a token is drawn from p (no residual) and the step ends. Theirs reads the divergence on the unprocessed
+    softmaxes (temperature 1, no top-k / top-p) and proposes drafts greedily; here it reads the decode's p and q
+    (the same at T = 1 with sampling full) and q's own drafts. Greedy: the draw is argmax p (their code samples
+    from p at temperature 1 even there). T = 0 keeps only where p = q: an exact sampler of p."""
+    # fsd_utils.py: "divs = (0.5 * kl_div(log(p), m) + 0.5 * kl_div(log(q), m)).sum(-1)", "is_accepted = divs
+    # <= threshold" (no coin), "n_matches = ((~is_accepted).cumsum(-1) < 1).sum()", then "next_tokens =
+    # multinomial(p_n_plus_1)": the first position over T draws from p
+    kept = fuzzy_divergence(p, q) <= knob  # [R, K]: no coin, and it does not depend on x
+    return kept, p, torch.where(kept[..., None], q, p)
+
+
+def _ears(knob, knob2, draft_tokens, q, p, p_x, q_x, r) -> Outcome:
+    """ears (EARS, arXiv 2512.13194; its authors' change vllm-ascend#5587, rejection_sampler.py, beta = knob): accept x
+    when p(x) / q(x) >= max(u - beta (1 - max p), eps), eps float32's. The checked code has no eps: its test admits
+    p(x) = 0 at u <= beta (1 - max p); the floor (the clamp of the later vllm-ascend#7845, whose code was not read
+    here) keeps a token the target excludes out. The correction is Algorithm 1's; beta = 0 is strict. Greedy (our
+    reading, q a point mass on x; their change leaves greedy requests to strict): accept while p(x) >= max p - beta
+    (1 - max p) and p(x) > 0, correction argmax p."""
+    slack = knob * (1 - p.max(-1).values)  # [R, K]: beta (1 - max p)
+    # rejection_sampler.py (vllm-ascend#5587): "uncertainties = 1.0 - max_target_probs", "tolerance =
+    # base_tolerance * uncertainty", "if draft_prob > 0 and (target_prob / draft_prob) >= (uniform_prob -
+    # tolerance)"; the floor EARS_FLOOR keeps p(x) = 0 out
+    ratio = p / q.clamp_min(torch.finfo(p.dtype).tiny)  # [R, K, V]
+    a = torch.where(ratio >= EARS_FLOOR, (ratio + slack[..., None]).clamp(max=1.0), 0.0)  # [R, K, V]
+    stop = _strict_residual(p, q)
+    if r is None:
+        return (p_x >= p.max(-1).values - slack) & (p_x > 0), p, _emitted(q, a, stop)
+    return (p_x >= EARS_FLOOR * q_x) & (r * q_x < p_x + slack * q_x), stop, _emitted(q, a, stop)
+
+
+def _threshold_test(knob, knob2, draft_tokens, q, p, p_x, q_x, r) -> Outcome:
+    """threshold (SGLang's acceptance thresholds, speculative_sampling.cuh; t_acc = knob, t_single = knob2, default
+    t_acc): accept x when p(x) >= t_single, else with probability min(1, p(x) / t_acc); the correction is p without
+    x (SGLang's residual of a one-hot draft). At t_acc = t_single = 1 it accepts x with probability p(x) and is an
+    exact sampler of p for any q, accepting less than strict (p(x) <= min(1, p(x) / q(x))); greedy: strict greedy."""
+    return _threshold(knob, knob if knob2 is None else knob2, draft_tokens, q, p, r)
+
+
+EARS_FLOOR = float(torch.finfo(torch.float32).eps)  # the floor of EARS' bar u - beta (1 - max p): p(x) = 0 never passes
+_RULE_TESTS = {"lenient": _lenient, "typical": _typical, "topk": _topk, "fuzzy": _fuzzy, "ears": _ears,
+               "threshold": _threshold_test}
+
+
+def _mars(theta: float, draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, z: torch.Tensor,
+          r: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """MARS's margin-aware test (Song et al., arXiv 2601.15498; 5SSjw/MARS mars/model/utils.py:594-731): with z the
+    target's logits as its sampler sees them [R, K, V] (the tokens top-k / top-p drop at -inf) and z1 >= z2 its two
+    largest, a position is relaxed where z2 / z1 > theta (the logits' ratio, as theirs: not invariant to a shift of
+    the logits). Relaxed: x is kept, without a coin, when it is the target's first or second choice, else a draw
+    from p. Otherwise speculative sampling: x kept with probability min(1, p(x) / q(x)), else a draw from p with x's
+    entry lowered to max(0, p(x) - q(x)) (their correction; not norm(max(0, p - q))). Greedy (the paper's rule;
+    their code does not relax at temperature 0): x kept when it is the first choice, or the second at a relaxed
+    position; else argmax p. Returns (accepted [R, K], stop [R, K, V], emitted [R, K, V])."""
+    top2 = z.topk(2, dim=-1)  # [R, K, 2]
+    z1, z2 = top2.values[..., 0], top2.values[..., 1]
+    # utils.py: "logit_ratio = top2_logits[1].item() / (top2_logits[0].item() + 1e-10)", "use_relaxation =
+    # logit_ratio > relaxation_threshold", then "if xi in top2_tokens: accept"
+    relaxed = z2 / (z1 + 1e-10) > theta  # [R, K]
+    first = draft_tokens == top2.indices[..., 0]
+    in_top2 = first | (draft_tokens == top2.indices[..., 1])
+    two = torch.zeros_like(p).scatter(-1, top2.indices, 1.0)  # [R, K, V]
+    p_x, q_x = p.gather(-1, draft_tokens[..., None])[..., 0], q.gather(-1, draft_tokens[..., None])[..., 0]
+    if r is None:
+        kept = first | (relaxed & in_top2)
+        return kept, p, torch.where(relaxed[..., None], _emitted(q, two, p), p)
+    kept = torch.where(relaxed, in_top2, r * q_x < p_x)  # [R, K]
+    # utils.py: "adjusted_prob = max(0.0, px - qx)", "gtp[xi] = adjusted_prob", "gtp = gtp / gtp.sum()"
+    lowered = p.scatter(-1, draft_tokens[..., None], (p_x - q_x).clamp_min(0)[..., None])  # [R, K, V]
+    stop = torch.where(relaxed[..., None], p, lowered)
+    # speculative positions: kept min(p, q); a rejected x (q(x) > p(x)) draws from p without x
+    over = (q - p).clamp_min(0) / (1 - p).clamp_min(torch.finfo(p.dtype).tiny)  # [R, K, V]
+    sd = torch.minimum(p, q) + p * (over.sum(-1, keepdim=True) - over)
+    return kept, stop, torch.where(relaxed[..., None], _emitted(q, two, p), sd)
 
 
 def outright(kept: torch.Tensor, draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, r: torch.Tensor | None,
@@ -419,9 +511,18 @@ class Criterion:
     deferral: str = "chow"
 
 
+@dataclass(frozen=True)
+class Logits:
+    """What a rule may read besides p and q: log p [R, K + 1, V] and log q [R, K, V] (logit mixing, without
+    underflow); target: the target's raw logits [R, K + 1, V] (MARS' margin is a ratio of logits)."""
+
+    log_p: torch.Tensor | None = None
+    log_q: torch.Tensor | None = None
+    target: torch.Tensor | None = None
+
+
 def verify_rows(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, w: torch.Tensor, k: list[int], *,
-                draws: Draws | None, criterion: Criterion = Criterion(),
-                logs: tuple[torch.Tensor | None, torch.Tensor | None] | None = None,
+                draws: Draws | None, criterion: Criterion = Criterion(), logs: Logits = Logits(),
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """verify() for R rows at once, row r with its own k[r] <= K drafts (the rest padding), its test's uniforms at
     lanes VERIFY + i and its correction at lane RESIDUAL of its own stream (draws; None when greedy): draft_tokens
@@ -429,12 +530,11 @@ def verify_rows(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, w:
     [R, K + 1]) on the device: TV(nu, p) and KL(nu || p) in nats of the distribution nu a step emits at each
     position (inf where nu has mass p lacks), both 0 from k[r] on.
 
-    criterion: the test (Criterion); FLy's bias and KL are NaN (its emitted distribution depends on the drafts
-    after a position). logs: (log p [R, K + 1, V], log q [R, K, V]) for logit mixing without underflow. The
-    outcome of every possible stopping point is computed, then the one at n taken, so nothing waits for n.
+    criterion: the test (Criterion; FLy's bias and KL are NaN: its emitted distribution depends on later drafts);
+    logs: the Logits a rule reads besides p and q. Every stopping point's outcome is computed, then n's taken.
     """
     R, K, V = q.shape
-    log_p, log_q = logs or (None, None)
+    log_p, log_q = logs.log_p, logs.log_q
     test, mixing, greedy, knob = criterion.test, criterion.mixing, criterion.greedy, criterion.knob
     _check_rows(q, k, draws, greedy, test, draft_tokens=draft_tokens, p=p, w=w, log_p=log_p, log_q=log_q)
     dev = q.device
@@ -459,6 +559,11 @@ def verify_rows(draft_tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, w:
     elif test == "mentored" or criterion.deferral == "token":  # speculative sampling towards another target
         nu = mentored_target(p[:, :K], q, knob) if test == "mentored" else token_cascade(p[:, :K], q, knob)
         accepted, stop_dist = _ensemble_test(draft_tokens, q, p[:, :K], nu, r, "target")
+    elif test == "mars":
+        if logs.target is None:
+            raise ValueError("MARS reads the target's logits: pass verify_rows(..., logs=Logits(target=))")
+        z = torch.where(p[:, :K] > 0, logs.target[:, :K].to(p.dtype), -torch.inf)  # as its sampler sees them
+        accepted, stop_dist, nu = _mars(knob, draft_tokens, q, p[:, :K], z, r)
     elif test != "ensemble":
         accepted, stop_dist, nu = _test(test, knob, draft_tokens, q, p[:, :K], r, criterion.knob2)
     else:
