@@ -58,6 +58,7 @@ METRICS: dict[str, tuple[str, str] | None] = {
     "quality": None,  # a task metric per example; a fidelity task's quality is its target_logprob (tables)
     "identity_gap": None,  # observed - predicted acceptance per prompt (claims.acceptance_identity)
     "front_gap": None,  # observed acceptance - the static front's at the same bias, per prompt (claims)
+    "front_gap_zero": None,  # observed acceptance - 1 + TV(p, q): the front at zero bias (rules that test jointly)
     "weight_sd": None,  # standard deviation of w within a prompt
     "length": None,  # new tokens of a prompt's completion (its output length)
 }

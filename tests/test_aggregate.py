@@ -406,7 +406,7 @@ def test_the_authors_given_settings_sit_beside_the_dev_choices():
     assert list(table.index) == ["Static ensemble (fixed w)", "Static ensemble (fixed w), w = 0.7 (given)",
                                  "Speculative cascade, alpha = 0.5 (given)", "DIVERSED"]
     setting = table["setting (chosen on dev, or given)"]
-    assert setting.tolist() == ["w = 0.5 (linear)", "w = 0.7 (linear), given", "0.5 (opt), given",
+    assert setting.tolist() == ["w = 0.5 (linear)", "w = 0.7 (linear), given", "alpha = 0.5 (opt), given",
                                 "learned w (head)"]
     given = table.loc["Static ensemble (fixed w), w = 0.7 (given)", "acceptance %"]
     assert abs(float(given.split()[0]) - 50) < 3 and abs(float(table.iloc[0]["acceptance %"].split()[0]) - 30) < 3

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from diversed import statistics
-from diversed.decoding.settings import FAMILIES, METHODS, method_name, method_verifier
+from diversed.decoding.settings import FAMILIES, METHODS, RULES, method_name, method_verifier
 from diversed.runs.run import Run, trained
 from diversed.runs.sweep import COLUMNS as SWEEP_COLUMNS
 from diversed.statistics import NONE, Estimate
@@ -307,7 +307,8 @@ def setting_text(units: pd.DataFrame) -> str:
         return "strict (w = 1)" if kept and not given else f"w = {r['weight']:g} ({r['mixing']}){given}"
     if pd.isna(r["knob"]):
         return "strict (none kept quality)"
-    return f"{r['knob']:g}" + (f" ({r['deferral']})" if isinstance(r["deferral"], str) else "") + given
+    setting = RULES[method_verifier(r["method"])].setting(r["knob"])
+    return setting + (f" ({r['deferral']})" if isinstance(r["deferral"], str) else "") + given
 
 
 def given_methods(units: pd.DataFrame) -> tuple[str, ...]:
@@ -435,8 +436,8 @@ def learned_weights(runs: pd.DataFrame) -> pd.DataFrame:
 
 def sweep_units(sweeps: pd.DataFrame) -> pd.DataFrame:
     """The prompt rows of every sweep point, with the point's keys (pair, task, temperature, K, verifier, weight,
-    mixing, metric)."""
-    keys = ["pair", "task", "temperature", "K", "verifier", "weight", "mixing", "metric"]
+    mixing, knob, metric)."""
+    keys = ["pair", "task", "temperature", "K", "verifier", "weight", "mixing", "knob", "metric"]
     frames = [pd.DataFrame(Run(r.run_dir).prompt_rows()).assign(**{k: getattr(r, k) for k in keys})
               for r in sweeps.itertuples()]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*keys, "run_id", "prompt"])

@@ -50,6 +50,14 @@ class Rule:
     source: str = ""
     checked: str = ""
 
+    def setting(self, x) -> str:
+        """A knob value named as its source names it, with its unit: 'KL budget D = KL(p || pi) (nats) = 0.1'."""
+        return f"{self.knob} = {x:g}" if self.knob and x == x else ""
+
+    def swept(self) -> str:
+        """The rule's label with the knob its sweep varies: 'Mentored decoding (KL budget D = KL(p || pi) (nats))'."""
+        return f"{self.label} ({self.knob})" if self.knob else self.label
+
     def check_knob(self, verifier: str, x) -> None:
         """Raise unless x is a valid knob of this rule (None where it has none)."""
         if self.knob is None:

@@ -130,15 +130,6 @@ def token_cascade(p: torch.Tensor, q: torch.Tensor, alpha: float) -> torch.Tenso
     return q * (1 - delta) + (q * delta).sum(-1, keepdim=True) * p
 
 
-def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """Jensen-Shannon divergence in nats of rows: [..., V] x [..., V] -> [...] (at most ln 2)."""
-    m = (p + q) / 2
-
-    def kl(a: torch.Tensor) -> torch.Tensor:
-        return (a * torch.where(a > 0, a.log() - m.clamp_min(torch.finfo(m.dtype).tiny).log(), 0.0)).sum(-1)
-    return (kl(p) + kl(q)) / 2
-
-
 def fuzzy_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """The divergence Fuzzy SD's code thresholds (fsd_utils.py:2018-2039): 0.5 KL(m || p) + 0.5 KL(m || q) with
     m = (p + q) / 2, in nats ([..., V] x 2 -> [...]). Its kl_div(log p, m) is KL(m || p), so this is not the

@@ -115,7 +115,8 @@ def acceptance_vs_bias(sweeps: pd.DataFrame, stem: Path, temperature: float, x: 
         ax.plot(front[x], 100 * front["draft_acceptance_rate"], color="0.5", lw=1, label="static front", zorder=1)
         for verifier, r in g.groupby("verifier"):
             ax.scatter(r[x], 100 * r["draft_acceptance_rate"], marker=MARKERS.get(verifier, "o"),
-                       c=COLORS.get(verifier, "k"), s=28, label=METHOD_NAMES.get(verifier, verifier), zorder=2)
+                       c=COLORS.get(verifier, "k"), s=28, zorder=2,
+                       label=RULES[verifier].swept() if verifier in RULES else METHOD_NAMES.get(verifier, verifier))
         ax.set(xlabel=BIAS[x], ylabel="acceptance rate (%)", ylim=(0, 100))
         ax.grid(alpha=0.3)
     _legend(fig)
@@ -177,7 +178,7 @@ def _dev_panel(ax, s: pd.DataFrame) -> None:
     for family, f in s[~s["verifier"].isin(references)].groupby("verifier"):
         f = pd.concat([strict, f]).dropna(subset=["x"])
         colour = "0.5" if family == "fixed" else COLORS.get(family, "k")
-        name = "static" if family == "fixed" else METHOD_NAMES.get(family, family)
+        name = "static (w)" if family == "fixed" else RULES[family].swept() if family in RULES else family
         ax.scatter(f["x"], f["quality"], c=colour, s=14, marker=MARKERS.get(family, "o"),
                    label=f"{name} sweep (dev split)")
         front = pareto_front(f.assign(x=-f["x"]), "x", "quality")

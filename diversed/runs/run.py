@@ -595,6 +595,7 @@ class Run:
                 "weight_sd": statistics.pstdev(weights) if weights else math.nan,
                 "identity_gap": identity_gap(g, self.config["mixing"]),
                 "front_gap": front_gap(g),
+                "front_gap_zero": front_gap(g, biased=False),
             })
         return rows
 
@@ -622,21 +623,22 @@ def identity_gap(row: dict, mixing: str) -> float:
     return statistics.fmean(observed) - statistics.fmean(predicted) if observed else math.nan
 
 
-def front_gap(row: dict) -> float:
+def front_gap(row: dict, biased: bool = True) -> float:
     """Observed acceptance minus the static front's at the same bias, over the positions a prompt tested: a draft
     tested where the target and draft differ by TV(p, q), whose emitted token has bias b = TV(nu, p), is accepted
     with probability at most 1 - TV(p, q) + b (whatever emits nu accepts at most sum min(q, nu) <= 1 - TV(q, nu),
     and TV(q, nu) >= TV(p, q) - b); the static ensemble meets it with equality. nan without the record (FLy's
-    bias, the baselines, runs written before TV(p, q) was recorded)."""
+    bias, the baselines, runs written before TV(p, q) was recorded). biased False: the front at zero bias,
+    1 - TV(p, q), strict's acceptance (block verification and FLy, which test drafts jointly, against it)."""
     tv_pq, bias = row.get("tv_pq_per_position"), row.get("bias_tv_per_token") or []
     if not tv_pq:
         return math.nan
     observed, front, at, tested = [], [], 0, 0
     for k, n in zip(row.get("drafted", []), row.get("accepted", []), strict=True):
         for j in range(min(n + 1, k)):
-            if tested + j < len(tv_pq) and at + j < len(bias) and bias[at + j] == bias[at + j]:
+            if tested + j < len(tv_pq) and at + j < len(bias) and (not biased or bias[at + j] == bias[at + j]):
                 observed.append(float(j < n))
-                front.append(min(1.0, 1 - tv_pq[tested + j] + bias[at + j]))
+                front.append(min(1.0, 1 - tv_pq[tested + j] + (bias[at + j] if biased else 0.0)))
         at, tested = at + n + 1, tested + min(n + 1, k)
     return statistics.fmean(observed) - statistics.fmean(front) if observed else math.nan
 
