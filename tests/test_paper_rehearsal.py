@@ -124,7 +124,7 @@ def test_every_table_figure_and_the_report(rehearsal):
     claims = report.split("## Claims")[1].split("## DIVERSED heads")[0]
     assert [line for line in claims.splitlines() if line.startswith("### ")] == [
         "### T = 1", "### Transfer (at the transfer runs' temperature)"]
-    assert claims.count("| **") == 11 + 1 and all(pair in claims for pair in PAIRS)  # 11 claims at T = 1, transfer
+    assert claims.count("| **") == 14 + 1 and all(pair in claims for pair in PAIRS)  # 14 claims at T = 1, transfer
     assert "DIVERSED lies beyond the AutoJudge front" in claims
     # #47: the deviations table, generated from what ran, has a row for every step of the authors' protocol, and
     # the paper config (protocol authors) agrees on each

@@ -117,8 +117,9 @@ def diversed_at_equal_acceptance(sweep_units: pd.DataFrame, T: float):
                 continue
             q = difference(prompt_values(dyn, spec.statistic), quality, sign)
             kl = difference(line.at(a, "kl"), prompt_values(dyn, "kl"))
-            yield where, (f"quality {q.text(sign=True)} (tolerance {spec.tolerance:g}; n = {q.n} prompts), KL "
-                          f"saved {kl.text(sign=True)} nats/token"), noninferior(q, spec.tolerance)
+            saved = f"KL saved {kl.text(sign=True)} nats/token" if kl.n else "KL not finite (nu has mass p lacks)"
+            yield where, (f"quality {q.text(sign=True)} (tolerance {spec.tolerance:g}; n = {q.n} prompts), "
+                          f"{saved}"), noninferior(q, spec.tolerance)
 
 
 def beats_static(sweep_units: pd.DataFrame, T: float):
@@ -143,6 +144,8 @@ def beats_static(sweep_units: pd.DataFrame, T: float):
                     continue
                 better = 1.0 if column == spec.statistic and spec.higher_is_better else -1.0
                 e = difference(prompt_values(u, column), s, better)
+                if not e.n:  # no finite value on any prompt (KL where nu has mass p lacks)
+                    continue
                 yield (f"{pair}/{task} K={K} {label}: {loss}", f"{e.text(sign=True)} better than the static "
                        f"ensemble at acceptance {a:.3f} (n = {e.n} prompts)", superior(e), label, loss)
 
