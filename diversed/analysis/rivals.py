@@ -132,12 +132,10 @@ def beats_static(sweep_units: pd.DataFrame, T: float):
         if static is None:
             continue
         spec = metric_spec(g["metric"].iloc[0])
-        points = [(label, u) for name, line in found.items() if not name.startswith("fixed")
-                  for _, label, u in line.points[1:]]
+        points = [p for name, line in found.items() if not name.startswith("fixed") for p in line.points[1:]]
         dyn = g[g["verifier"] == "dynamic"]
-        points += [("dynamic", dyn)] if not dyn.empty else []
-        for label, u in points:
-            a = acceptance(u)
+        points += [(acceptance(dyn), "dynamic", dyn)] if not dyn.empty else []
+        for a, label, u in points:  # each point's acceptance as its line computed it
             for column, loss in [(spec.statistic, "quality"), *LOSSES.items()]:
                 s = static.at(a, column)
                 if s is None or s.empty:
