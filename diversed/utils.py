@@ -65,6 +65,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     try:
         _as_umask_allows(tmp, directory=False)
         yield tmp
+        stop_if_interrupted()
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -200,6 +201,7 @@ def atomic_dir(path: str | os.PathLike, owner: Owner) -> Iterator[Path]:
         _as_umask_allows(tmp, directory=True)
         yield tmp
         check_output(path, owner)  # again: something may have appeared there meanwhile
+        stop_if_interrupted()
         replace_dir(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -426,11 +428,48 @@ def exit_code(e: BaseException) -> int | None:
     return None
 
 
+_INTERRUPTS: list[int] = []  # the SIGINTs `guarded`'s handler received
+
+
+def _interrupt(signum, frame) -> None:
+    """SIGINT as Python handles it (KeyboardInterrupt), and remembered: code that swallows the exception (an `except
+    BaseException`, a `__del__` it was raised in, a C extension that clears it) cannot let the work go on to commit
+    (stop_if_interrupted)."""
+    _INTERRUPTS.append(signum)
+    raise KeyboardInterrupt
+
+
+def stop_if_interrupted() -> None:
+    """Raise KeyboardInterrupt if Ctrl-C came: called before anything is committed (atomic_path, atomic_dir) and as
+    each prompt ends."""
+    if _INTERRUPTS:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _remembering_interrupts() -> Iterator[None]:
+    """`_interrupt` handles SIGINT in the block, where Python's handler would (not where SIGINT is ignored, as in a
+    shell's background job)."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    signal.signal(signal.SIGINT, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _INTERRUPTS.clear()
+
+
 def guarded(fn) -> None:
     """Call fn(); a user's error or a machine's fault ends in one line on stderr and its exit code, an interrupt in
-    exit 130 (a traceback only for a bug, or with DIVERSED_TRACEBACK=1). Every entry point runs through it."""
+    exit 130 with nothing committed after it (a traceback only for a bug, or with DIVERSED_TRACEBACK=1). Every entry
+    point runs through it."""
     try:
-        fn()
+        with _remembering_interrupts():
+            fn()
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         raise SystemExit(INTERRUPTED) from None

@@ -65,10 +65,49 @@ def test_ctrl_c_exits_130_in_one_line_and_leaves_nothing(tiny_dir, tmp_path):
             assert proc.poll() is None and time.time() - t0 < 120, log.read_text()
             time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGINT)
-        assert proc.wait(timeout=60) == 130
-    text = log.read_text()
+        try:
+            rc = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            rc = "no exit within 60 s"
+    text = log.read_text(errors="replace")
+    assert rc == 130, text[-3000:]
     assert "Traceback" not in text and text.rstrip().splitlines()[-1] == "error: interrupted", text
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_ctrl_c_swallowed_by_a_library_still_stops_before_anything_is_written(tiny_dir, tmp_path, monkeypatch):
+    """A SIGINT whose KeyboardInterrupt some code swallows (here a progress-bar update that catches BaseException)
+    still ends the run at the next prompt with exit 130, and no run folder is written: with Python's own handler
+    the decode went on and wrote the run."""
+    import os
+    import signal
+
+    from tqdm.auto import tqdm
+
+    from diversed.cli import main
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(f'{{"prompt": "problem {i}: {i} + {i} ="}}\n' for i in range(12)))
+    update, calls = tqdm.update, []
+
+    def swallowing_update(self, n=1):
+        calls.append(n)
+        if len(calls) == 3:
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.5)  # the handler runs here
+            except BaseException:  # the library at fault
+                pass
+        return update(self, n)
+
+    monkeypatch.setattr(tqdm, "update", swallowing_update)
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", "--target", str(tiny_dir / "tiny-target"), "--draft", str(tiny_dir / "tiny-draft-l1"),
+              "--prompts", str(prompts), "--max-new-tokens", "16", "--out", str(tmp_path / "out")])
+    assert exit_.value.code == 130 and len(calls) == 3
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored for the rest of the process
 
 
 def test_killed_training_resumes_to_the_same_head(tiny_dir, tmp_path):

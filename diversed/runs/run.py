@@ -45,6 +45,7 @@ from diversed.utils import (
     read_json,
     read_jsonl,
     sha256_file,
+    stop_if_interrupted,
     write_json,
     write_text,
 )
@@ -274,7 +275,11 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
     started = time.time()
     with tqdm(total=len(prompts), desc=f"decode {prepared.run_id} (batch {batch_size})", unit="prompt",
               disable=not launch.progress) as bar:
-        gens = prepared(list(range(len(prompts))), batch_size, on_finish=lambda _: bar.update())
+        def finished(_: int) -> None:
+            stop_if_interrupted()
+            bar.update()
+
+        gens = prepared(list(range(len(prompts))), batch_size, on_finish=finished)
     run_dir = prepared.write(gens, target, labels, batch_size, started, warmup)
     if keep is not None:
         keep_run(run_dir, keep)
