@@ -50,13 +50,15 @@ def _pooled(metric: str, a: dict[str, np.ndarray], b: dict[str, np.ndarray] | No
     (statistics.prompt_estimate)."""
     n = len(next(iter(a.values()))) // seeds
     codes = np.tile(np.arange(n), seeds)
+    if how.get("binary") and b is not None:
+        a = a | st.discordance(a[metric], b[metric])  # as statistics.paired pairs them: by seed within a prompt
     pa, pb = st.pool_prompts(a, codes, n), None if b is None else st.pool_prompts(b, codes, n)
     return lambda floor: st.prompt_estimate(metric, pa, pb, floor=floor, **how)
 
 
-def binary(discordant: tuple[float, float]) -> Callable:
+def binary(discordant: tuple[float, float], relative: bool = False) -> Callable:
     """0/1 answers of A and B on the same prompts (B right on 70%), discordant with probabilities (A right B wrong,
-    A wrong B right): their difference is the boundary of non-inferiority at the accuracy margin."""
+    A wrong B right): their difference (or, relative, their ratio)."""
     d10, d01 = discordant
     cells = np.array([0.7 - d01, d10, d01, 0.0])
     cells[3] = 1 - cells[:3].sum()  # (A, B) = (1, 1), (1, 0), (0, 1), (0, 0)
@@ -64,8 +66,19 @@ def binary(discordant: tuple[float, float]) -> Callable:
     def draw(rng, n):
         cell = rng.choice(4, size=n, p=cells)
         return _pooled("quality", {"quality": np.isin(cell, (0, 1)).astype(float)},
-                       {"quality": np.isin(cell, (0, 2)).astype(float)}, binary=True)
+                       {"quality": np.isin(cell, (0, 2)).astype(float)}, binary=True, relative=relative)
     return draw
+
+
+def accuracy(p: float) -> Callable:
+    """One method's 0/1 answers, right with probability p on every prompt."""
+    return lambda rng, n: _pooled("quality", {"quality": (rng.random(n) < p).astype(float)}, binary=True)
+
+
+def accuracy_seeds(rng, n, seeds=3):
+    """One method's 0/1 answers on 3 seeds per prompt, the prompt's accuracy 0.05 + 0.9 Beta(2, 1) (mean 0.65)."""
+    p = np.tile(0.05 + 0.9 * rng.beta(2.0, 1.0, n), seeds)
+    return _pooled("quality", {"quality": (rng.random(len(p)) < p).astype(float)}, seeds=seeds, binary=True)
 
 
 def binary_seeds(rng, n, seeds=3):
@@ -75,6 +88,25 @@ def binary_seeds(rng, n, seeds=3):
     p = np.tile(p_b, seeds)  # [seeds * n]
     return _pooled("quality", {"quality": (rng.random(len(p)) < p - ACCURACY_MARGIN).astype(float)},
                    {"quality": (rng.random(len(p)) < p).astype(float)}, seeds=seeds, binary=True)
+
+
+def binary_seeds_alike(rng, n, seeds=3, discordant=(0.01, 0.03), relative=False):
+    """0/1 answers of 3 seeds per prompt, A's paired with B's by seed and mostly alike (T = 0.1-like): per (seed,
+    prompt) B right with the prompt's accuracy (0.05 + 0.9 Beta(2, 1)), A right B wrong 1% and A wrong B right 3%
+    of the time, so A is 0.02 below B on every prompt: few discordant answers, spread over fractions of seeds."""
+    d10, d01 = discordant
+    p = np.tile(0.05 + 0.9 * rng.beta(2.0, 1.0, n), seeds)  # [seeds * n]
+    u = rng.random(len(p))
+    b = u < p
+    a = (b & (u >= d01)) | (~b & (u < p + d10))
+    return _pooled("quality", {"quality": a.astype(float)}, {"quality": b.astype(float)}, seeds=seeds, binary=True,
+                   relative=relative)
+
+
+def retention_seeds(rng, n):
+    """binary_seeds_alike's answers, A right B wrong 0.5% and A wrong B right 4% of the time: A's accuracy over B's
+    is 0.9487 (1 - 0.035 / 0.6833, B's mean accuracy 0.05 + 0.9 x 2 / 3)."""
+    return binary_seeds_alike(rng, n, discordant=(0.005, 0.04), relative=True)
 
 
 def _acceptance_rows(rng, rate: np.ndarray, K: int = 5) -> dict[str, np.ndarray]:
@@ -158,8 +190,9 @@ def cases() -> list[Case]:
         Case("quality, 0/1 answers, many discordant (T = 1-like)", "binary",
              "B right on 70%; A right B wrong 20%, A wrong B right 22%", binary((0.20, 0.22)),
              -ACCURACY_MARGIN, lambda e: st.noninferior(e, ACCURACY_MARGIN)),
-        Case("quality, 0/1 answers, 3 seeds pooled", "mean", "prompt accuracy 0.05 + 0.9 Beta(2, 1), A 0.02 below",
-             binary_seeds, -ACCURACY_MARGIN, lambda e: st.noninferior(e, ACCURACY_MARGIN)),
+        Case("quality, 0/1 answers, 3 seeds pooled", "binary",
+             "prompt accuracy 0.05 + 0.9 Beta(2, 1), A 0.02 below, seeds of A and B drawn apart", binary_seeds,
+             -ACCURACY_MARGIN, lambda e: st.noninferior(e, ACCURACY_MARGIN)),
         Case("quality, ROUGE-like, 3 seeds pooled", "mean", "prompt level 100 Beta(2, 5) x Gamma(4) per seed",
              rouge_seeds, -ROUGE_MARGIN, lambda e: st.noninferior(e, ROUGE_MARGIN)),
         Case("fidelity (log p per token)", "ratio", "heavy-tailed tokens (t with 3 df), prompts of unequal length",
@@ -172,29 +205,46 @@ def cases() -> list[Case]:
              speedup, 1.0, lambda e: st.superior(e, 1.0)),
         Case("acceptance identity (equivalence)", "mean", f"binomial per-prompt gaps, acceptance Beta{SKEWED}",
              identity_gap, IDENTITY_MARGIN, lambda e: st.equivalent(e, IDENTITY_MARGIN)),
+        # calibrate seeds the draws of each case by its position here: append new cases, never insert
+        Case("quality, 0/1 answers, 3 seeds pooled, A and B alike", "binary",
+             "prompt accuracy 0.05 + 0.9 Beta(2, 1); per seed A right B wrong 1%, A wrong B right 3%",
+             binary_seeds_alike, -ACCURACY_MARGIN, lambda e: st.noninferior(e, ACCURACY_MARGIN)),
+        Case("accuracy, one method, 0/1 answers", "binary", "right with probability 0.02", accuracy(0.02), 0.02),
+        Case("accuracy, one method, 0/1 answers", "binary", "right with probability 0.7", accuracy(0.7), 0.7),
+        Case("accuracy, one method, 3 seeds pooled", "binary", "prompt accuracy 0.05 + 0.9 Beta(2, 1)",
+             accuracy_seeds, 0.65),
+        Case("retention (A / B), 0/1 answers", "binary", "B right on 70%; A right B wrong 0.5%, A wrong B right 4%",
+             binary((0.005, 0.04), relative=True), 0.665 / 0.7),
+        Case("retention (A / B), 0/1 answers, 3 seeds pooled, A and B alike", "binary",
+             "prompt accuracy 0.05 + 0.9 Beta(2, 1); per seed A right B wrong 0.5%, A wrong B right 4%",
+             retention_seeds, 1 - 0.035 / (0.05 + 0.9 * 2 / 3)),
     ]
 
 
 def calibrate(grid=GRID, runs: int = RUNS, seed: int = 0, only: list[Case] | None = None,
               floor: bool = True) -> pd.DataFrame:
     """One row per (case, n): the false "holds" rate (nan for an interval without a test), the interval's coverage
-    and how often an interval was given at all, over `runs` seeded simulated reproductions; floor False gives every
-    n its test and interval (to find the minima), True as the report does (none below statistics.MIN_PROMPTS)."""
+    and how often an interval was given, over `runs` seeded simulated reproductions; floor False gives every
+    n its test and interval (to find the minima), True as the report does (none below statistics.MIN_PROMPTS).
+    intervals: the share of the estimates with a value that have an interval (a ratio whose denominator is 0 has
+    neither)."""
     rows = []
     for i, case in enumerate(only or cases()):
         for n in grid:
             rng = np.random.default_rng([seed, i, n])
-            holds = covered = given = 0
+            holds = covered = given = known = 0
             for _ in range(runs):
                 e = case.draw(rng, n)(floor)
                 if case.test is not None and case.test(e).verdict() == st.HOLDS:
                     holds += 1
+                known += e.known
                 if np.isfinite(e.low):
                     given += 1
                     covered += e.low <= case.truth <= e.high
             rows.append({"case": case.name, "kind": case.kind, "n": n, "runs": runs, "data": case.data,
                          "false_holds": holds / runs if case.test is not None else np.nan,
-                         "coverage": covered / given if given else np.nan, "intervals": given / runs})
+                         "coverage": covered / given if given else np.nan,
+                         "intervals": given / known if known else np.nan})
     return pd.DataFrame(rows)
 
 

@@ -15,6 +15,9 @@ A paired comparison of methods A and B on the same prompts is a difference (A - 
 Every interval is a t-interval over the n prompts (n - 1 degrees of freedom): for a mean, of its per-prompt values;
 for a ratio of totals, a difference of two or a ratio of two (on the log scale, exponentiated), with the jackknife's
 standard error over prompts (each prompt left out in turn: numerator and denominator of a prompt leave together).
+0/1 answers (accuracy, pass@1) have their own: one method's accuracy an exact (Clopper-Pearson) interval, a paired
+difference Tango's score interval and a retention (ratio) Tang, Tang and Chan's, a prompt's seeds counting as
+fractions (`discordance`).
 Below the fewest prompts on which the simulations of diversed.calibration find a kind's tests and intervals
 calibrated (MIN_PROMPTS), an estimate is descriptive: a value, no interval, no test, and the reason said.
 
@@ -82,7 +85,8 @@ class Estimate:
     n: int
     se: float = math.nan
     log: bool = False
-    discordant: tuple[int, int] | None = None  # paired 0/1 answers: prompts (A right B wrong, A wrong B right)
+    # paired 0/1 answers: prompts (A right B wrong, A wrong B right), each prompt's seeds counting as its fraction
+    discordant: tuple[float, float] | None = None
     missing: int = 0  # prompts left out for want of a value (a NaN quality, an unrecorded per-token list)
     minimum: int = 2  # the fewest prompts its kind is tested on (MIN_PROMPTS): below them, descriptive
 
@@ -125,11 +129,17 @@ class Estimate:
         return float(stats.t.cdf(self._t(threshold), self.n - 1))
 
     def text(self, scale: float = 1.0, digits: int = 3, sign: bool = False) -> str:
-        """'value ± half' (the half-width of the 95% interval), '–' when unknown."""
+        """'value ± half' (the half-width of the 95% interval), or 'value [low, high]' where the interval is not
+        symmetric at the digits shown (a ratio's, a score interval's); '–' when unknown."""
         if not self.known:
             return "–"
         value = f"{self.value * scale:{'+' if sign else ''}.{digits}f}"
-        return value if math.isnan(self.half) else f"{value} ± {self.half * scale:.{digits}f}"
+        if math.isnan(self.half):
+            return value
+        up, down = (self.high - self.value) * scale, (self.value - self.low) * scale
+        if abs(up - down) >= 10 ** -digits:
+            return f"{value} [{self.low * scale:.{digits}f}, {self.high * scale:.{digits}f}]"
+        return f"{value} ± {self.half * scale:.{digits}f}"
 
 
 NONE = Estimate(math.nan, math.nan, math.nan, 0)
@@ -196,10 +206,13 @@ def tango_z(a: int, b: int, n: int, delta: float) -> float:
     return diff / math.sqrt(var)
 
 
-def tango_estimate(a: int, b: int, n: int, se: float) -> Estimate:
+def tango_estimate(a: float, b: float, n: int, se: float) -> Estimate:
     """The paired difference of 0/1 answers (a - b) / n with Tango's score interval (the deltas its two one-sided
     tests at ALPHA / 2 do not reject) and the discordant counts its tests use; se: the t-interval's, for planning
-    (needed_prompts)."""
+    (needed_prompts). With several seeds a prompt's counts are the fractions of its seeds (`discordance`): the
+    variance Tango's test assumes for one answer per prompt bounds that of a mean over seeds (the mean of m
+    exchangeable differences varies no more than one of them), so the test stays at or below its level however
+    alike the seeds are, and is Tango's own when they agree."""
     z = stats.norm.isf(ALPHA / 2)
     edge = 1 - 1e-9
 
@@ -211,6 +224,70 @@ def tango_estimate(a: int, b: int, n: int, se: float) -> Estimate:
         return float(optimize.brentq(f, min(value, outside), max(value, outside), xtol=1e-10))
 
     return Estimate((a - b) / n, bound(z, -edge), bound(-z, edge), n, se, discordant=(a, b))
+
+
+CELLS = ("a_only", "b_only", "both")  # per (seed, prompt) of paired 0/1 answers: A right B wrong, A wrong B right,
+# both right; pooled over a prompt's seeds, the fractions of its seeds in each
+
+
+def discordance(x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
+    """The CELLS columns of paired 0/1 answers x (A) and y (B), one per (seed, prompt) unit, nan where either is
+    missing; none ({}) when some answer is neither 0 nor 1."""
+    known = np.isfinite(x) & np.isfinite(y)
+    if not np.isin(x[known], (0, 1)).all() or not np.isin(y[known], (0, 1)).all():
+        return {}
+    with np.errstate(invalid="ignore"):
+        cells = (x * (1 - y), (1 - x) * y, x * y)
+    return {c: np.where(known, v, np.nan) for c, v in zip(CELLS, cells, strict=True)}
+
+
+def ratio_score_z(a: float, b: float, both: float, n: int, theta: float) -> float:
+    """Tang, Tang and Chan's (2003) score statistic for a ratio of paired proportions: n pairs, a A-right-B-wrong, b
+    A-wrong-B-right, `both` both right; H0: P(A right) / P(B right) = theta. Z = (a + both - theta (b + both)) /
+    sqrt(n (1 + theta) u + (a + b + both)(theta - 1)), u the maximum-likelihood P(A wrong, B right) under H0, the
+    root of n (1 + theta) u^2 + B u + C = 0 with B = (both + b) theta^2 - (both + a + 2 b), C = b (1 - theta)(a +
+    b + both) / n (tests/test_statistics.py checks it against a numerical maximisation). Z = 0 where H0 leaves no
+    variance and no difference."""
+    A, B = n * (1 + theta), (both + b) * theta ** 2 - (both + a + 2 * b)
+    C = b * (1 - theta) * (a + b + both) / n
+    u = (-B + math.sqrt(max(B * B - 4 * A * C, 0.0))) / (2 * A)
+    var = n * (1 + theta) * u + (a + b + both) * (theta - 1)
+    diff = a + both - theta * (b + both)
+    if var <= 1e-12:
+        return 0.0 if abs(diff) < 1e-12 else math.copysign(math.inf, diff)
+    return diff / math.sqrt(var)
+
+
+def ratio_score_estimate(a: float, b: float, both: float, n: int) -> Estimate:
+    """P(A right) / P(B right) of paired 0/1 answers, (a + both) / (b + both), with the score interval of Tang, Tang
+    and Chan (the thetas their two one-sided tests at ALPHA / 2 do not reject). Identical answers keep a width (36
+    right of 51 on both sides: [0.904, 1.107]), where a jackknife without spread had none."""
+    if b + both <= 0:
+        return Estimate(math.nan, math.nan, math.nan, n)
+    value, z = (a + both) / (b + both), stats.norm.isf(ALPHA / 2)
+
+    def bound(target: float, outside: float) -> float:
+        f = lambda t: ratio_score_z(a, b, both, n, t) - target  # noqa: E731  decreasing in theta
+        lo, hi = min(value, outside), max(value, outside)
+        if lo == hi or f(lo) * f(hi) > 0:
+            return outside
+        return float(optimize.brentq(f, lo, hi, xtol=1e-10))
+
+    return Estimate(value, bound(z, 1e-9) if value > 0 else 0.0, bound(-z, 1e9), n)
+
+
+def proportion_estimate(x: np.ndarray) -> Estimate:
+    """The mean of per-prompt fractions of 0/1 answers (a prompt's seeds pooled) with the Clopper-Pearson interval
+    of its sum over n prompts: exact for one answer per prompt, and wider than needed for several (a mean of a
+    prompt's seeds varies no more than one answer). The t-interval it replaces covered 64% at an accuracy of 0.02
+    on 51 prompts."""
+    n, k = len(x), float(np.sum(x))
+    if n == 0:
+        return NONE
+    low = float(stats.beta.ppf(ALPHA / 2, k, n - k + 1)) if k > 0 else 0.0
+    high = float(stats.beta.isf(ALPHA / 2, k + 1, n - k)) if k < n else 1.0
+    se = float(np.std(x, ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+    return Estimate(k / n, low, high, n, se)
 
 
 def pool_seeds(units: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -243,21 +320,25 @@ def pool_prompts(values: dict[str, np.ndarray], codes: np.ndarray, prompts: int)
 
 def prompt_estimate(metric: str, a: dict[str, np.ndarray], b: dict[str, np.ndarray] | None = None,
                     relative: bool = False, binary: bool = False, floor: bool = True) -> Estimate:
-    """metric over per-prompt columns a (or A - B, A / B when relative, with b; binary: A - B of 0/1 answers on
-    their discordant prompts, where every value is 0 or 1). Below its kind's MIN_PROMPTS the estimate has no
+    """metric over per-prompt columns a (or A - B, A / B when relative, with b). binary, for 0/1 answers: one
+    method's accuracy with its exact interval (proportion_estimate); A - B on the discordant prompts
+    (tango_estimate) and A / B by the score interval (ratio_score_estimate), both read from a's CELLS columns (the
+    fractions of each prompt's seeds, statistics.discordance). Below its kind's MIN_PROMPTS the estimate has no
     interval and no test (floor False: it keeps them, for the calibration that finds the minima)."""
     kind = METRICS[metric]
     sides = [a] if b is None else [a, b]
-    ok = np.logical_and.reduce([np.isfinite(side[c]) for side in sides for c in (kind or [metric])])  # [prompts]
+    binary = binary and (all(c in a for c in CELLS) if b is not None else
+                         kind is None and bool(np.all((a[metric] >= 0) & (a[metric] <= 1) | np.isnan(a[metric]))))
+    cols = [*(kind or [metric]), *(c for c in CELLS if binary and b is not None)]  # a prompt needs each, on both sides
+    ok = np.logical_and.reduce([np.isfinite(side[c]) for side in sides for c in cols if c in side])  # [prompts]
     missing = int((~ok).sum())
     if not ok.any():
         return dataclasses.replace(NONE, missing=missing)
     a, b = ({c: v[ok] for c, v in side.items()} for side in (a, b or a))
-    if kind is None and not relative:
+    if binary:
+        e = _binary_estimate(metric, a, b if len(sides) == 2 else None, relative)
+    elif kind is None and not relative:
         e = mean_estimate(a[metric] if len(sides) == 1 else a[metric] - b[metric])
-        x, y = a[metric], b[metric]
-        if binary and len(sides) == 2 and e.n >= 2 and np.isin(x, (0, 1)).all() and np.isin(y, (0, 1)).all():
-            e = tango_estimate(int(((x == 1) & (y == 0)).sum()), int(((x == 0) & (y == 1)).sum()), e.n, e.se)
     else:  # a ratio of totals; a mean's relative comparison is the ratio of totals over one unit per prompt
         y, x = kind or (metric, "one")
         a, b = ({"one": np.ones(int(ok.sum()))} | side for side in (a, b))
@@ -270,28 +351,43 @@ def prompt_estimate(metric: str, a: dict[str, np.ndarray], b: dict[str, np.ndarr
                 ra, rb = np.float64(ra), np.float64(rb)  # a zero total gives inf or nan (no interval), not an error
                 e = (jackknife_estimate(float(ra / rb), la / lb, log=True) if relative
                      else jackknife_estimate(float(ra - rb), la - lb))
-    kind = "binary" if e.discordant is not None else "ratio" if kind or relative else "mean"
+    kind = "binary" if binary else "ratio" if kind or relative else "mean"
     e = dataclasses.replace(e, missing=missing, minimum=MIN_PROMPTS[kind])
     if floor and e.n < e.minimum:
         e = dataclasses.replace(e, low=math.nan, high=math.nan)
     return e
 
 
-def estimate(units: pd.DataFrame, metric: str) -> Estimate:
+def _binary_estimate(metric: str, a: dict[str, np.ndarray], b: dict[str, np.ndarray] | None,
+                     relative: bool) -> Estimate:
+    """prompt_estimate's 0/1 answers (a: one method's, or a with the CELLS of A against B)."""
+    if b is None:
+        return proportion_estimate(a[metric])
+    only_a, only_b, both = (float(a[c].sum()) for c in CELLS)
+    n = len(a[metric])
+    if relative:
+        return ratio_score_estimate(only_a, only_b, both, n)
+    se = mean_estimate(a[metric] - b[metric]).se  # the t-interval's, for planning (needed_prompts)
+    return tango_estimate(only_a, only_b, n, se)
+
+
+def estimate(units: pd.DataFrame, metric: str, binary: bool = False) -> Estimate:
     """A metric of one method over its units (rows of the prompt table: (seed, prompt), any seeds), seeds pooled
-    within each prompt first."""
+    within each prompt first. binary: a 0/1 metric (tasks' Metric.binary), whose interval is exact where every
+    answer is 0 or 1 (proportion_estimate)."""
     if units.empty:
         return NONE
     codes, prompts = pd.factorize(units["prompt"])
     values = {c: units[c].to_numpy(dtype=float) for c in _columns(metric)}
-    return prompt_estimate(metric, pool_prompts(values, codes, len(prompts)))
+    binary = binary and bool(discordance(values[metric], values[metric])) if metric in values else False
+    return prompt_estimate(metric, pool_prompts(values, codes, len(prompts)), binary=binary)
 
 
 def paired(a: pd.DataFrame, b: pd.DataFrame, metric: str, relative: bool = False, binary: bool = False) -> Estimate:
     """metric(A) - metric(B) over the (seed, prompt) units both decoded, seeds pooled within each prompt
     (relative: the ratio metric(A) / metric(B), e.g. a speedup from tokens/s). Each side holds at most one row
-    per (seed, prompt). binary: a 0/1 metric (tasks' Metric.binary); where every prompt's pooled value is 0 or 1
-    the difference is tested on the discordant prompts (tango_estimate)."""
+    per (seed, prompt). binary: a 0/1 metric (tasks' Metric.binary); where every answer is 0 or 1 the difference
+    is tested on the discordant prompts (tango_estimate), A's and B's answers paired by seed within a prompt."""
     if a.empty or b.empty:
         return NONE
     codes, prompts = pd.factorize(pd.concat([a["prompt"], b["prompt"]], ignore_index=True))
@@ -306,28 +402,42 @@ def paired(a: pd.DataFrame, b: pd.DataFrame, metric: str, relative: bool = False
     if not len(ia):
         return NONE
     common, n = np.unique(codes[:len(a)][ia], return_inverse=True)  # the prompts both decoded, renumbered
-    cols = _columns(metric)
-    pa = pool_prompts({c: a[c].to_numpy(dtype=float)[ia] for c in cols}, n, len(common))
-    pb = pool_prompts({c: b[c].to_numpy(dtype=float)[ib] for c in cols}, n, len(common))
+    ua = {c: a[c].to_numpy(dtype=float)[ia] for c in _columns(metric)}  # [units both decoded]
+    ub = {c: b[c].to_numpy(dtype=float)[ib] for c in _columns(metric)}
+    if binary:
+        ua |= discordance(ua[metric], ub[metric])
+    pa, pb = pool_prompts(ua, n, len(common)), pool_prompts(ub, n, len(common))
     return prompt_estimate(metric, pa, pb, relative, binary)
 
 
 def needed_prompts(e: Estimate, margin: float, sides: int = 1, family: int = 1) -> int | None:
     """Prompts a non-inferiority test (sides 1) or an equivalence test (sides 2: both one-sided tests must reject,
     each with power 1 - (1 - POWER) / 2) with this margin needs for 80% power when the true difference is 0, at
-    the spread of the per-prompt values behind e (sd = se x sqrt(n)); None when unknown. family: the settings of a
-    claim whose "holds" Holm adjusts, planned at Holm's strictest step (level ALPHA / 2 / family)."""
-    if not (e.n >= 2 and e.se > 0 and margin > 0):
+    the spread behind e (`planned_prompts`); None when unknown. family: the settings of a claim whose "holds" Holm
+    adjusts, planned at Holm's strictest step (level ALPHA / 2 / family)."""
+    if not (e.n >= 2 and margin > 0):
         return None
-    return planned_prompts(e.se * math.sqrt(e.n), margin, sides, family)
+    if e.discordant is not None:
+        return planned_prompts(sum(e.discordant) / e.n, margin, sides, family, binary=True)
+    return planned_prompts(e.se * math.sqrt(e.n), margin, sides, family) if e.se > 0 else None
 
 
-def planned_prompts(sd: float, margin: float, sides: int = 1, family: int = 1) -> int:
-    """needed_prompts from the per-prompt standard deviation: Guenther's closed form for the one-sample t-test, n =
-    ((z_a + z_b) sd / margin)^2 + z_a^2 / 2, which rounds up to statsmodels' TTestPower solution wherever the
-    margin is under 0.6 sd (tests/test_statistics.py), without its root finding."""
+def planned_prompts(spread: float, margin: float, sides: int = 1, family: int = 1, binary: bool = False) -> int:
+    """needed_prompts from the per-prompt spread. A mean (spread: the per-prompt standard deviation): Guenther's
+    closed form for the one-sample t-test, n = ((z_a + z_b) sd / margin)^2 + z_a^2 / 2, which rounds up to
+    statsmodels' TTestPower solution wherever the margin is under 0.6 sd (tests/test_statistics.py). Paired 0/1
+    answers tested by Tango's test (binary; spread: the fraction of discordant prompts psi): n = ((z_a sqrt(v0) +
+    z_b sqrt(psi)) / margin)^2, v0 the variance per prompt Tango's test assumes at the margin for expected counts
+    psi / 2 each way (Nam's 1997 formula: with psi = 0 it is the n from which no discordant prompt holds)."""
     z_a, z_b = stats.norm.isf(ALPHA / 2 / family), stats.norm.isf((1 - POWER) / sides)
-    return math.ceil(((z_a + z_b) * sd / margin) ** 2 + z_a ** 2 / 2)
+    if not binary:
+        return math.ceil(((z_a + z_b) * spread / margin) ** 2 + z_a ** 2 / 2)
+    d = -margin
+    B = spread / 2 * (1 + d) + spread / 2 * (1 - d) - 2 * d  # tango_z's B and C for one prompt's expected counts
+    C = spread / 2 * d * (1 - d)
+    u = (B + math.sqrt(max(B * B + 8 * C, 0.0))) / 4
+    v0 = max(2 * u + d * (1 - d), 0.0)
+    return math.ceil(((z_a * math.sqrt(v0) + z_b * math.sqrt(spread)) / margin) ** 2)
 
 
 def resolvable_margin(e: Estimate) -> float:
@@ -339,6 +449,7 @@ def resolvable_margin(e: Estimate) -> float:
 
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
+NOT_TESTED = "not tested"  # how the reason of a setting that has no test begins (it counts in no family)
 IF_NULL = "if the true difference is 0"  # the assumption of every power statement
 
 
@@ -351,7 +462,8 @@ class Test:
     p_against: float = math.nan
     why: str = ""  # e.g. "underpowered: n = 60, needs ≈ 900"
     need: int | None = None  # the prompts an underpowered margin needs
-    plans: tuple[tuple[float, float, int], ...] = ()  # (sd, margin, sides) behind each "underpowered" in why
+    plans: tuple[tuple[float, float, int, bool], ...] = ()  # planned_prompts' (spread, margin, sides, binary)
+    # behind each "underpowered" in why
 
     def verdict(self, p_adjusted: float | None = None, against_adjusted: float | None = None) -> str:
         """holds when p (or its family-adjusted value) is below ALPHA / 2, fails when p_against (or its adjusted
@@ -368,7 +480,7 @@ class Test:
         """The power statements planned for a Holm-adjusted "holds" over `family` settings (needed_prompts)."""
         if family < 2 or not self.plans:
             return self
-        needs = [planned_prompts(*plan, family=family) for plan in self.plans]
+        needs = [planned_prompts(spread, margin, sides, family, binary) for spread, margin, sides, binary in self.plans]
         each = iter(needs)
         why = re.sub(r"needs ≈ \d+", lambda _: f"needs ≈ {next(each)}", self.why)
         return dataclasses.replace(self, why=why, need=max(needs))
@@ -414,8 +526,10 @@ def _powered(test: Test, e: Estimate, margin: float, sides: int = 1) -> Test:
     if not e.testable:
         return Test(test.p, test.p_against, untestable(e))
     if need is not None and need > e.n:
+        binary = e.discordant is not None
+        spread = sum(e.discordant) / e.n if binary else e.se * math.sqrt(e.n)
         return Test(test.p, test.p_against, f"underpowered: n = {e.n}, needs ≈ {need} {IF_NULL}", need,
-                    ((e.se * math.sqrt(e.n), margin, sides),))
+                    ((spread, margin, sides, binary),))
     return test
 
 

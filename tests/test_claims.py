@@ -117,6 +117,19 @@ def test_beyond_a_front_the_sweep_kept_strict_names_sd():
     assert beyond_front(lenient.assign(knob=0.5), 1.0, "lenient").settings[0].name.endswith("DIVERSED - lenient")
 
 
+def test_beyond_a_front_the_sweep_kept_strict_is_not_tested():
+    """#48, 3: where a family's dev sweep kept strict, its eval runs are SD's, and "DIVERSED lies beyond the fixed w
+    front" held on DIVERSED against SD. That setting is now not tested, says why, and does not widen the family."""
+    rows = units({"strict": (0.2, 0.5, 1), "dynamic": (0.8, 0.5, 1), "fixed": (0.2, 0.5, 1)})
+    rows["knob"] = math.nan
+    assert not math.isnan(beyond_front(rows, 1.0).settings[0].test.p)  # the fixed w at w < 1: tested
+    rows.loc[rows["method"] == "fixed", "weight"] = 1.0
+    claim = beyond_front(rows, 1.0)
+    assert claim.verdict == INCONCLUSIVE and claim.settings[0].verdict == INCONCLUSIVE
+    assert claim.settings[0].test.why == "not tested: the dev sweep kept strict for fixed w, so its runs are SD's"
+    assert "not tested: the dev sweep kept strict" in claim.summary
+
+
 def test_claims_are_tested_per_temperature_and_report_m_of_M_settings():
     levels = {"strict": (0.2, 0.5, 1), "dynamic": (0.6, 0.5, 1)}
     rows = pd.concat([units(levels, tasks=("arith", "open"), T=1.0),

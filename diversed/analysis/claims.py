@@ -65,8 +65,9 @@ class Claim:
         p-value."""
         side = "p_against" if self.every else "p"
         if not self.every:  # its "holds" is Holm-adjusted: so are the prompts an underpowered setting needs
+            family = sum(not s.test.why.startswith(statistics.NOT_TESTED) for s in self.settings)
             for s in self.settings:
-                s.test = s.test.in_family(len(self.settings))
+                s.test = s.test.in_family(family)
         adjusted = statistics.holm([getattr(s.test, side) for s in self.settings])
         for s, adj in zip(self.settings, adjusted, strict=True):
             adj = None if math.isnan(adj) else adj
@@ -335,11 +336,14 @@ def beyond_front(units: pd.DataFrame, T: float, family: str = "fixed") -> Claim:
         a = statistics.paired(dyn, other, "draft_acceptance_rate")
         q = quality_gain(dyn, other)
         tol = tolerance_of(dyn)
-        kept = kept_strict(other, family)
+        test = both(superior(a), noninferior(q, tol))
+        if kept_strict(other, family):  # its eval runs are SD's: a verdict would be about SD, not the family
+            test = Test(math.nan, math.nan, f"{statistics.NOT_TESTED}: the dev sweep kept strict for {name}, so "
+                        "its runs are SD's")
         settings.append(Setting(f"{pair}/{task} K={K} DIVERSED - " + (f"SD (the dev sweep kept strict for {name})"
-                                                                       if kept else name),
+                                                                       if kept_strict(other, family) else name),
                                 f"acceptance {a.text(sign=True)} ({n_text(a)}), quality {q.text(sign=True)} "
-                                f"(tolerance {tol:g}; {n_text(q)})", both(superior(a), noninferior(q, tol))))
+                                f"(tolerance {tol:g}; {n_text(q)})", test))
     if family == "fixed":
         return Claim("DIVERSED lies beyond the static front on some task (more acceptance than the fixed w at "
                      "non-inferior quality)", T, False, settings)

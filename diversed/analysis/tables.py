@@ -179,7 +179,7 @@ def quality(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> Estimate:
     if spec.corpus:
         q = runs.loc[runs["run_id"].isin(units["run_id"]), "quality"] if runs is not None else pd.Series([])
         return Estimate(float(q.mean()), float("nan"), float("nan"), units["prompt"].nunique()) if len(q) else NONE
-    return statistics.estimate(units, spec.statistic)
+    return statistics.estimate(units, spec.statistic, binary=spec.binary)
 
 
 def quality_scale(metric: str) -> tuple[float, int]:
@@ -368,7 +368,7 @@ def retention_table(units: pd.DataFrame) -> pd.DataFrame:
         if target.empty or spec.fidelity or spec.corpus:
             continue
         scale, digits = quality_scale(spec.name)
-        kept = statistics.paired(m, target, spec.statistic, relative=True)
+        kept = statistics.paired(m, target, spec.statistic, relative=True, binary=spec.binary)
         gain = statistics.quality_gain(m, target, spec)
         length = statistics.paired(m, target, "length", relative=True)
         q99 = kept.known and kept.value >= Q99 and statistics.noninferior(gain, spec.tolerance).verdict() == \
