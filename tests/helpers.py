@@ -178,6 +178,32 @@ def workflow_copy(tmp: Path, whole: bool = False) -> Path:
 ENV = os.environ | {"WANDB_MODE": "disabled", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
 
+def _sigint_handler_address() -> bytes:
+    """The OS's SIGINT handler of this process (sigaction's sa_handler, the first field on Linux)."""
+    import ctypes
+
+    buf = ctypes.create_string_buffer(256)  # struct sigaction fits
+    ctypes.CDLL(None).sigaction(signal.SIGINT, None, buf)
+    return buf.raw[:ctypes.sizeof(ctypes.c_void_p)]
+
+
+def sigint_as_a_terminal_has_it() -> str:
+    """Give this process SIGINT as a terminal's foreground job has it (Python's handler, installed at the OS, and
+    the signal unblocked), as its children inherit it; returns what was different, "" when nothing was. Under the
+    whole suite one xdist worker once let neither an in-process SIGINT nor its child's reach Python's handler."""
+    found = []
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        found.append(f"Python's SIGINT handler was {signal.getsignal(signal.SIGINT)!r}")
+    if signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []):
+        found.append("SIGINT was blocked")
+    before = _sigint_handler_address()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if _sigint_handler_address() != before:
+        found.append(f"the OS's SIGINT handler was another ({before.hex()})")
+    return "; ".join(found)
+
+
 def start(args: list[str], cwd: Path | None = None, stderr=subprocess.PIPE) -> subprocess.Popen:
     return subprocess.Popen(args, cwd=cwd, env=ENV, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
 

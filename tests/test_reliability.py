@@ -9,11 +9,12 @@ import random
 import re
 import subprocess
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import ENV, kill_when, start
+from helpers import ENV, kill_when, sigint_as_a_terminal_has_it, start
 
 pytestmark = pytest.mark.slow  # kills subprocesses
 
@@ -53,6 +54,8 @@ def test_ctrl_c_exits_130_in_one_line_and_leaves_nothing(tiny_dir, tmp_path):
     import os
     import signal
 
+    if found := sigint_as_a_terminal_has_it():
+        warnings.warn(f"before the Ctrl-C test: {found}", stacklevel=1)
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(f'{{"prompt": "problem {i}: {i} + {i} ="}}\n' for i in range(60)))
     log = tmp_path / "stderr.log"
@@ -87,6 +90,8 @@ def test_ctrl_c_swallowed_by_a_library_still_stops_before_anything_is_written(ti
 
     from diversed.cli import main
 
+    if found := sigint_as_a_terminal_has_it():
+        warnings.warn(f"before the swallowed Ctrl-C test: {found}", stacklevel=1)
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(f'{{"prompt": "problem {i}: {i} + {i} ="}}\n' for i in range(12)))
     update, calls = tqdm.update, []
