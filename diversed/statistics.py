@@ -514,8 +514,10 @@ def noninferior(e: Estimate, margin: float) -> Test:
 
 
 def equivalent(e: Estimate, margin: float) -> Test:
-    """|A - B| < margin (two one-sided tests); fails when the interval lies wholly outside +-margin."""
-    test = Test(max(e.p_above(-margin), e.p_below(margin)), min(e.p_below(-margin), e.p_above(margin)))
+    """|A - B| < margin (two one-sided tests); fails when the interval lies wholly outside +-margin, on either side:
+    the smaller of its two p-values doubled (Bonferroni), so that "fails" too stays at ALPHA / 2."""
+    against = min(e.p_below(-margin), e.p_above(margin))
+    test = Test(max(e.p_above(-margin), e.p_below(margin)), min(1.0, 2 * against))
     return _powered(test, e, margin, sides=2)
 
 
@@ -546,12 +548,13 @@ def differ(samples: list[np.ndarray], what: str = "group") -> Test:
 
 def both(*tests: Test) -> Test:
     """An intersection-union test: every part must hold (p = the largest p, nan when any part has none: an
-    untested part is no evidence); it fails when any part fails."""
+    untested part is no evidence); it fails when any part fails, Holm-adjusted over the parts (the smallest
+    p_against times their number: unadjusted, two parts on their boundaries failed 5% of the time)."""
     open_ = [t for t in tests if t.why and t.verdict() == INCONCLUSIVE]
     need = max((t.need for t in open_ if t.need), default=None)
     p = [t.p for t in tests]
     against = [t.p_against for t in tests if not math.isnan(t.p_against)]
-    return Test(math.nan if any(math.isnan(x) for x in p) else max(p), min(against, default=math.nan),
+    return Test(math.nan if any(math.isnan(x) for x in p) else max(p), min(holm(against), default=math.nan),
                 "; ".join(t.why for t in open_), need, tuple(plan for t in open_ for plan in t.plans))
 
 

@@ -421,3 +421,39 @@ def test_a_some_setting_claim_plans_its_prompts_at_holms_level():
                for s in some.settings)
     assert all(s.test.need == test.need for s in every.settings)
     assert f"needs ≈ {need3}" in some.summary
+
+
+def test_the_reports_claims_hold_falsely_at_most_at_the_level_together():
+    """#48, 4: 22 claims, each at 2.5% alone, held falsely somewhere in the report far more often than 2.5%; with
+    their "holds" Holm-adjusted over the report (familywise), any false "holds" stays at the level."""
+    from diversed.analysis.claims import familywise
+
+    rng = np.random.default_rng(48)
+
+    def report():
+        return [Claim(f"claim {i}", 1.0, bool(i % 2), [Setting("s", "", st.Test(p, 1 - p)) for p in rng.random(2)])
+                for i in range(22)]  # no effect anywhere: every p uniform
+    alone = np.mean([any(c.alone == HOLDS for c in report()) for _ in range(2000)])
+    together = np.mean([any(c.verdict == HOLDS for c in familywise(report())) for _ in range(2000)])
+    assert alone > 0.2 and together <= 0.03, (alone, together)
+
+
+def test_a_claim_that_holds_alone_but_not_over_the_report_says_so():
+    from diversed.analysis.claims import familywise
+
+    strong = Claim("strong", 1.0, True, [Setting("s", "", st.Test(1e-6, 1.0))])
+    weak = Claim("weak", 1.0, True, [Setting("s", "", st.Test(0.02, 0.98))])
+    others = [Claim(f"null {i}", 1.0, True, [Setting("s", "", st.Test(0.5, 0.5))]) for i in range(3)]
+    familywise([strong, weak, *others])
+    assert strong.verdict == HOLDS and weak.alone == HOLDS and weak.verdict == INCONCLUSIVE
+    assert "holds alone, not over the report's 5 claims: Holm-adjusted p = 0.08" in weak.summary
+
+
+def test_a_joint_claim_fails_at_most_at_its_level():
+    """#48, 5: a setting that needs two parts (more acceptance and quality within the tolerance) failed when either
+    part's "fails" p-value, unadjusted, was below 2.5%: 5% of the time with both parts on their boundaries. Holm
+    over the parts keeps it at 2.5%."""
+    rng = np.random.default_rng(5)
+    fails = np.mean([st.both(*(st.Test(p, q) for p, q in zip(1 - u, u, strict=True))).verdict() == st.FAILS
+                     for u in rng.random((8000, 2))])
+    assert fails <= 0.03, fails

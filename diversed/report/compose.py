@@ -73,8 +73,11 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Pa
               "Each claim of the paper this run can test, at each temperature, over the settings it covers. A "
               "setting's verdict is a one-sided test at 2.5% on paired differences over the same prompts: "
               "superiority, or non-inferiority for quality within a task's tolerance (the interval's lower bound "
-              "above minus the tolerance), Holm-adjusted within the claim; an inconclusive one says why, with the "
-              "prompts its margin would need when it is underpowered.", "", markdown(found), ""]
+              "above minus the tolerance). A claim about every setting holds when each does (no adjustment) and "
+              "fails when one does (Holm over its settings); a claim about some setting the other way round. A "
+              "claim's \"holds\" is then Holm-adjusted over the report's claims (the records check aside), so that "
+              "the chance of any false \"holds\" in this report stays at 2.5%. An inconclusive one says why, with "
+              "the prompts its margin would need when it is underpowered.", "", markdown(found), ""]
     head_table = heads(trained)
     if len(head_table):
         collapsed = head_table[head_table["collapsed"] != "no"]
