@@ -230,11 +230,16 @@ CELLS = ("a_only", "b_only", "both")  # per (seed, prompt) of paired 0/1 answers
 # both right; pooled over a prompt's seeds, the fractions of its seeds in each
 
 
+def zero_one(x: np.ndarray) -> bool:
+    """Whether every known value is 0 or 1."""
+    return bool(np.isin(x[np.isfinite(x)], (0, 1)).all())
+
+
 def discordance(x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
     """The CELLS columns of paired 0/1 answers x (A) and y (B), one per (seed, prompt) unit, nan where either is
     missing; none ({}) when some answer is neither 0 nor 1."""
     known = np.isfinite(x) & np.isfinite(y)
-    if not np.isin(x[known], (0, 1)).all() or not np.isin(y[known], (0, 1)).all():
+    if not (zero_one(x) and zero_one(y)):
         return {}
     with np.errstate(invalid="ignore"):
         cells = (x * (1 - y), (1 - x) * y, x * y)
@@ -379,7 +384,7 @@ def estimate(units: pd.DataFrame, metric: str, binary: bool = False) -> Estimate
         return NONE
     codes, prompts = pd.factorize(units["prompt"])
     values = {c: units[c].to_numpy(dtype=float) for c in _columns(metric)}
-    binary = binary and bool(discordance(values[metric], values[metric])) if metric in values else False
+    binary = binary and metric in values and zero_one(values[metric])
     return prompt_estimate(metric, pool_prompts(values, codes, len(prompts)), binary=binary)
 
 

@@ -364,12 +364,12 @@ def beyond_front(units: pd.DataFrame, T: float, family: str = "fixed") -> Claim:
         a = statistics.paired(dyn, other, "draft_acceptance_rate")
         q = quality_gain(dyn, other)
         tol = tolerance_of(dyn)
-        test = both(superior(a), noninferior(q, tol))
-        if kept_strict(other, family):  # its eval runs are SD's: a verdict would be about SD, not the family
+        test, kept = both(superior(a), noninferior(q, tol)), kept_strict(other, family)
+        if kept:  # its eval runs are SD's: a verdict would be about SD, not the family
             test = Test(math.nan, math.nan, f"{statistics.NOT_TESTED}: the dev sweep kept strict for {name}, so "
                         "its runs are SD's")
         settings.append(Setting(f"{pair}/{task} K={K} DIVERSED - " + (f"SD (the dev sweep kept strict for {name})"
-                                                                       if kept_strict(other, family) else name),
+                                                                       if kept else name),
                                 f"acceptance {a.text(sign=True)} ({n_text(a)}), quality {q.text(sign=True)} "
                                 f"(tolerance {tol:g}; {n_text(q)})", test))
     if family == "fixed":
@@ -442,9 +442,9 @@ def transfer_worse(units: pd.DataFrame) -> Claim:
 
 
 def familywise(found: list[Claim]) -> list[Claim]:
-    """The claims with their "holds" Holm-adjusted over all of them that have a p-value (Claim.across): 22 claims
-    each at 2.5% would hold falsely somewhere 28.7% of the time. The records check is left out: it is a check of
-    the records (a theorem), not a finding."""
+    """The claims with their "holds" Holm-adjusted over all of them that have a p-value (Claim.across): each at 2.5%
+    alone, 22 independent claims would hold falsely somewhere 1 - 0.975^22 = 43% of the time. The records check is
+    left out: it is a check of the records (a theorem), not a finding."""
     tested = [c for c in found if c.claim != FRONT_RECORDS and not math.isnan(c.p_holds)]
     adjusted = statistics.holm([c.p_holds for c in tested])
     for c, p in zip(tested, adjusted, strict=True):
