@@ -520,9 +520,9 @@ def noninferior(e: Estimate, margin: float) -> Test:
 
 def equivalent(e: Estimate, margin: float) -> Test:
     """|A - B| < margin (two one-sided tests); fails when the interval lies wholly outside +-margin, on either side:
-    the smaller of its two p-values doubled (Bonferroni), so that "fails" too stays at ALPHA / 2."""
-    against = min(e.p_below(-margin), e.p_above(margin))
-    test = Test(max(e.p_above(-margin), e.p_below(margin)), min(1.0, 2 * against))
+    Holm over its two p-values (as `both`), so that "fails" too stays at ALPHA / 2."""
+    against = min(holm([e.p_below(-margin), e.p_above(margin)]))
+    test = Test(max(e.p_above(-margin), e.p_below(margin)), against)
     return _powered(test, e, margin, sides=2)
 
 
