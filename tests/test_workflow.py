@@ -6,10 +6,10 @@ profile). The smoke config end to end: tests/test_smoke.py."""
 from __future__ import annotations
 
 import re
+import resource
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -402,7 +402,8 @@ def test_snakemake_runs_the_plans_jobs_with_the_plans_flags(tree, configs):
 @pytest.mark.slow
 def test_paper_dry_run_needs_no_ml_stack_and_parses_in_seconds(tree, tmp_path):
     """The paper config with Gemma 3 layered (209 jobs) dry-runs with torch, transformers, scipy and lm-eval
-    unimportable, and Snakemake's whole run (start-up, parsing, the DAG) takes under 5 seconds."""
+    unimportable, and Snakemake's whole run (start-up, parsing, the DAG) takes under 5 seconds of CPU time (its
+    wall time also counts whatever else shares the cores: 5.4 s beside the other xdist worker on 2 cores)."""
     (tmp_path / "sitecustomize.py").write_text(
         "import sys\n"
         "class Block:\n"
@@ -414,10 +415,11 @@ def test_paper_dry_run_needs_no_ml_stack_and_parses_in_seconds(tree, tmp_path):
            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
     probe = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
     assert "unimportable" in probe.stderr  # the block works
-    t0 = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--forceall", "--configfile", "config/paper.yaml",
                            "config/paper-gemma.yaml"], cwd=tree, env=env, capture_output=True, text=True)
-    seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert sum(jobs(done.stdout).values()) == 209 and seconds < 5, seconds
 
