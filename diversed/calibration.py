@@ -10,6 +10,9 @@ minima the simulations found, and below them an estimate is descriptive: no inte
 
 Each case draws (seed, prompt) rows the way a run records them and estimates through the statistics module's own
 code: seeds pooled within a prompt (statistics.pool_prompts), then the kind's estimate (statistics.prompt_estimate).
+
+The sweeps' selection rules are calibrated the same way (`selections`): over simulated dev sweeps of one family,
+how often the knob each rule chooses truly loses more than the margin against strict.
 """
 
 from __future__ import annotations
@@ -279,4 +282,68 @@ def markdown(table: pd.DataFrame) -> str:
             text = " / ".join("–" if np.isnan(v) else f"{100 * v:.1f}%" for v in (r.false_holds, r.coverage))
             cells.append(text if r.n >= st.MIN_PROMPTS[kind] else f"*{text}*")
         lines.append(f"| {case} ({kind}) | {data} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# a family's true quality losses in margins, least lenient first: knobs that keep quality then lose it, and knobs
+# that all lose at least the margin (the first at the null's boundary, where a test is likeliest to hold falsely)
+CHAINS = {"rising": (0.0, 0.5, 0.9, 1.1, 1.5, 2.0, 3.0), "lossy": (1.0, 1.25, 1.5, 2.0, 3.0)}
+N_DEV = (51, 100, 300)  # dev prompts of the simulated sweeps
+
+
+def sweep(rng, n: int, losses: tuple[float, ...], margin: float = ACCURACY_MARGIN) -> tuple[list[st.Test], list[float]]:
+    """One simulated dev sweep of a family on n prompts, 0/1 answers: strict right on 70%; the j-th knob (least
+    lenient first) right where strict is wrong with probability 0.01 + 0.02 j, wrong where it is right with that
+    plus losses[j] margins (discordance rising with leniency). Returns each knob's non-inferiority test against
+    strict at margin, and its estimated gain, as runs.sweep.choose_family computes them."""
+    b = rng.random(n) < 0.7  # [n] strict's answers
+    tests, gains = [], []
+    for j, loss in enumerate(losses):
+        d10 = 0.01 + 0.02 * j
+        d01 = d10 + loss * margin
+        u = rng.random(n)  # [n]
+        a = np.where(b, u >= d01 / 0.7, u < d10 / 0.3)
+        e = _pooled("quality", {"quality": a.astype(float)}, {"quality": b.astype(float)}, binary=True)(True)
+        tests.append(st.noninferior(e, margin))
+        gains.append(e.value)
+    return tests, gains
+
+
+def selections(n_dev=N_DEV, runs: int = RUNS, seed: int = 0, margin: float = ACCURACY_MARGIN,
+               chains: dict | None = None) -> pd.DataFrame:
+    """One row per (chain, selection rule, n_dev) over `runs` seeded simulated sweeps (`sweep`; every rule reads the
+    same sweeps): violations, how often the chosen knob truly loses at least the margin (strict, chosen when a rule
+    admits nothing, loses 0); relaxed, how often it chose a knob at all; mean_loss, the chosen knob's true loss in
+    margins. The highest acceptance among the admitted knobs is the most lenient one (acceptance rises with
+    leniency), as runs.sweep.pick chooses."""
+    rules = ("certified", "estimate", "noninferior")  # runs.settings.SELECTIONS
+    rows = []
+    for c, (chain, losses) in enumerate((chains or CHAINS).items()):
+        for n in n_dev:
+            rng = np.random.default_rng([seed, c, n])
+            leads = {r: [] for r in rules}  # the index of each sweep's chosen knob (None: strict)
+            for _ in range(runs):
+                tests, gains = sweep(rng, n, losses, margin)
+                for r in rules:
+                    leads[r].append(max((j for j, ok in enumerate(st.admitted(r, tests, gains, margin)) if ok),
+                                        default=None))
+            for r, lead in leads.items():
+                loss = np.array([0.0 if j is None else losses[j] for j in lead])
+                rows.append({"chain": chain, "rule": r, "n_dev": n, "runs": runs,
+                             "violations": float(np.mean(loss >= 1)),
+                             "relaxed": float(np.mean([j is not None for j in lead])), "mean_loss": float(loss.mean())})
+    return pd.DataFrame(rows)
+
+
+def selections_markdown(table: pd.DataFrame) -> str:
+    """Per chain, selection rule and n_dev: 'violations / relaxed' in percent and the chosen knob's mean true loss
+    in margins."""
+    grid = sorted(table["n_dev"].unique())
+    lines = ["| knobs' true losses (margins) | selection rule | " + " | ".join(f"n_dev = {n}" for n in grid) + " |",
+             "|---" * (2 + len(grid)) + "|"]
+    for (chain, rule), g in table.groupby(["chain", "rule"], sort=False):
+        losses = ", ".join(f"{x:g}" for x in CHAINS.get(chain, ())) or chain
+        cells = [f"{100 * r.violations:.1f}% / {100 * r.relaxed:.0f}% / {r.mean_loss:.2f}"
+                 for r in g.sort_values("n_dev").itertuples()]
+        lines.append(f"| {chain}: {losses} | {rule} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -276,7 +276,7 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="stored in each run's manifest")
     p.add_argument("--tolerance", type=number(float, 0), help="allowed quality drop vs strict, in the metric's "
                    "units (default: the task metric's own)")
-    p.add_argument("--select", choices=tuple(SELECTIONS), default="estimate", help="which points may be chosen: "
+    p.add_argument("--select", choices=tuple(SELECTIONS), default="certified", help="which points may be chosen: "
                    + "; ".join(f"{k}: those {v}" for k, v in SELECTIONS.items()))
     p.add_argument("--batch-size", type=COUNT, default=1, help="prompts each point decodes together (the same tokens "
                    "at any size; only batch 1 is timed)")
@@ -287,13 +287,18 @@ def _print_choice(out: str | Path, choice: dict) -> None:
         return "unknown" if x is None else f"{x:.4g}"
 
     print((Path(out) / "sweep.md").read_text())
+    def needs(c):
+        return f"; certifying a knob needs ≈ {c['certified_needs']} dev prompts" if c.get("certified_needs") else ""
+
+    print(f"chosen by {choice['select']}: those {choice['rule']}")
     print(f"fixed verifier: w = {choice['weight']} ({choice['mixing']}), alpha {choice['draft_acceptance_rate']:.3f}, "
           f"{choice['metric']} {num(choice['quality'])} (strict {num(choice['strict_quality'])}, tolerance "
-          f"{choice['tolerance']})")
+          f"{choice['tolerance']}){needs(choice)}")
     for family, c in choice["families"].items():
-        kept = "strict (no knob shown to keep quality)" if c["verifier"] == "strict" else \
+        kept = "strict (no knob admitted)" if c["verifier"] == "strict" else \
             f"knob {c['knob']:g}" + (f" ({c['deferral']})" if c.get("deferral") else "")
-        print(f"{family}: {kept}, alpha {c['draft_acceptance_rate']:.3f}, {choice['metric']} {num(c['quality'])}")
+        print(f"{family}: {kept}, alpha {c['draft_acceptance_rate']:.3f}, {choice['metric']} {num(c['quality'])}"
+              f"{needs(c)}")
 
 
 def _sweep_labels(a: argparse.Namespace) -> dict:
@@ -359,8 +364,11 @@ def cmd_calibrate(a: argparse.Namespace) -> None:
     if a.out:
         check_writable(a.out)
     table = calibration.calibrate(runs=a.runs or calibration.RUNS, seed=a.seed, floor=False)
+    chosen = calibration.selections(runs=a.runs or calibration.RUNS, seed=a.seed)
     text = (f"{calibration.markdown(table)}\n\nCalibrated from (prompts): {calibration.minimum(table)}; "
-            f"statistics.MIN_PROMPTS: {MIN_PROMPTS}\n")
+            f"statistics.MIN_PROMPTS: {MIN_PROMPTS}\n\nSelection rules over simulated dev sweeps (violations: "
+            f"the chosen knob truly loses at least the margin / relaxed: a knob was chosen / its mean true loss, "
+            f"margins):\n\n{calibration.selections_markdown(chosen)}\n")
     if a.out:
         write_text(a.out, text)
     print(text, end="")
@@ -619,7 +627,8 @@ def _results_parsers(sub) -> None:
     p.add_argument("--out", default="results/REPORT.md")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("calibrate", help="the report's tests on simulated prompts: false holds and coverage per n "
+    p = sub.add_parser("calibrate", help="the report's tests on simulated prompts: false holds and coverage per n, "
+                       "and the sweeps' selection rules: how often the chosen knob loses more than the margin "
                        "(diversed.calibration)")
     p.add_argument("--runs", type=COUNT, help="simulated reproductions per test and n (default: calibration.RUNS)")
     p.add_argument("--seed", type=int, default=0)

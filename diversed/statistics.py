@@ -46,6 +46,7 @@ from scipy import optimize, stats
 
 ALPHA = 0.05  # two-sided: 95% intervals, one-sided tests at ALPHA / 2
 POWER = 0.8  # the power `needed_prompts` plans for
+RISK = 0.05  # the most a certified knob may risk losing more than its margin (runs.sweep, Learn-then-Test)
 
 # metric -> (numerator, denominator) summed over the prompts and seeds, or None: the mean over prompts of the
 # per-prompt column of that name. A run's prompt rows (diversed.runs.run.Run.prompt_rows) carry every column here.
@@ -415,26 +416,28 @@ def paired(a: pd.DataFrame, b: pd.DataFrame, metric: str, relative: bool = False
     return prompt_estimate(metric, pa, pb, relative, binary)
 
 
-def needed_prompts(e: Estimate, margin: float, sides: int = 1, family: int = 1) -> int | None:
+def needed_prompts(e: Estimate, margin: float, sides: int = 1, family: int = 1,
+                   level: float = ALPHA / 2) -> int | None:
     """Prompts a non-inferiority test (sides 1) or an equivalence test (sides 2: both one-sided tests must reject,
     each with power 1 - (1 - POWER) / 2) with this margin needs for 80% power when the true difference is 0, at
     the spread behind e (`planned_prompts`); None when unknown. family: the settings of a claim whose "holds" Holm
-    adjusts, planned at Holm's strictest step (level ALPHA / 2 / family)."""
+    adjusts, planned at Holm's strictest step (level / family); level: the one-sided test's."""
     if not (e.n >= 2 and margin > 0):
         return None
     if e.discordant is not None:
-        return planned_prompts(sum(e.discordant) / e.n, margin, sides, family, binary=True)
-    return planned_prompts(e.se * math.sqrt(e.n), margin, sides, family) if e.se > 0 else None
+        return planned_prompts(sum(e.discordant) / e.n, margin, sides, family, binary=True, level=level)
+    return planned_prompts(e.se * math.sqrt(e.n), margin, sides, family, level=level) if e.se > 0 else None
 
 
-def planned_prompts(spread: float, margin: float, sides: int = 1, family: int = 1, binary: bool = False) -> int:
+def planned_prompts(spread: float, margin: float, sides: int = 1, family: int = 1, binary: bool = False,
+                    level: float = ALPHA / 2) -> int:
     """needed_prompts from the per-prompt spread. A mean (spread: the per-prompt standard deviation): Guenther's
     closed form for the one-sample t-test, n = ((z_a + z_b) sd / margin)^2 + z_a^2 / 2, which rounds up to
     statsmodels' TTestPower solution wherever the margin is under 0.6 sd (tests/test_statistics.py). Paired 0/1
     answers tested by Tango's test (binary; spread: the fraction of discordant prompts psi): n = ((z_a sqrt(v0) +
     z_b sqrt(psi)) / margin)^2, v0 the variance per prompt Tango's test assumes at the margin for expected counts
     psi / 2 each way (Nam's 1997 formula: with psi = 0 it is the n from which no discordant prompt holds)."""
-    z_a, z_b = stats.norm.isf(ALPHA / 2 / family), stats.norm.isf((1 - POWER) / sides)
+    z_a, z_b = stats.norm.isf(level / family), stats.norm.isf((1 - POWER) / sides)
     if not binary:
         return math.ceil(((z_a + z_b) * spread / margin) ** 2 + z_a ** 2 / 2)
     d = -margin
@@ -561,6 +564,33 @@ def both(*tests: Test) -> Test:
     against = [t.p_against for t in tests if not math.isnan(t.p_against)]
     return Test(math.nan if any(math.isnan(x) for x in p) else max(p), min(holm(against), default=math.nan),
                 "; ".join(t.why for t in open_), need, tuple(plan for t in open_ for plan in t.plans))
+
+
+def fixed_sequence(ps: list[float], level: float = RISK) -> int:
+    """The fixed-sequence test of Learn-then-Test (Angelopoulos et al., arXiv 2110.01052): hypotheses in an order set
+    before the data are rejected while each p-value is below level, stopping at the first that is not (nan
+    included). Returns how many lead the sequence it rejected; the chance that any of them is true is at most level,
+    with no adjustment, whatever the order and however the tests depend on one another."""
+    for i, p in enumerate(ps):
+        if not p < level:
+            return i
+    return len(ps)
+
+
+def admitted(select: str, tests: list[Test], gains: list[float], margin: float) -> list[bool]:
+    """Which points of a family a selection rule (runs.settings.SELECTIONS) lets a sweep choose. tests: each
+    point's non-inferiority test against strict at margin, in the family's sequence (least lenient first); gains:
+    each point's estimated quality over strict's, signed so that higher is better. certified: the lead of the
+    sequence fixed_sequence rejects at RISK; noninferior: each whose test holds on its own; estimate: each whose
+    gain is at least -margin."""
+    if select == "certified":
+        lead = fixed_sequence([t.p for t in tests])
+        return [i < lead for i in range(len(tests))]
+    if select == "noninferior":
+        return [t.verdict() == HOLDS for t in tests]
+    if select == "estimate":
+        return [bool(g >= -margin) for g in gains]  # nan: unscored, never admitted
+    raise ValueError(f"unknown selection {select!r}; allowed: certified, estimate, noninferior")
 
 
 def holm(ps: list[float]) -> list[float]:

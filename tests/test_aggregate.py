@@ -422,3 +422,39 @@ def test_the_authors_given_settings_sit_beside_the_dev_choices():
     logit = own.assign(mixing="logit")
     assert _given_rows(logit)[0].record()["agrees"] == "not public"
     assert [row.record()["agrees"] for row in _given_rows(own.iloc[:2])] == ["the paper is silent"] * 2
+
+
+def test_knobs_table_sets_each_selection_beside_the_certified_one_and_checks_it_on_eval():
+    """Per family: the setting each selection rule chose on dev, how far the fixed sequence certified, the dev
+    prompts certifying would need where it certified nothing, and the certified setting against strict on eval."""
+    from diversed.analysis.tables import knobs_table
+
+    key = {"pair": "p", "task": "arith", "temperature": 1.0, "K": 5, "prompts": 51}
+    lenient = [{**key, "verifier": "lenient", "knob": knob, "weight": 1.0, "mixing": "linear", "deferral": None,
+                "sequence": i + 1, "certified": i < 2, "dev_needs": None, "chosen_certified": i == 1,
+                "chosen_estimate": i == 2, "chosen_noninferior": False} for i, knob in enumerate((0.9, 0.7, 0.5))]
+    fixed = [{**key, "verifier": "fixed", "knob": None, "weight": w, "mixing": "linear", "deferral": None,
+              "sequence": i + 1, "certified": False, "dev_needs": 480 - i, "chosen_certified": False,
+              "chosen_estimate": i == 1, "chosen_noninferior": False} for i, w in enumerate((0.7, 0.3))]
+    strict_row = {**key, "verifier": "strict", "knob": None, "weight": 1.0, "mixing": "linear", "deferral": None}
+    sweeps = pd.DataFrame([strict_row, *lenient, *fixed])
+    answers = [1] * 150 + [0] * 50  # the same answers: no discordant prompt on 200 eval prompts
+    units = pd.DataFrame([{"run_id": m, "pair": "p", "task": "arith", "temperature": 1.0, "K": 5, "seed": 0,
+                           "method": m, "knob": knob, "weight": w, "mixing": "linear", "deferral": None,
+                           "prompt": f"q{i}", "metric": "accuracy", "quality": float(a)}
+                          for m, knob, w in [("strict", None, 1.0), ("lenient", 0.7, 1.0), ("fixed", None, 0.3)]
+                          for i, a in enumerate(answers)])
+    table = knobs_table(sweeps, units).set_index("family")
+    assert list(table.index) == ["Lenient SD", "Static ensemble (fixed w)"]
+    lenient_row, fixed_row = table.loc["Lenient SD"], table.loc["Static ensemble (fixed w)"]
+    assert (lenient_row["knob_certified"], lenient_row["knob_estimate"]) == ("lenience l = 0.7", "lenience l = 0.5")
+    assert (lenient_row["certified"], lenient_row["dev prompts"], lenient_row["dev prompts to certify"]) == (
+        "2 of 3", 51, "–")
+    assert lenient_row["eval check (certified)"].startswith("holds:") and "n = 200" in lenient_row[
+        "eval check (certified)"]
+    assert (fixed_row["knob_certified"], fixed_row["knob_estimate"]) == ("strict", "w = 0.3 (linear)")
+    assert (fixed_row["certified"], fixed_row["dev prompts to certify"]) == ("0 of 2", "≈ 480")
+    assert fixed_row["eval check (certified)"] == "kept strict: nothing to check"
+    moved = units.assign(knob=units["knob"].replace({0.7: 0.5}))  # the eval runs decoded another setting
+    assert knobs_table(sweeps, moved).set_index("family").loc["Lenient SD", "eval check (certified)"].startswith(
+        "not decoded on eval")

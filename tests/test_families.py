@@ -12,8 +12,9 @@ import torch
 from helpers import Stream, row_draws, verify, verify_many
 from test_verifiers import DRAWS, V, chi_square_ok, random_dists
 
+from diversed.decoding import settings
 from diversed.decoding.engine import Networks, generate
-from diversed.decoding.settings import Decoding, Sampling
+from diversed.decoding.settings import FAMILIES, Decoding, Sampling
 from diversed.decoding.verifiers import Criterion, defer, fly_window, total_variation, typical_threshold, verify_rows
 
 PROMPTS = [[1, 5, 7, 9], [1, 30, 31], [1, 80, 3, 3, 3, 40, 12]]
@@ -251,6 +252,30 @@ def test_relaxed_families_accept_more_than_strict(target, draft, verifier, knob)
     relaxed = decode(target, draft, verifier, 1.0, knob=knob)
     assert rate(relaxed) > strict
     assert all(g.weights == [[] for _ in g.drafted] for g in relaxed) or verifier == "cascade"
+
+
+# two settings of each family, the smaller first (fixed: w); the sweep certifies from the one Rule.relaxes says is
+# stricter. AutoJudge's threshold relaxes up from 0 (strict) to 1 (every draft): tests/test_judge.py.
+KNOB_PAIRS = {"fixed": (0.3, 0.9), "cascade": (0.1, 0.9), "lenient": (0.3, 0.9), "typical": (0.01, 0.3),
+              "topk": (1, 20), "ears": (0.0, 1.0), "fuzzy": (0.0, 1.0), "mentored": (0.0, 1.0), "mars": (-10.0, 10.0),
+              "threshold": (0.01, 1.0), "fly": (0.0, 10.0)}
+# MARS keeps a draft among the target's top 2: that accepts more than speculative sampling only where the target is
+# peaked; on the tiny pair at T = 1 (flat) its relaxed positions accept less
+PEAKED = {"mars": 0.1}
+
+
+@pytest.mark.parametrize("verifier", KNOB_PAIRS)
+def test_each_family_relaxes_the_way_its_rule_says(target, draft, verifier):
+    """settings.Rule.relaxes, the order a certified sweep tests a family's points in: on the same prompts the
+    larger setting accepts more drafts when the rule relaxes up, fewer when down."""
+    def rate(gens):
+        return sum(sum(g.accepted) for g in gens) / sum(sum(g.drafted) for g in gens)
+
+    assert set(KNOB_PAIRS) == {"fixed", *FAMILIES} - {"judge"} and settings.RULES["judge"].relaxes == "up"
+    setting = "weight" if verifier == "fixed" else "knob"
+    T = PEAKED.get(verifier, 1.0)
+    small, large = (rate(decode(target, draft, verifier, T, **{setting: x})) for x in KNOB_PAIRS[verifier])
+    assert (large > small) if settings.RULES[verifier].relaxes == "up" else (small > large), (small, large)
 
 
 @pytest.mark.parametrize("kw,message", [

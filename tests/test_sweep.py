@@ -91,6 +91,55 @@ def test_the_estimate_rule_chooses_by_the_data_where_the_test_cannot_on_dev():
         pick(points, 0.02, "best")
 
 
+def knob_point(verifier, knob, alpha, correct):
+    """A knob family's sweep row and prompt rows."""
+    row, units = point(verifier, None, alpha, correct)
+    return row | {"knob": knob, "run_id": f"{verifier}-{knob}"}, units
+
+
+def test_certified_tests_from_the_least_lenient_and_stops_at_the_first_failure():
+    """Learn-then-Test's fixed sequence: w = 0.9 is certified, w = 0.7 loses a quarter of the answers and fails, so
+    w = 0.5 is never certified though its answers are strict's: the certified choice is 0.9, while noninferior and
+    estimate, which look at each point alone, take 0.5. Each row records its place in the sequence, its dev
+    p-value, whether it is certified and which rule chose it."""
+    worse = [1, 0, 0, 0] * 75
+    points = [point("strict", 1.0, 0.1, STRICT), point("fixed", 0.5, 0.9, STRICT), point("fixed", 0.9, 0.3, STRICT),
+              point("fixed", 0.7, 0.6, worse)]
+    rows = [r for r, _ in points]
+    c = choose(rows, {r["run_id"]: u for r, u in points}, 0.02)
+    assert (c["weight"], c["select"]) == (0.9, "certified") and "fixed sequence" in c["rule"]
+    assert c["by_selection"] == {"certified": {"weight": 0.9, "mixing": "linear"},
+                                 "estimate": {"weight": 0.5, "mixing": "linear"},
+                                 "noninferior": {"weight": 0.5, "mixing": "linear"}}
+    by_w = {r["weight"]: r for r in rows[1:]}
+    assert [by_w[w]["sequence"] for w in (0.9, 0.7, 0.5)] == [1, 2, 3]
+    assert [by_w[w]["certified"] for w in (0.9, 0.7, 0.5)] == [True, False, False]
+    assert by_w[0.9]["dev_p"] < 0.05 <= by_w[0.7]["dev_p"]
+    assert [by_w[w]["chosen_certified"] for w in (0.9, 0.7, 0.5)] == [True, False, False]
+    assert by_w[0.5]["chosen_estimate"] and by_w[0.5]["chosen_noninferior"]
+    assert c["certified_needs"] is None  # certified something: nothing to plan
+    # a knob family in its rule's order: lenience l relaxes down, so 0.9 is tested before 0.3
+    lenient = [point("strict", 1.0, 0.1, STRICT), knob_point("lenient", 0.3, 0.8, worse),
+               knob_point("lenient", 0.9, 0.4, STRICT)]
+    family = pick(lenient, 0.02, "certified")["families"]["lenient"]
+    assert [(p["knob"], p["sequence"], p["certified"]) for p in family["points"]] == [(0.9, 1, True), (0.3, 2, False)]
+    assert family["knob"] == 0.9
+
+
+def test_certified_falls_back_to_strict_and_says_how_many_dev_prompts_it_needs():
+    """On 20 dev prompts identical answers certify nothing at a 0.02 margin: the family keeps strict and records the
+    dev prompts its least lenient point would need (80% power if it loses nothing); lambda keeps the smallest."""
+    few = [point("strict", 1.0, 0.1, STRICT[:20]), point("fixed", 0.9, 0.3, STRICT[:20])]
+    c = pick(few, 0.02, "certified")
+    assert c["weight"] == 1.0 and c["by_selection"]["certified"] == "strict"
+    assert c["certified_needs"] > 20 and not c["points"][0]["certified"]
+    best, reason, rows = pick_lambda([point("strict", 1.0, 0.1, STRICT), head_point(0.05, 0.3, STRICT),
+                                      head_point(0.1, 0.6, [1, 0, 0, 0] * 75), head_point(0.2, 0.9, STRICT)],
+                                     select="certified")
+    assert best["lambda"] == 0.05 and reason == "certified non-inferior to strict"
+    assert [r.get("admitted") for r in rows] == [None, True, False, False]
+
+
 def test_choose_skips_points_of_unknown_quality():
     """Regression: a None quality (an unscored point) raised TypeError."""
     points = [point("strict", 1.0, 0.1, STRICT), point("fixed", 0.2, 0.9, [None] * 300),

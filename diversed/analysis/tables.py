@@ -15,6 +15,7 @@ import pandas as pd
 from diversed import statistics
 from diversed.decoding.settings import FAMILIES, METHODS, RULES, method_name, method_verifier
 from diversed.runs.run import Run, trained
+from diversed.runs.settings import SELECTIONS
 from diversed.runs.sweep import COLUMNS as SWEEP_COLUMNS
 from diversed.statistics import NONE, Estimate
 from diversed.tasks import metric_spec
@@ -347,6 +348,53 @@ def families_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.
     return pd.DataFrame(rows)
 
 
+def _dev_setting(r: pd.Series | None) -> str:
+    """A sweep point's setting (w and mixing, or knob and deferral); "strict" for none."""
+    if r is None:
+        return "strict"
+    if r["verifier"] == "fixed":
+        return f"w = {r['weight']:g} ({r['mixing']})"
+    return RULES[r["verifier"]].setting(r["knob"]) + (f" ({r['deferral']})" if isinstance(r["deferral"], str) else "")
+
+
+def eval_check(units: pd.DataFrame, family: str, chosen: pd.Series | None, key: dict) -> str:
+    """The certified setting's check on the eval prompts: its quality against strict's there, non-inferior within
+    the task's tolerance (statistics.noninferior), where the eval runs decoded that setting."""
+    if chosen is None:
+        return "kept strict: nothing to check"
+    m = select(units, **key, method=family)
+    if m.empty or _dev_setting(m.iloc[0].rename({"method": "verifier"})) != _dev_setting(chosen):
+        return "not decoded on eval (the eval runs took another selection's setting)"
+    strict = select(units, **key, method="strict")
+    spec = metric_spec(m["metric"].iloc[0])
+    scale, digits = quality_scale(spec.name)
+    gain = statistics.quality_gain(m, strict, spec)
+    test = statistics.noninferior(gain, spec.tolerance)
+    return (f"{test.verdict()}: {gain.text(scale, digits, sign=True)} vs strict, margin {spec.tolerance * scale:g}, "
+            f"n = {gain.n}" + (f" ({test.why})" if test.why else ""))
+
+
+def knobs_table(sweeps: pd.DataFrame, units: pd.DataFrame) -> pd.DataFrame:
+    """Per dev sweep (pair, task, T, K) and family: the setting each selection rule chose (runs.settings.SELECTIONS:
+    knob_certified beside knob_estimate and knob_noninferior), how far the fixed sequence certified, the dev
+    prompts it would need where it certified nothing, and the certified setting's check on the eval prompts."""
+    points = sweeps[sweeps["sequence"].notna()] if "sequence" in sweeps else sweeps.iloc[:0]
+    rows = []
+    for (pair, task, T, K, family), g in points.groupby(["pair", "task", "temperature", "K", "verifier"], sort=False):
+        g = g.sort_values("sequence")
+        chosen = {s: next((r for _, r in g.iterrows() if r[f"chosen_{s}"] is True or r[f"chosen_{s}"] == 1), None)
+                  for s in SELECTIONS}
+        need = g["dev_needs"].iloc[0] if not g["certified"].astype(bool).any() else np.nan
+        key = {"pair": pair, "task": task, "temperature": T, "K": K}
+        rows.append({**key, "family": method_name(family),
+                     **{f"knob_{s}": _dev_setting(r) for s, r in chosen.items()},
+                     "certified": f"{int(g['certified'].astype(bool).sum())} of {len(g)}",
+                     "dev prompts": int(g["prompts"].iloc[0]),
+                     "dev prompts to certify": "–" if pd.isna(need) else f"≈ {int(need)}",
+                     "eval check (certified)": eval_check(units, family, chosen["certified"], key)})
+    return pd.DataFrame(rows)
+
+
 Q99, LENGTH_BAND = 0.99, (0.9, 1.1)  # MLPerf Inference's accuracy target and output-length band
 
 
@@ -502,6 +550,11 @@ def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str 
                          "its dev sweep chose (the largest acceptance its rule admits against strict on dev) and at "
                          "the settings the config gives, on the eval prompts: acceptance %, quality, quality minus "
                          "the target's")
+    paths += write_table(knobs_table(sweeps, quality), out / "knobs", "Each relaxed family's setting as each "
+                         "selection rule chose it on dev (certified: Learn-then-Test's fixed sequence from the least "
+                         "lenient point, at most a 5% chance that it loses more than the tolerance; estimate: the "
+                         "largest acceptance whose estimate is within the tolerance, no guarantee), and the "
+                         "certified setting checked on the eval prompts against strict")
     paths += write_table(retention_table(quality), out / "retention", "Quality retention against the target alone "
                          "(MLPerf-style: Q-99 = at least 99% of its quality and the difference shown within the task's "
                          "tolerance; output length within 0.9-1.1); strict SD is lossless: its row is the noise floor")

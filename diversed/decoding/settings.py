@@ -32,7 +32,9 @@ class Rule:
     by name in verifiers.WEIGHTS (None: it tests drafts another way); test: how verifiers.verify_rows tests a
     draft (verifiers.TESTS); knob: what Decoding.knob sets (None: no knob; a rule with a knob is a sweep family,
     its setting chosen on dev) with the range it must lie in; knob2: what Decoding.knob2 sets, a second setting
-    (None: none; a sweep leaves it at its default) with its range; marker: its marker in the figures; source:
+    (None: none; a sweep leaves it at its default) with its range; relaxes: the way the knob (fixed's: w) moves to
+    accept more, "up" or "down" (a sweep certifies the family's points from the other end); marker: its marker in
+    the figures; source:
     the paper it comes from; checked: the source's code this rule was read against, line by line (or why none
     settles it), the README table's last column."""
 
@@ -46,6 +48,7 @@ class Rule:
     knob2: str | None = None
     low2: float = 0.0
     high2: float = 1.0
+    relaxes: str = "up"
     marker: str = "o"
     source: str = ""
     checked: str = ""
@@ -94,7 +97,7 @@ RULES: dict[str, Rule] = {
     # w = 1: lossless
     "strict": Rule("SD", "ones", marker="o", source="Leviathan et al. 2023, Alg. 1",
                  checked="none needed: Algorithm 1, exact (tested)"),
-    "fixed": Rule("Static ensemble (fixed w)", "constant", marker="x", source="the static ensemble",
+    "fixed": Rule("Static ensemble (fixed w)", "constant", relaxes="down", marker="x", source="the static ensemble",
                  checked="the authors' `train/models.py` (logit mixing; their static driver is not public)"),
     # w(h_target, h_draft)
     "dynamic": Rule("DIVERSED", "head", marker="*", source="Wang et al. 2026",
@@ -104,10 +107,10 @@ RULES: dict[str, Rule] = {
     "cascade": Rule("Speculative cascade", "deferral", knob="alpha", low=-INF, high=INF, marker="P",
                     source="Narasimhan et al., ICLR 2025",
                 checked="no code released: sections 4-5"),
-    "lenient": Rule("Lenient SD", None, "lenient", knob="lenience l", marker="^",
+    "lenient": Rule("Lenient SD", None, "lenient", knob="lenience l", relaxes="down", marker="^",
                     source="Leviathan et al. 2023, A.5",
                 checked="no code released: A.5 (its correction unstated)"),  # min(1, p / (l q)); l = 1 is strict
-    "typical": Rule("Typical acceptance", None, "typical", knob="epsilon", marker="<",
+    "typical": Rule("Typical acceptance", None, "typical", knob="epsilon", relaxes="down", marker="<",
                     source="Medusa (Cai et al. 2024), 3.3.1",
                 checked="Medusa `medusa/model/utils.py`"),  # p(x) > min(epsilon, sqrt(epsilon) exp(-H(p)))
     # x among p's top k and p(x) >= max p - delta (TensorRT-LLM's relaxed acceptance; delta 1: the top k alone)
@@ -132,15 +135,15 @@ RULES: dict[str, Rule] = {
                 checked="vivien000/mentored_decoding `notebook.ipynb`, `proof.pdf`"),
     # a position whose target logits' ratio z2 / z1 exceeds theta keeps a draft among its top 2 without a coin;
     # else speculative sampling with MARS's correction
-    "mars": Rule("MARS", None, "mars", knob="logit ratio theta", low=-INF, high=INF, marker="v",
+    "mars": Rule("MARS", None, "mars", knob="logit ratio theta", low=-INF, high=INF, relaxes="down", marker="v",
                  source="MARS (Song et al., arXiv 2601.15498)",
                 checked="5SSjw/MARS `mars/model/utils.py`"),
     # p(x) >= t_single, else accept with probability min(1, p(x) / t_acc); the correction p without x
     "threshold": Rule("Acceptance thresholds", None, "threshold", knob="t_acc", low=1e-6, knob2="t_single",
-                      marker="X", source="SGLang's speculative acceptance thresholds",
+                      relaxes="down", marker="X", source="SGLang's speculative acceptance thresholds",
                 checked="SGLang `speculative_sampling.cuh`"),
     # a strict rejection deferred where the target's top-3 entropy >= the threshold and the next W drafts pass
-    "fly": Rule("FLy", None, "fly", knob="entropy threshold", high=INF, marker="h",
+    "fly": Rule("FLy", None, "fly", knob="entropy threshold", high=INF, relaxes="down", marker="h",
                 source="FLy, as vLLM's v1/spec_decode/fly.py",
                 checked="vLLM `v1/spec_decode/fly.py`"),
     # a learned rival: a mismatch kept where AutoJudge's classifier (Decoding's head) puts the chance that it

@@ -17,7 +17,7 @@ from diversed.tasks import SPLITS
 from diversed.tracking import Tracker
 from diversed.utils import provenance, write_text
 
-TABLES = ("table1", "table2", "table3", "speed", "families", "retention", "lambda")
+TABLES = ("table1", "table2", "table3", "speed", "families", "knobs", "retention", "lambda")
 
 STATISTICS = ("Every ± is the half-width of a 95% interval over prompts: each eval prompt is one unit, its seeds "
               "pooled (counts summed, quality averaged), since every seed decodes the same prompts. Acceptance, "

@@ -186,12 +186,18 @@ class Launch:
     models: dict = field(default_factory=dict)
 
 
-# which points a dev sweep may choose (the largest acceptance among them wins; strict when none accepts more)
+# which points of a family a dev sweep may choose (statistics.admitted; the largest acceptance among them wins,
+# strict when none accepts more)
 SELECTIONS = {
+    "certified": "certified non-inferior to strict's quality (Learn-then-Test's fixed sequence: the family's points "
+                 "tested from the least lenient, each a one-sided non-inferiority test at 5% against -tolerance on "
+                 "the same prompts, up to the first that fails; the chance that the chosen point loses more than the "
+                 "tolerance is at most 5%)",
     "estimate": "whose dev quality estimate is within the task's tolerance of strict's (point - strict >= "
-                "-tolerance, on the same prompts)",
-    "noninferior": "whose quality is shown non-inferior to strict's (the lower bound of point - strict above "
-                   "-tolerance, on the same prompts)",
+                "-tolerance, on the same prompts; no guarantee: the most lenient such point is the likeliest to have "
+                "been lucky)",
+    "noninferior": "each shown non-inferior to strict's quality on its own (the lower bound of point - strict above "
+                   "-tolerance, on the same prompts; not adjusted for the points tried)",
 }
 
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shutil
 from pathlib import Path
 
 import pandas as pd
 
 from diversed import statistics
-from diversed.decoding.settings import FAMILIES, check_trained_file
+from diversed.decoding.settings import FAMILIES, RULES, check_trained_file
 from diversed.runs.evaluate import score_run
 from diversed.runs.run import Run, execute, run_id, task_prompts
 from diversed.runs.settings import SELECTIONS, Grid, Launch, RunConfig, dynamic_point, point_name
@@ -31,7 +32,8 @@ from diversed.utils import RUN, atomic_path, check_output, check_writable, prove
 
 COLUMNS = ["pair", "task", "split", "prompts", "temperature", "K", "verifier", "weight", "mixing", "knob", "deferral",
            "draft_acceptance_rate", "mean_acceptance_length", "tokens_per_s", "seconds_per_sample", "bias_tv", "kl",
-           "metric", "quality", "target_logprob", "run_id", "run_dir"]
+           "metric", "quality", "target_logprob", "sequence", "dev_p", "certified", "dev_needs",
+           *(f"chosen_{s}" for s in SELECTIONS), "run_id", "run_dir"]
 
 
 def run_row(run: Run) -> dict:
@@ -39,54 +41,76 @@ def run_row(run: Run) -> dict:
     return {k: v for k, v in run.record().items() if k in COLUMNS}
 
 
-def eligible(point: dict, strict: dict, test, tolerance: float, select: str) -> bool:
-    """A point may be chosen under `select` (SELECTIONS): its test holds (noninferior), or its quality estimate
-    lies within tolerance of strict's (estimate: the runs' quality on the same prompts, a corpus metric's too).
-    The dev estimate only chooses; the eval verdicts remain the tests."""
-    if select == "noninferior":
-        return test.verdict() == statistics.HOLDS
-    if select != "estimate":
-        raise ValueError(f"unknown selection {select!r}; allowed: {', '.join(SELECTIONS)}")
-    if point["quality"] is None or strict["quality"] is None:  # unscored
-        return False
-    gain = point["quality"] - strict["quality"]
-    return bool(gain == gain and (gain if metric_spec(strict["metric"]).higher_is_better else -gain) >= -tolerance)
+def sequence(rows: list[dict], family: str) -> list[dict]:
+    """A family's points in the order a certified selection tests them, fixed before the data: least lenient first
+    (settings.Rule.relaxes), fixed's by w with its mixings in turn at each w, cascade's deferral rules in turn at
+    each alpha."""
+    knob = "weight" if family == "fixed" else "knob"
+    sign = 1 if RULES[family].relaxes == "up" else -1
+    return sorted((r for r in rows if r["verifier"] == family), key=lambda r: sign * r[knob])
 
 
-def choose(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: float, select: str = "estimate") -> dict:
+def gain(point: dict, strict: dict, spec) -> float:
+    """A point's quality estimate over strict's on the same prompts (run level: a corpus metric's too), signed so
+    that higher is better; nan when either is unscored."""
+    if point["quality"] is None or strict["quality"] is None:
+        return math.nan
+    g = point["quality"] - strict["quality"]
+    return g if spec.higher_is_better else -g
+
+
+def pick(points: list[dict], admitted: list[bool], strict: dict) -> dict:
+    """The highest acceptance among the admitted points (ties: the smaller w); strict when none is admitted or none
+    accepts more."""
+    key = lambda r: (r["draft_acceptance_rate"], -r["weight"] if r["verifier"] == "fixed" else 0)  # noqa: E731
+    best = max((r for r, ok in zip(points, admitted, strict=True) if ok), key=key, default=None)
+    return strict if best is None or best["draft_acceptance_rate"] <= strict["draft_acceptance_rate"] else best
+
+
+def choose_family(points: list[dict], strict: dict, units: dict[str, pd.DataFrame], spec, tolerance: float,
+                  select: str) -> dict:
+    """One family's setting under `select` from its points in sequence (`sequence`). Each point's row gains its place
+    in the sequence, its dev test's p-value, whether it is certified and, per selection rule, whether that rule
+    chose it (chosen_{rule}: the columns the tables read). Returns the setting, each point's dev evidence, the
+    setting each rule chooses, and the dev prompts certifying the least lenient point would need where none is
+    certified and the prompts were too few (80% power if it loses nothing)."""
+    tested = [versus_strict(units[r["run_id"]], units[strict["run_id"]], spec, tolerance) for r in points]
+    tests, gains = [t for _, t in tested], [gain(r, strict, spec) for r in points]
+    admitted = {s: statistics.admitted(s, tests, gains, tolerance) for s in SELECTIONS}
+    picks = {s: pick(points, ok, strict) for s, ok in admitted.items()}
+    needs = [statistics.needed_prompts(diff, tolerance, level=statistics.RISK) for diff, _ in tested]
+    needs = [n if n and n > diff.n else None for n, (diff, _) in zip(needs, tested, strict=True)]  # underpowered
+    for i, r in enumerate(points):
+        r.update(sequence=i + 1, dev_p=tests[i].p, certified=admitted["certified"][i], dev_needs=needs[i],
+                 **{f"chosen_{s}": r is best for s, best in picks.items()})
+    best = picks[select]
+    kept = {"weight": 1.0, "mixing": "linear"} if points and points[0]["verifier"] == "fixed" else {
+        "knob": None, "deferral": None}
+    return {**(kept if best is strict else setting(best)), "verifier": best["verifier"],
+            "draft_acceptance_rate": best["draft_acceptance_rate"], "quality": best["quality"],
+            "by_selection": {s: "strict" if b is strict else setting(b) for s, b in picks.items()},
+            "certified_needs": None if any(admitted["certified"]) or not points else needs[0],
+            "points": [{**setting(r), "sequence": i + 1, "acceptance": r["draft_acceptance_rate"],
+                        "quality_vs_strict": diff.text(digits=4, sign=True), "prompts": diff.n, "dev_p": test.p,
+                        "verdict": test.verdict(), "why": test.why, "certified": admitted["certified"][i],
+                        "admitted": admitted[select][i]}
+                       for i, (r, (diff, test)) in enumerate(zip(points, tested, strict=True))]}
+
+
+def choose(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: float, select: str = "certified") -> dict:
     """Each family's setting: the highest acceptance among its points that `select` (SELECTIONS) admits against
     strict's quality; strict when none is, or none accepts more. units: each point's prompt rows, by run_id.
 
     Returns the fixed verifier's choice (w, mixing) with, under "families", every other family's swept (knob,
-    deferral; knob None: strict), each with its points' quality difference from strict (the dev interval), the
-    non-inferiority test's verdict and whether the rule admitted it."""
+    deferral; knob None: strict), each with its points' dev evidence (choose_family)."""
     strict = next((r for r in rows if r["verifier"] == "strict"), None)
     if strict is None:
         raise ValueError("a sweep needs its strict point (w = 1) to choose a setting; none among the rows given")
+    if select not in SELECTIONS:
+        raise ValueError(f"unknown selection {select!r}; allowed: {', '.join(SELECTIONS)}")
     spec = metric_spec(strict["metric"])
-    out = {}
-    for family in ("fixed", *FAMILIES):
-        tested, ok = [], []
-        for r in rows:
-            if r["verifier"] != family:
-                continue
-            diff, test = versus_strict(units[r["run_id"]], units[strict["run_id"]], spec, tolerance)
-            admitted = eligible(r, strict, test, tolerance, select)
-            tested.append({**setting(r), "acceptance": r["draft_acceptance_rate"],
-                           "quality_vs_strict": diff.text(digits=4, sign=True), "prompts": diff.n,
-                           "verdict": test.verdict(), "why": test.why, "admitted": admitted})
-            if admitted:
-                ok.append(r)
-        if family != "fixed" and not tested:
-            continue
-        best = max(ok, key=lambda r: (r["draft_acceptance_rate"], -r["weight"] if family == "fixed" else 0),
-                   default=None)
-        if best is None or best["draft_acceptance_rate"] <= strict["draft_acceptance_rate"]:
-            best = strict  # nothing relaxed keeps quality by the rule: the family degenerates to strict
-        out[family] = {**(setting(best) if best is not strict else {"weight": 1.0, "mixing": "linear"} if
-                          family == "fixed" else {"knob": None, "deferral": None}),
-                       "verifier": best["verifier"], "draft_acceptance_rate": best["draft_acceptance_rate"],
-                       "quality": best["quality"], "points": tested}
+    out = {family: choose_family(points, strict, units, spec, tolerance, select)
+           for family in ("fixed", *FAMILIES) if (points := sequence(rows, family)) or family == "fixed"}
     shared = {"strict_quality": strict["quality"], "strict_acceptance_rate": strict["draft_acceptance_rate"],
               "tolerance": tolerance, "metric": strict["metric"], "select": select, "rule": SELECTIONS[select]}
     fixed = out.pop("fixed")
@@ -142,7 +166,7 @@ def sweep_point(base: RunConfig, point: dict, run_dir: str | Path, *, labels: di
 
 
 def choose_runs(run_dirs: list[str | Path], out: str | Path, tolerance: float | None = None,
-                select: str = "estimate") -> dict:
+                select: str = "certified") -> dict:
     """The sweep's table (out/sweep.csv, .md) and choice (out/choice.json) from its scored points.
 
     tolerance: the quality strict may lose, in the metric's units (default: the task metric's own); select: which
@@ -169,7 +193,7 @@ def choose_runs(run_dirs: list[str | Path], out: str | Path, tolerance: float | 
 
 
 def sweep_weight(base: RunConfig, out: str | Path, grid: Grid | None = None, *, tolerance: float | None = None,
-                 select: str = "estimate", labels: dict | None = None, launch: Launch | None = None) -> dict:
+                 select: str = "certified", labels: dict | None = None, launch: Launch | None = None) -> dict:
     """Every point of the grid (with DIVERSED at grid.head and the target alone where asked), decoded as `launch`
     says, then the choice: out/{point}/ runs, out/sweep.csv/.md and out/choice.json."""
     out, launch = Path(out), launch or Launch()
@@ -199,7 +223,7 @@ def head_training(head: str | Path) -> dict:
 
 
 def choose_lambda(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: float,
-                  select: str = "estimate") -> tuple[dict, str]:
+                  select: str = "certified") -> tuple[dict, str]:
     """The chosen head row by lambda_rule(select), and which branch of the rule chose it. rows: strict's and each
     head's (verifier dynamic, with lambda and collapsed); each head's row gains its quality difference from strict,
     the non-inferiority verdict, whether the rule admitted it, and chosen."""
@@ -208,16 +232,21 @@ def choose_lambda(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: f
     if strict is None or not heads:
         raise ValueError("choosing lambda needs the strict point and at least one head's run")
     spec = metric_spec(strict["metric"])
+    tests = {}
     for r in heads:
-        diff, test = versus_strict(units[r["run_id"]], units[strict["run_id"]], spec, tolerance)
-        r.update(quality_vs_strict=diff.value, quality_vs_strict_ci95=diff.half, verdict=test.verdict(), why=test.why,
-                 admitted=eligible(r, strict, test, tolerance, select))
-    healthy = [r for r in heads if not r["collapsed"]]
+        diff, tests[r["run_id"]] = versus_strict(units[r["run_id"]], units[strict["run_id"]], spec, tolerance)
+        r.update(quality_vs_strict=diff.value, quality_vs_strict_ci95=diff.half, verdict=tests[r["run_id"]].verdict(),
+                 why=tests[r["run_id"]].why, admitted=False)
+    healthy = [r for r in heads if not r["collapsed"]]  # in sequence: the least lenient (smallest lambda) first
+    ok = statistics.admitted(select, [tests[r["run_id"]] for r in healthy], [gain(r, strict, spec) for r in healthy],
+                             tolerance)
+    for r, admitted in zip(healthy, ok, strict=True):
+        r["admitted"] = admitted
     safe = [r for r in healthy if r["admitted"]]
     if safe:
         best = max(safe, key=lambda r: (r["draft_acceptance_rate"], -r["lambda"]))
         reason = {"estimate": "quality within the tolerance of strict's on dev",
-                  "noninferior": "non-inferior to strict"}[select]
+                  "noninferior": "non-inferior to strict", "certified": "certified non-inferior to strict"}[select]
     elif healthy:
         best, reason = healthy[0], "none admitted against strict: the smallest lambda"
     else:
@@ -241,7 +270,7 @@ def lambda_row(run: Run, units: pd.DataFrame, training: dict | None = None) -> d
 
 
 def sweep_lambda(base: RunConfig, heads: list[str | Path], out: str | Path, head_out: str | Path, *,
-                 tolerance: float | None = None, select: str = "estimate", labels: dict | None = None,
+                 tolerance: float | None = None, select: str = "certified", labels: dict | None = None,
                  launch: Launch | None = None) -> dict:
     """Decode + score base's task split (dev) with strict and with DIVERSED at each head (each trained at another
     lambda), choose one by lambda_rule(select) and copy it to head_out (head.safetensors, manifest.json recording the
