@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from diversed import statistics as st
+from diversed.runs.settings import SELECTIONS
 
 GRID = (4, 12, 26, 51, 200)  # prompts
 LEVEL_MAX = 0.035  # the most a test may hold falsely at its null's boundary (nominal ALPHA / 2 = 0.025)
@@ -316,15 +317,14 @@ def selections(n_dev=N_DEV, runs: int = RUNS, seed: int = 0, margin: float = ACC
     admits nothing, loses 0); relaxed, how often it chose a knob at all; mean_loss, the chosen knob's true loss in
     margins. The highest acceptance among the admitted knobs is the most lenient one (acceptance rises with
     leniency), as runs.sweep.pick chooses."""
-    rules = ("certified", "estimate", "noninferior")  # runs.settings.SELECTIONS
     rows = []
     for c, (chain, losses) in enumerate((chains or CHAINS).items()):
         for n in n_dev:
             rng = np.random.default_rng([seed, c, n])
-            leads = {r: [] for r in rules}  # the index of each sweep's chosen knob (None: strict)
+            leads = {r: [] for r in SELECTIONS}  # the index of each sweep's chosen knob (None: strict)
             for _ in range(runs):
                 tests, gains = sweep(rng, n, losses, margin)
-                for r in rules:
+                for r in SELECTIONS:
                     leads[r].append(max((j for j, ok in enumerate(st.admitted(r, tests, gains, margin)) if ok),
                                         default=None))
             for r, lead in leads.items():
