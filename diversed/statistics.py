@@ -472,10 +472,13 @@ class Test:
     need: int | None = None  # the prompts an underpowered margin needs
     plans: tuple[tuple[float, float, int, bool], ...] = ()  # planned_prompts' (spread, margin, sides, binary)
     # behind each "underpowered" in why
+    on: str = ""  # what a "fails" is about, where the test joins parts (`both`): the part nearest to failing
 
     def verdict(self, p_adjusted: float | None = None, against_adjusted: float | None = None) -> str:
-        """holds when p (or its family-adjusted value) is below ALPHA / 2, fails when p_against (or its adjusted
-        value) is, else inconclusive."""
+        """not tested when why says so; holds when p (or its family-adjusted value) is below ALPHA / 2, fails when
+        p_against (or its adjusted value) is, else inconclusive."""
+        if self.why.startswith(NOT_TESTED):
+            return NOT_TESTED
         p = self.p if p_adjusted is None else p_adjusted
         against = self.p_against if against_adjusted is None else against_adjusted
         if p < ALPHA / 2:
@@ -538,7 +541,8 @@ def _powered(test: Test, e: Estimate, margin: float, sides: int = 1) -> Test:
     if need is not None and need > e.n:
         binary = e.discordant is not None
         spread = sum(e.discordant) / e.n if binary else e.se * math.sqrt(e.n)
-        return Test(test.p, test.p_against, f"underpowered: n = {e.n}, needs ≈ {need} {IF_NULL}", need,
+        few = f"; too few discordant prompts: {e.discordant[0]:g} gained, {e.discordant[1]:g} lost" if binary else ""
+        return Test(test.p, test.p_against, f"underpowered: n = {e.n}, needs ≈ {need} {IF_NULL}{few}", need,
                     ((spread, margin, sides, binary),))
     return test
 
@@ -554,16 +558,20 @@ def differ(samples: list[np.ndarray], what: str = "group") -> Test:
     return Test(p, math.nan, "" if p < ALPHA / 2 else f"{what} means not distinguishable")
 
 
-def both(*tests: Test) -> Test:
+def both(*tests: Test, **named: Test) -> Test:
     """An intersection-union test: every part must hold (p = the largest p, nan when any part has none: an
     untested part is no evidence); it fails when any part fails, Holm-adjusted over the parts (the smallest
-    p_against times their number: unadjusted, two parts on their boundaries failed 5% of the time)."""
+    p_against times their number: unadjusted, two parts on their boundaries failed 5% of the time). Parts given by
+    name (quality=..., speed=...) name what a "fails" is about (Test.on: the part with the smallest p_against)."""
+    tests = (*tests, *named.values())
     open_ = [t for t in tests if t.why and t.verdict() == INCONCLUSIVE]
     need = max((t.need for t in open_ if t.need), default=None)
     p = [t.p for t in tests]
     against = [t.p_against for t in tests if not math.isnan(t.p_against)]
+    nearest = min(named, key=lambda k: named[k].p_against if not math.isnan(named[k].p_against) else math.inf,
+                  default="")
     return Test(math.nan if any(math.isnan(x) for x in p) else max(p), min(holm(against), default=math.nan),
-                "; ".join(t.why for t in open_), need, tuple(plan for t in open_ for plan in t.plans))
+                "; ".join(t.why for t in open_), need, tuple(plan for t in open_ for plan in t.plans), nearest)
 
 
 def fixed_sequence(ps: list[float], level: float = RISK) -> int:

@@ -56,7 +56,7 @@ def test_the_precondition_compares_target_and_draft_alone():
     rows = units({"autoregressive": (0, 0.5, 1), "draft": (0, 0.5, 5)}, prompts=30)
     assert target_beats_draft(rows, 1.0).verdict != HOLDS
     assert target_beats_draft(rows[rows["method"] != "draft"], 1.0).summary == \
-        "inconclusive: no draft-only runs (method `draft`)"
+        "not tested: no draft-only runs (method `draft`)"
 
 
 def test_a_fixed_run_at_w_1_is_strict_and_not_evidence_about_relaxed_verification():
@@ -103,6 +103,23 @@ def test_identical_answers_hold_only_on_enough_prompts():
     assert faster_than_sd(worse, 1.0).verdict == FAILS
 
 
+def test_a_failing_verdict_says_whether_quality_or_speed_failed():
+    """#48, 6: "faster than SD fails" read as slower where the setting was 2x faster and lost quality: a setting
+    joining two tests says which failed, and so does its claim."""
+    levels = {"autoregressive": (0, 0.5, 1), "strict": (0.2, 0.5, 1), "dynamic": (0.8, 0.5, 2)}
+    rows = units(levels, prompts=400, difficulty=False)
+    rows["quality"] = rows["prompt"] % 2
+    worse = rows.copy()
+    worse.loc[worse["method"] == "dynamic", "quality"] = 0.0
+    claim = faster_than_sd(worse, 1.0)
+    assert claim.verdict == FAILS and claim.summary.startswith("fails on quality (")
+    assert "**fails on quality**" in claim.evidence and "tokens/s DIVERSED / SD 2.0" in claim.evidence
+    slower = rows.copy()
+    slower.loc[slower["method"] == "dynamic", "seconds"] *= 4  # half SD's tokens/s, the same answers
+    claim = faster_than_sd(slower, 1.0)
+    assert claim.verdict == FAILS and claim.summary.startswith("fails on speed (")
+
+
 def test_beyond_a_front_the_sweep_kept_strict_names_sd():
     """Regression (#31, defect 3): where the dev sweep kept strict for a family, its eval runs are SD's, and the
     evidence read 'DIVERSED - fixed w' while it was DIVERSED - SD."""
@@ -125,7 +142,7 @@ def test_beyond_a_front_the_sweep_kept_strict_is_not_tested():
     assert not math.isnan(beyond_front(rows, 1.0).settings[0].test.p)  # the fixed w at w < 1: tested
     rows.loc[rows["method"] == "fixed", "weight"] = 1.0
     claim = beyond_front(rows, 1.0)
-    assert claim.verdict == INCONCLUSIVE and claim.settings[0].verdict == INCONCLUSIVE
+    assert claim.verdict == st.NOT_TESTED and claim.settings[0].verdict == st.NOT_TESTED
     assert claim.settings[0].test.why == "not tested: the dev sweep kept strict for fixed w, so its runs are SD's"
     assert "not tested: the dev sweep kept strict" in claim.summary
 

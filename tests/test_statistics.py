@@ -370,3 +370,13 @@ def test_the_prompts_planned_for_0_1_answers_give_80_percent_power(psi):
     power = np.mean([st.tango_estimate(a, b, n, 0.1).p_above(-0.05) < st.ALPHA / 2 for a, b, _ in draws])
     assert power >= 0.77 if psi else power == 1.0, (n, power)
     assert st.needed_prompts(st.tango_estimate(psi * 100 / 2, psi * 100 / 2, 100, 0.1), 0.05) == n
+
+
+def test_an_underpowered_0_1_comparison_counts_its_discordant_prompts():
+    """#48, 6: "underpowered, needs ≈ 3,656" where 2 answers were gained and 6 lost read as if nothing had changed:
+    an inconclusive paired 0/1 comparison states its discordant prompts, gained and lost."""
+    e = st.tango_estimate(2, 6, 51, se=0.05)
+    test = st.noninferior(e, 0.02)
+    assert test.verdict() == st.INCONCLUSIVE
+    assert test.why.startswith("underpowered: n = 51, needs ≈ ")
+    assert test.why.endswith("; too few discordant prompts: 2 gained, 6 lost")

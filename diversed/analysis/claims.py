@@ -44,9 +44,14 @@ class Setting:
     test: Test
     verdict: str = ""
 
+    @property
+    def label(self) -> str:
+        """The verdict as read: "fails on quality" where the test names what failed (statistics.both)."""
+        return f"{FAILS} on {self.test.on}" if self.verdict == FAILS and self.test.on else self.verdict
+
     def text(self) -> str:
-        why = f" ({self.test.why})" if self.verdict == INCONCLUSIVE and self.test.why else ""
-        return f"{self.name}: {self.evidence}: **{self.verdict}**{why}"
+        why = f" ({self.test.why})" if self.verdict in (INCONCLUSIVE, statistics.NOT_TESTED) and self.test.why else ""
+        return f"{self.name}: {self.evidence}: **{self.label}**{why}"
 
 
 @dataclass
@@ -98,10 +103,11 @@ class Claim:
 
     @property
     def alone(self) -> str:
-        """The verdict of its settings, the claim read alone (no adjustment over the report's claims)."""
+        """The verdict of its settings, the claim read alone (no adjustment over the report's claims); not tested
+        when none of them is."""
         verdicts = [s.verdict for s in self.settings]
-        if not verdicts:
-            return INCONCLUSIVE
+        if all(v == statistics.NOT_TESTED for v in verdicts):
+            return statistics.NOT_TESTED
         if self.every:
             return HOLDS if all(v == HOLDS for v in verdicts) else FAILS if FAILS in verdicts else INCONCLUSIVE
         return HOLDS if HOLDS in verdicts else FAILS if all(v == FAILS for v in verdicts) else INCONCLUSIVE
@@ -120,13 +126,13 @@ class Claim:
         """'verdict (holds on m of M settings; why the inconclusive ones are so)', e.g. 'inconclusive (holds on 0 of
         1 setting; underpowered: n = 60, needs ≈ 900)'."""
         if not self.settings:
-            return f"{INCONCLUSIVE}: {self.note or 'nothing to test'}"
+            return f"{statistics.NOT_TESTED}: {self.note or 'nothing to test'}"
         M = len(self.settings)
         parts = [f"holds on {self.holding} of {M} setting{'s' if M > 1 else ''}"]
         if self.verdict != self.alone:
             p, claims = self.across
             parts.append(f"holds alone, not over the report's {claims} claims: Holm-adjusted p = {p:.3g}")
-        open_ = [s for s in self.settings if s.verdict == INCONCLUSIVE]
+        open_ = [s for s in self.settings if s.verdict in (INCONCLUSIVE, statistics.NOT_TESTED)]
         if short := [s for s in open_ if s.test.need]:
             ns = [re.search(r"underpowered: n = (\d+)", s.test.why).group(1) for s in short]
             where = "" if len(short) == len(open_) == 1 else f" on {len(short)}"
@@ -135,7 +141,14 @@ class Claim:
         # the other reasons, also those an underpowered setting gives beside it (statistics.both joins them)
         parts += sorted({why for s in open_ for why in s.test.why.split("; ")
                          if why and not why.startswith("underpowered")})
-        return f"{self.verdict} ({'; '.join(parts)})"
+        return f"{self.label} ({'; '.join(parts)})"
+
+    @property
+    def label(self) -> str:
+        """The verdict as read: "fails on quality" (or "on speed and quality") naming what its failing settings
+        failed on, where their tests name it."""
+        on = sorted({s.test.on for s in self.settings if s.verdict == FAILS and s.test.on})
+        return f"{FAILS} on {' and '.join(on)}" if self.verdict == FAILS and on else self.verdict
 
     @property
     def evidence(self) -> str:
@@ -364,7 +377,7 @@ def beyond_front(units: pd.DataFrame, T: float, family: str = "fixed") -> Claim:
         a = statistics.paired(dyn, other, "draft_acceptance_rate")
         q = quality_gain(dyn, other)
         tol = tolerance_of(dyn)
-        test, kept = both(superior(a), noninferior(q, tol)), kept_strict(other, family)
+        test, kept = both(acceptance=superior(a), quality=noninferior(q, tol)), kept_strict(other, family)
         if kept:  # its eval runs are SD's: a verdict would be about SD, not the family
             test = Test(math.nan, math.nan, f"{statistics.NOT_TESTED}: the dev sweep kept strict for {name}, so "
                         "its runs are SD's")
@@ -402,7 +415,7 @@ def faster_than_sd(units: pd.DataFrame, T: float) -> Claim:
         tol = tolerance_of(dyn)
         settings.append(Setting(f"{pair}/{task} K={K}", f"tokens/s DIVERSED / SD {s.text(digits=2)} ({n_text(s)}); "
                                 f"quality DIVERSED - target only {q.text(sign=True)} (tolerance {tol:g}, "
-                                f"{n_text(q)})", both(superior(s, 1.0), noninferior(q, tol))))
+                                f"{n_text(q)})", both(speed=superior(s, 1.0), quality=noninferior(q, tol))))
     return Claim("DIVERSED is faster than SD at quality within the task's tolerance of the target", T, True, settings)
 
 

@@ -76,8 +76,11 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Pa
               "above minus the tolerance). A claim about every setting holds when each does (no adjustment) and "
               "fails when one does (Holm over its settings); a claim about some setting the other way round. A "
               "claim's \"holds\" is then Holm-adjusted over the report's claims (the records check aside), so that "
-              "the chance of any false \"holds\" in this report stays at 2.5%. An inconclusive one says why, with "
-              "the prompts its margin would need when it is underpowered.", "", markdown(found), ""]
+              "the chance of any false \"holds\" in this report stays at 2.5%. Verdicts: holds; fails, with what it "
+              "failed on where a setting joins two tests (\"fails on quality\", \"fails on speed\"); "
+              "inconclusive, with why (underpowered: the prompts its margin would need if the true difference is "
+              "0; for 0/1 answers, too few discordant prompts, gained and lost); not tested, with why (e.g. the "
+              "dev sweep kept strict for the family named).", "", markdown(found), ""]
     head_table = heads(trained)
     if len(head_table):
         collapsed = head_table[head_table["collapsed"] != "no"]
