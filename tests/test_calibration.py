@@ -40,6 +40,15 @@ def test_below_its_minimum_an_estimate_has_no_interval_and_no_test():
     assert ratio.test(e).why == st.untestable(e)
 
 
+@pytest.mark.parametrize("n", [51, 100])
+def test_three_seeds_a_prompt_hold_falsely_at_most_five_percent(n):
+    """Seeds as decoding produces them (A's and B's seeds paired within a prompt, mostly alike), at the margin:
+    false "holds" at most 5% on 51 x 3 and 100 x 3 (the t-test on the seeds' fractions held falsely 5-6%)."""
+    seeded = [c for c in calibration.cases() if "3 seeds pooled" in c.name and c.test is not None]
+    t = calibration.calibrate(grid=(n,), runs=2000, only=seeded)
+    assert len(t) == 3 and (t["false_holds"] <= 0.05).all(), t.to_string()
+
+
 def test_a_miscalibrated_interval_is_caught():
     """The check can fail: intervals of half the width (a t-interval's se halved) fail coverage at every n."""
     case = next(c for c in calibration.cases() if c.name.startswith("acceptance, one"))
