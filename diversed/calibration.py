@@ -24,7 +24,6 @@ import numpy as np
 import pandas as pd
 
 from diversed import statistics as st
-from diversed.runs.settings import SELECTIONS
 
 GRID = (4, 12, 26, 51, 200)  # prompts
 LEVEL_MAX = 0.035  # the most a test may hold falsely at its null's boundary (nominal ALPHA / 2 = 0.025)
@@ -321,10 +320,10 @@ def selections(n_dev=N_DEV, runs: int = RUNS, seed: int = 0, margin: float = ACC
     for c, (chain, losses) in enumerate((chains or CHAINS).items()):
         for n in n_dev:
             rng = np.random.default_rng([seed, c, n])
-            leads = {r: [] for r in SELECTIONS}  # the index of each sweep's chosen knob (None: strict)
+            leads = {r: [] for r in st.SELECTION_RULES}  # the index of each sweep's chosen knob (None: strict)
             for _ in range(runs):
                 tests, gains = sweep(rng, n, losses, margin)
-                for r in SELECTIONS:
+                for r in st.SELECTION_RULES:
                     leads[r].append(max((j for j, ok in enumerate(st.admitted(r, tests, gains, margin)) if ok),
                                         default=None))
             for r, lead in leads.items():

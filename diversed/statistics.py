@@ -585,6 +585,9 @@ def fixed_sequence(ps: list[float], level: float = RISK) -> int:
     return len(ps)
 
 
+SELECTION_RULES = ("certified", "estimate", "noninferior")  # `admitted`'s rules (described: runs.settings.SELECTIONS)
+
+
 def admitted(select: str, tests: list[Test], gains: list[float], margin: float) -> list[bool]:
     """Which points of a family a selection rule (runs.settings.SELECTIONS) lets a sweep choose. tests: each
     point's non-inferiority test against strict at margin, in the family's sequence (least lenient first); gains:
@@ -598,7 +601,7 @@ def admitted(select: str, tests: list[Test], gains: list[float], margin: float) 
         return [t.verdict() == HOLDS for t in tests]
     if select == "estimate":
         return [bool(g >= -margin) for g in gains]  # nan: unscored, never admitted
-    raise ValueError(f"unknown selection {select!r}; allowed: certified, estimate, noninferior")
+    raise ValueError(f"unknown selection {select!r}; allowed: {', '.join(SELECTION_RULES)}")
 
 
 def holm(ps: list[float]) -> list[float]:

@@ -86,7 +86,7 @@ def test_the_default_selection_rarely_chooses_a_knob_that_loses_the_margin():
     from diversed.runs.sweep import choose
 
     default = choose.__defaults__[0]
-    assert default == next(iter(SELECTIONS)) == "certified"
+    assert default == next(iter(SELECTIONS)) == "certified" and tuple(SELECTIONS) == st.SELECTION_RULES
     violations = selection_violations(runs=400)
     assert (violations.xs(default, level="rule") <= st.RISK).all(), violations.to_string()
     assert (violations.xs("estimate", level="rule") > 0.5).all(), violations.to_string()
