@@ -353,7 +353,23 @@ def cmd_plot(a: argparse.Namespace) -> None:
 def cmd_report(a: argparse.Namespace) -> None:
     from diversed.report.compose import write_report
 
-    print(write_report(a.tables, a.figures, a.out))
+    print(write_report(a.tables, a.figures, a.out, a.audit))
+
+
+def cmd_audit(a: argparse.Namespace) -> None:
+    from diversed.analysis.audit import audit, summary
+    from diversed.utils import write_text
+
+    if a.out:
+        check_writable(a.out)
+    findings = audit(a.results)
+    text = summary(findings)
+    if a.out:
+        write_text(a.out, text + "\n")
+    print(text)
+    if not all(f.ok for f in findings):
+        print(f"error: {sum(not f.ok for f in findings)} check(s) failed in {a.results}", file=sys.stderr)
+        raise SystemExit(FAILED)
 
 
 def cmd_calibrate(a: argparse.Namespace) -> None:
@@ -625,7 +641,14 @@ def _results_parsers(sub) -> None:
     p.add_argument("--tables", default="results/tables")
     p.add_argument("--figures", default="figures")
     p.add_argument("--out", default="results/REPORT.md")
+    p.add_argument("--audit", help="diversed audit's outcome (its --out file), printed in the report")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("audit", help="the timed runs are the scored runs, and every run's counters add up "
+                       "(diversed.analysis.audit); exit 1 when a check fails")
+    p.add_argument("results", metavar="RESULTS_DIR", help="the folder holding runs/, timing/, sweeps/, sweep_timing/")
+    p.add_argument("--out", help="also write the outcome here")
+    p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser("calibrate", help="the report's tests on simulated prompts: false holds and coverage per n, "
                        "and the sweeps' selection rules: how often the chosen knob loses more than the margin "

@@ -50,6 +50,8 @@ TABLE_NAMES = ("table1", "table2", "table3", "speed", "families", "knobs", "rete
 TIDY = ("runs", "prompts", "sweeps", "sweep_prompts", "weights", "trained")  # aggregate's tidy CSVs
 FIGURES = "figures"
 REPORT = "results/REPORT.md"
+RESULTS = "results"
+AUDIT = "results/audit.txt"  # diversed audit's outcome: timed = scored, accounting
 SCHEMA = "config.schema.yaml"  # in this package
 NUMBER = r"\d+(\.\d+)?(e-\d+)?"  # a float as str() writes it (0.1, 1.0, 1e-05): the T and lambda wildcards
 
@@ -58,13 +60,14 @@ MODEL_RULES = ("decode", "decode_transfer", "time", "sweep", "time_sweep", "swee
                "train_head_lambda", "distill_draft", "mine_judge", "decode_judged", "time_judged", "time_sweep_judged")
 # the decoding rules' variants on a task AutoJudge runs on: the same jobs with the judge's runs among their outputs
 JUDGED = {"decode_judged": "decode", "time_judged": "time", "time_sweep_judged": "time_sweep"}
-LOCAL_RULES = ("fetch_sources", "aggregate", "plot", "report")  # on a cluster: the submitting node
+LOCAL_RULES = ("fetch_sources", "aggregate", "audit", "plot", "report")  # on a cluster: the submitting node
 WILDCARDS = {"fetch_sources": (), "prepare_models": ("pair",), "train_head": ("pair", "task"),
              "train_head_lambda": ("pair", "task", "lam"), "distill_draft": ("pair", "task"),
              "mine_judge": ("pair", "task"), "train_judge": ("pair", "task"),
              "sweep": ("pair", "task", "T", "K"), "time_sweep": ("pair", "task", "T", "K"),
              "sweep_lambda": ("pair", "task"), "decode": ("pair", "task", "T", "seed"), "time": ("pair", "task", "T"),
-             "decode_transfer": ("pair", "task", "head", "T", "seed"), "aggregate": (), "plot": (), "report": ()}
+             "decode_transfer": ("pair", "task", "head", "T", "seed"), "aggregate": (), "audit": (), "plot": (),
+             "report": ()}
 WILDCARDS |= {variant: WILDCARDS[rule] for variant, rule in JUDGED.items()}
 
 
@@ -308,6 +311,7 @@ class Plan:
             "aggregate": lambda: {**{name: f"{TABLES}/{name}.csv" for name in TIDY}, "tables": [
                 f"{TABLES}/{n}.{ext}" for n in TABLE_NAMES for ext in ("csv", "md", "tex")]},
             "plot": lambda: {"figures": self._figures()},
+            "audit": lambda: {"audit": AUDIT},
             "report": lambda: {"report": REPORT},
         }[rule]()
 
@@ -614,10 +618,12 @@ class Plan:
             "temperatures": " ".join(temperature(T) for T in self.config["temperatures"]),
             "figure_temperature": temperature(self.sweep["figure_temperature"]), "tables": TABLES, "out": FIGURES},
             threads=1)
+        audit = self._make_outputs("audit", {})
+        yield Job("audit", {}, inputs, audit, {"results": RESULTS}, threads=1)
         yield Job("report", {}, {name: tables[name] for name in ("runs", "prompts", "sweeps", "sweep_prompts",
                                                                  "trained", "tables")} | {
-            "figures": self._figures()}, self._make_outputs("report", {}), {"tables": TABLES, "figures": FIGURES},
-            threads=1)
+            "figures": self._figures()} | audit, self._make_outputs("report", {}), {"tables": TABLES,
+                                                                                   "figures": FIGURES}, threads=1)
 
     # ------------------------------------------------------------------------------------------ runs
 

@@ -60,6 +60,7 @@ def parses(path: Path) -> bool:
     readers = {".json": lambda p: json.loads(p.read_text()), ".jsonl": read_jsonl, ".csv": pd.read_csv,
                ".png": matplotlib.image.imread, ".pdf": lambda p: p.read_bytes().startswith(b"%PDF") or None,
                ".md": lambda p: p.read_text().strip() or None, ".tex": lambda p: p.read_text().strip() or None,
+               ".txt": lambda p: p.read_text().strip() or None,
                ".safetensors": load_file, ".pt": lambda p: p.stat().st_size or None}
     return readers[path.suffix](path) is not None
 
@@ -111,6 +112,11 @@ def test_smoke_config_end_to_end(smoke_run):
     assert head["config"]["acceptance_weight"] == chosen and head["chosen"]["split"] == "dev"
     report = (wd / "results" / "REPORT.md").read_text()
     assert "Table 1" in report and "## Claims" in report
+    audit = (wd / "results" / "audit.txt").read_text()  # every timed run is a scored run, every counter adds up
+    assert "FAIL" not in audit and "## Audit" in report
+    assert int(re.search(r"timed = scored: (\d+) of \1 passed", audit).group(1)) >= 30  # the eval timings at least
+    knobs = pd.read_csv(wd / "results" / "tables" / "knobs.csv")  # each family's knob under each selection rule
+    assert {"knob_certified", "knob_estimate", "eval check (certified)"} <= set(knobs.columns) and len(knobs)
     for name in ("static front", "Speculative cascade front", "Lenient SD front", "AutoJudge front"):  # each one's
         assert f"DIVERSED lies beyond the {name}" in report, name
 
@@ -122,8 +128,8 @@ def test_smoke_config_end_to_end(smoke_run):
     (wd / "changed.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     counts = jobs(snakemake("-n", "--configfile", "changed.yaml", cwd=wd).stdout)
     decoding = ("time_sweep", "decode", "time")
-    assert set(counts) == {"sweep", *decoding, *(f"{r}_judged" for r in decoding), "aggregate", "plot", "report",
-                           "all"}, counts
+    assert set(counts) == {"sweep", *decoding, *(f"{r}_judged" for r in decoding), "aggregate", "audit", "plot",
+                           "report", "all"}, counts
     # 2 tasks x 2 temperatures + the K-figure sweep (each keeps its finished points: see test_sweep), their
     # timing, and the decode and timing jobs whose fixed run reads a re-chosen w (arith's: the *_judged variants)
     assert counts["sweep"] == 5 and all(counts[r] == counts[f"{r}_judged"] == 2 for r in decoding)

@@ -54,9 +54,19 @@ def heads(trained: pd.DataFrame) -> pd.DataFrame:
         "collapsed": [c if isinstance(c, str) else "no" for c in h["collapsed"]]})
 
 
-def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Path:
-    """results/REPORT.md: the claims with their verdicts, the heads, the splits, the paper's tables, the speed and
-    lambda tables, the figures and where they came from."""
+def audit_section(audit: str | Path | None) -> list[str]:
+    """The report's lines on `diversed audit --out`'s outcome (none without one)."""
+    if audit is None:
+        return []
+    return ["## Audit", "", "`diversed audit`: each timed prompt's tokens against the scored run's at the same "
+            "setting, every timed prompt scored, the same rule, knob and trained files, and every run's counters "
+            "against its steps (diversed/analysis/audit.py).", "", "```", Path(audit).read_text().strip(), "```", ""]
+
+
+def write_report(tables: str | Path, figures: str | Path, out: str | Path, audit: str | Path | None = None) -> Path:
+    """results/REPORT.md: the claims with their verdicts, the audit's outcome (`diversed audit --out`, where given),
+    the heads, the splits, the paper's tables, the speed and lambda tables, the figures and where they came
+    from."""
     tables, figures, out = Path(tables), Path(figures), Path(out)
     runs = pd.read_csv(tables / "runs.csv")
     sweeps = pd.read_csv(tables / "sweeps.csv")
@@ -81,6 +91,7 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path) -> Pa
               "inconclusive, with why (underpowered: the prompts its margin would need if the true difference is "
               "0; for 0/1 answers, too few discordant prompts, gained and lost); not tested, with why (e.g. the "
               "dev sweep kept strict for the family named).", "", markdown(found), ""]
+    parts += audit_section(audit)
     head_table = heads(trained)
     if len(head_table):
         collapsed = head_table[head_table["collapsed"] != "no"]

@@ -36,6 +36,24 @@ rule plot:
         "--sweep-temperature {params.figure_temperature} --out {params.out} > {log} 2>&1"
 
 
+rule audit:
+    """The timed runs are the scored runs (same tokens, every timed prompt scored, same knob and trained files) and
+    every run's counters add up; fails the workflow when a check fails."""
+    input:
+        **PLAN.job("audit", {}).inputs,
+    output:
+        **PLAN.outputs("audit"),
+    params:
+        **params("audit"),
+    threads: 1
+    log:
+        "logs/audit.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "diversed audit {params.results} --out {output.audit} > {log} 2>&1"
+
+
 rule report:
     """results/REPORT.md: the claims per temperature, the heads, the tables, the figures and the provenance."""
     input:
@@ -50,4 +68,5 @@ rule report:
     conda:
         "../../environment.yml"
     shell:
-        "diversed report --tables {params.tables} --figures {params.figures} --out {output.report} > {log} 2>&1"
+        "diversed report --tables {params.tables} --figures {params.figures} --audit {input.audit} "
+        "--out {output.report} > {log} 2>&1"
