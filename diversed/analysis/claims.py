@@ -128,7 +128,8 @@ class Claim:
         if not self.settings:
             return f"{statistics.NOT_TESTED}: {self.note or 'nothing to test'}"
         M = len(self.settings)
-        parts = [f"holds on {self.holding} of {M} setting{'s' if M > 1 else ''}"]
+        parts = [] if self.verdict == statistics.NOT_TESTED else [
+            f"holds on {self.holding} of {M} setting{'s' if M > 1 else ''}"]
         if self.verdict != self.alone:
             p, claims = self.across
             parts.append(f"holds alone, not over the report's {claims} claims: Holm-adjusted p = {p:.3g}")
@@ -139,8 +140,9 @@ class Claim:
             parts.append(f"underpowered{where}: n = {_span(ns)}, needs ≈ {_span([s.test.need for s in short])} "
                          f"{statistics.IF_NULL}")
         # the other reasons, also those an underpowered setting gives beside it (statistics.both joins them)
-        parts += sorted({why for s in open_ for why in s.test.why.split("; ")
-                         if why and not why.startswith("underpowered")})
+        untested = f"{statistics.NOT_TESTED}: " if self.verdict == statistics.NOT_TESTED else None
+        parts += sorted({why.removeprefix(untested) if untested else why for s in open_
+                         for why in s.test.why.split("; ") if why and not why.startswith("underpowered")})
         return f"{self.label} ({'; '.join(parts)})"
 
     @property
@@ -434,7 +436,8 @@ def weight_varies(units: pd.DataFrame, T: float) -> Claim:
         means = ", ".join(f"{t} {statistics.mean_estimate(w).text()}" for t, w in by_task.items())
         settings.append(Setting(pair, f"mean w per task {means}; standard deviation of w within a prompt "
                                 f"{within.text()} ({n_text(within)})",
-                                both(superior(within, WITHIN_SD), statistics.differ(list(by_task.values()), "task"))))
+                                both(**{"within-prompt variation": superior(within, WITHIN_SD),
+                                        "between tasks": statistics.differ(list(by_task.values()), "task")})))
     return Claim("The learned w varies with the task and the context", T, True, settings, note="no DIVERSED runs")
 
 
