@@ -125,3 +125,27 @@ def test_the_target_alone_timed_at_another_K_is_the_same_setting(tiny_dir, tmp_p
     findings = audit(tmp_path)
     assert {f.check for f in findings} >= {SAME_SETTING, TIMED_EQUALS_SCORED} and all(f.ok for f in findings), [
         f.line() for f in findings]
+
+
+def test_across_batch_sizes_only_a_quality_shown_to_differ_fails(tree, tiny_dir):
+    """Timed at batch 1, scored at batch 2: tokens may differ by float rounding. A timed prompt that differs passes
+    while the timed prompts' quality is not shown to differ by more than the tolerance (0.1 nats of target
+    log-probability); every timed row 5 nats lower is shown to differ, and fails."""
+    shutil.rmtree(tree / SCORED)
+    from diversed.runs.evaluate import score_run
+
+    cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), verifier="fixed",
+                    weight=0.5, K=4, temperature=1.0, max_new_tokens=24)
+    score_run(execute(cfg, PROMPTS, run_dir=tree / SCORED, launch=Launch(progress=False, batch_size=2),
+                      labels={"pair": "tiny", "method": "fixed"}))
+    timed = rows(tree / TIMED)
+    longest = max(timed, key=lambda r: len(r["tokens"]))
+    longest["tokens"][-1] = (longest["tokens"][-1] + 1) % 90  # as if rounding changed its last sampled token
+    rewrite_generations(tree / TIMED, timed)
+    check = next(f for f in audit(tree) if f.check == TIMED_EQUALS_SCORED)
+    assert check.ok and "2/3 token-identical (timed at batch 1, scored at 2)" in check.detail, check.detail
+    for row in timed:
+        row["target_logprob"] -= 5.0
+    rewrite_generations(tree / TIMED, timed)
+    check = next(f for f in audit(tree) if f.check == TIMED_EQUALS_SCORED)
+    assert not check.ok and "shown to differ by more than the tolerance 0.1" in check.detail, check.detail

@@ -5,8 +5,10 @@ outputs; TEST06: EOS and length checks; TEST07: every sample scored), four check
 
 - **timed = scored**: each timed prompt's tokens against the scored run's at the same setting (k of n
   token-identical). A decode is deterministic at one batch size, so there every prompt must match; across batch
-  sizes float rounding may change a sampled token, and the timed prompts' quality in the timed run must then lie
-  within the task metric's tolerance of the scored run's on the same prompts.
+  sizes float rounding may change a sampled token, and the timed prompts' quality in the timed run must then not
+  be shown to differ from the scored run's by more than the task metric's tolerance (the paired 95% interval of
+  timed - scored wholly outside +-tolerance: statistics.equivalent's "fails"; without an interval, the
+  difference itself beyond it).
 - **timed is scored**: every timed prompt is among the scored run's prompts and has a score there.
 - **same setting**: the timed and the scored run decode the same rule at the same knob (manifest `decoding`) with
   the same trained files (manifest `trained`: the head's or judge's sha256).
@@ -25,6 +27,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
+from diversed import statistics
 from diversed.decoding.stats import Generation, summarize
 from diversed.runs.run import BASELINES, Run
 from diversed.tasks import metric_spec
@@ -135,13 +140,13 @@ def recorded(run: Run, key: str):
     return value
 
 
-def mean_quality(run: Run, hashes: list[str], metric: str) -> float:
-    """The run's mean metric over these prompts: a task metric from scores.json's per-prompt rows, a fidelity
-    metric (target_logprob) from the generations' own per-prompt value."""
+def prompt_quality(run: Run, hashes: list[str], metric: str) -> pd.DataFrame:
+    """(seed, prompt, quality) of these prompts: a task metric from scores.json's per-prompt rows, a fidelity metric
+    (target_logprob) from the generations' own per-prompt value."""
     per = {e["prompt_hash"]: e for e in run.scores.get("per_example", [])}
     rows = {g["prompt_hash"]: g for g in run.generations}
-    values = [(per[h] if metric in per.get(h, {}) else rows[h])[metric] for h in hashes]
-    return sum(values) / len(values)
+    return pd.DataFrame({"seed": 0, "prompt": hashes,
+                         "quality": [float((per[h] if metric in per.get(h, {}) else rows[h])[metric]) for h in hashes]})
 
 
 def compare(timed: Run, scored: Run) -> list[Finding]:
@@ -168,12 +173,18 @@ def compare(timed: Run, scored: Run) -> list[Finding]:
         return [*out, Finding(TIMED_EQUALS_SCORED, where, False, f"{text}: at one batch size a decode is "
                               "deterministic, so every prompt must match")]
     try:
-        gap = mean_quality(timed, hashes, metric) - mean_quality(scored, hashes, metric)
-    except (KeyError, TypeError):
+        spec = metric_spec(metric)
+        gap = statistics.paired(prompt_quality(timed, hashes, metric), prompt_quality(scored, hashes, metric),
+                                "quality", binary=spec.binary)
+    except (KeyError, TypeError, ValueError):
         return [*out, Finding(TIMED_EQUALS_SCORED, where, False, f"{text}; no per-prompt {metric} to compare")]
-    tolerance = metric_spec(metric).tolerance
-    return [*out, Finding(TIMED_EQUALS_SCORED, where, abs(gap) <= tolerance, f"{text}; {metric} on the timed "
-                          f"prompts timed - scored {gap:+.4g} (tolerance {tolerance:g})")]
+    if math.isfinite(gap.low):  # an interval: fails when it lies wholly outside +-tolerance
+        shown = statistics.equivalent(gap, spec.tolerance).verdict() == statistics.FAILS
+    else:  # no interval (too few prompts, or the same difference on each): the difference as it is
+        shown = not abs(gap.value) <= spec.tolerance
+    return [*out, Finding(TIMED_EQUALS_SCORED, where, not shown, f"{text}; {metric} on the timed prompts, timed - "
+                          f"scored {gap.text(digits=4, sign=True)}" + (f": shown to differ by more than the "
+                          f"tolerance {spec.tolerance:g}" if shown else f" (tolerance {spec.tolerance:g})"))]
 
 
 def audit(results: str | Path) -> list[Finding]:
