@@ -353,7 +353,7 @@ def cmd_plot(a: argparse.Namespace) -> None:
 def cmd_report(a: argparse.Namespace) -> None:
     from diversed.report.compose import write_report
 
-    print(write_report(a.tables, a.figures, a.out, a.audit))
+    print(write_report(a.tables, a.figures, a.out, a.audit, a.benchmarks))
 
 
 def cmd_audit(a: argparse.Namespace) -> None:
@@ -642,6 +642,8 @@ def _results_parsers(sub) -> None:
     p.add_argument("--figures", default="figures")
     p.add_argument("--out", default="results/REPORT.md")
     p.add_argument("--audit", help="diversed audit's outcome (its --out file), printed in the report")
+    p.add_argument("--benchmarks", help="the workflow's Snakemake benchmark files (logs/benchmarks): the measured "
+                   "time and memory per rule")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("audit", help="the timed runs are the scored runs, and every run's counters add up "

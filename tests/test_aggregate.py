@@ -458,3 +458,20 @@ def test_knobs_table_sets_each_selection_beside_the_certified_one_and_checks_it_
     moved = units.assign(knob=units["knob"].replace({0.7: 0.5}))  # the eval runs decoded another setting
     assert knobs_table(sweeps, moved).set_index("family").loc["Lenient SD", "eval check (certified)"].startswith(
         "not decoded on eval")
+
+
+def test_the_measured_cost_sums_each_rules_benchmark_files(tmp_path):
+    """Snakemake's benchmark files per job (a *_judged variant counted with its rule; '-' where a job ended before
+    its memory was sampled): jobs, seconds in all and of the slowest, peak memory per rule."""
+    from diversed.report.compose import cost_section, measured_cost
+
+    header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+    for path, s, rss in (("decode/p/arith/T1.0-s0.tsv", 30.0, "812.5"), ("decode/p/open/T1.0-s0.tsv", 50.0, "900.1"),
+                         ("aggregate.tsv", 2.0, "-")):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(header + f"{s}\t0:00:{int(s):02d}\t{rss}\t1\t1\t1\t0\t0\t10\t{s}\n")
+    table = measured_cost(tmp_path).set_index("rule")
+    assert table.loc["decode"].tolist() == [2, 80.0, 50.0, 900.0]
+    assert table.loc["aggregate", "jobs"] == 1 and pd.isna(table.loc["aggregate", "peak memory (MiB)"])
+    assert "3 jobs, 1.4 minutes in all" in "\n".join(cost_section(tmp_path))
+    assert cost_section(tmp_path / "none") == [] and cost_section(None) == []

@@ -114,6 +114,8 @@ def test_smoke_config_end_to_end(smoke_run):
     assert "Table 1" in report and "## Claims" in report
     audit = (wd / "results" / "audit.txt").read_text()  # every timed run is a scored run, every counter adds up
     assert "FAIL" not in audit and "## Audit" in report
+    cost = report.split("## Measured cost")[1].split("## Provenance")[0]  # every rule's jobs, from benchmark:
+    assert all(f"| {rule} " in cost for rule in ("prepare_models", "decode", "time", "sweep", "train_head", "audit"))
     assert int(re.search(r"timed = scored: (\d+) of \1 passed", audit).group(1)) >= 30  # the eval timings at least
     knobs = pd.read_csv(wd / "results" / "tables" / "knobs.csv")  # each family's knob under each selection rule
     assert {"knob_certified", "knob_estimate", "eval check (certified)"} <= set(knobs.columns) and len(knobs)

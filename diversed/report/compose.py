@@ -54,6 +54,33 @@ def heads(trained: pd.DataFrame) -> pd.DataFrame:
         "collapsed": [c if isinstance(c, str) else "no" for c in h["collapsed"]]})
 
 
+def measured_cost(benchmarks: str | Path) -> pd.DataFrame:
+    """Per rule, from Snakemake's `benchmark:` files (logs/benchmarks/{rule}/...tsv; a rule's *_judged variant is
+    counted with it): jobs, wall seconds in all and of the slowest job, and the largest resident memory (MiB; nan
+    where a job ended before Snakemake sampled it)."""
+    rows = []
+    for tsv in sorted(Path(benchmarks).rglob("*.tsv")):
+        b = pd.read_csv(tsv, sep="\t")
+        rows.append({"rule": tsv.relative_to(benchmarks).parts[0].removesuffix(".tsv"),
+                     "s": float(b["s"].iloc[0]), "rss": pd.to_numeric(b["max_rss"], errors="coerce").iloc[0]})
+    if not rows:
+        return pd.DataFrame(columns=["rule", "jobs", "seconds", "slowest job (s)", "peak memory (MiB)"])
+    d = pd.DataFrame(rows).groupby("rule", sort=False)
+    return pd.DataFrame({"jobs": d.size(), "seconds": d["s"].sum().round(1), "slowest job (s)": d["s"].max().round(1),
+                         "peak memory (MiB)": d["rss"].max().round(0)}).reset_index()
+
+
+def cost_section(benchmarks: str | Path | None) -> list[str]:
+    """The report's measured cost per rule (none without benchmark files)."""
+    table = measured_cost(benchmarks) if benchmarks is not None else pd.DataFrame()
+    if table.empty:
+        return []
+    return ["## Measured cost", "", f"Wall time and peak resident memory per rule, as Snakemake's `benchmark:` "
+            f"measured each job on this machine ({table['jobs'].sum()} jobs, {table['seconds'].sum() / 60:.1f} "
+            "minutes in all; jobs that ran side by side overlap; the provenance below names the hardware).", "",
+            table.to_markdown(index=False), ""]
+
+
 def audit_section(audit: str | Path | None) -> list[str]:
     """The report's lines on `diversed audit --out`'s outcome (none without one)."""
     if audit is None:
@@ -63,10 +90,11 @@ def audit_section(audit: str | Path | None) -> list[str]:
             "against its steps (diversed/analysis/audit.py).", "", "```", Path(audit).read_text().strip(), "```", ""]
 
 
-def write_report(tables: str | Path, figures: str | Path, out: str | Path, audit: str | Path | None = None) -> Path:
+def write_report(tables: str | Path, figures: str | Path, out: str | Path, audit: str | Path | None = None,
+                 benchmarks: str | Path | None = None) -> Path:
     """results/REPORT.md: the claims with their verdicts, the audit's outcome (`diversed audit --out`, where given),
-    the heads, the splits, the paper's tables, the speed and lambda tables, the figures and where they came
-    from."""
+    the heads, the splits, the paper's tables, the speed and lambda tables, the figures, the measured cost per rule
+    (Snakemake's benchmark files, where given) and where they came from."""
     tables, figures, out = Path(tables), Path(figures), Path(out)
     runs = pd.read_csv(tables / "runs.csv")
     sweeps = pd.read_csv(tables / "sweeps.csv")
@@ -114,6 +142,7 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path, audit
     parts += ["## Figures", ""]
     for png in sorted(figures.glob("*.png")):
         parts += [f"![{png.stem}]({rel / png.name})", ""]
+    parts += cost_section(benchmarks)
     prov = provenance()
     parts += ["## Provenance", "", f"- git commit: {prov['git_commit']}",
               f"- versions: {json.dumps(prov['versions'])}", f"- hardware: {json.dumps(prov['hardware'])}", ""]

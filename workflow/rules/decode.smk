@@ -17,6 +17,8 @@ rule decode:
         gpu=gpu("decode"),
     log:
         "logs/decode/{pair}/{task}/T{T}-s{seed}.log",
+    benchmark:
+        "logs/benchmarks/decode/{pair}/{task}/T{T}-s{seed}.tsv",
     conda:
         "../../environment.yml"
     shell:
@@ -58,6 +60,8 @@ rule time:
         gpu=gpu("time"),
     log:
         "logs/time/{pair}/{task}/T{T}.log",
+    benchmark:
+        "logs/benchmarks/time/{pair}/{task}/T{T}.tsv",
     conda:
         "../../environment.yml"
     shell:
@@ -95,3 +99,5 @@ use rule decode as decode_transfer with:
         gpu=gpu("decode_transfer"),
     log:
         "logs/decode_transfer/{pair}/{task}/dynamic@{head}/T{T}-s{seed}.log",
+    benchmark:
+        "logs/benchmarks/decode_transfer/{pair}/{task}/dynamic@{head}/T{T}-s{seed}.tsv",

@@ -9,6 +9,8 @@ rule prepare_models:
     threads: threads("prepare_models")
     log:
         "logs/prepare_models/{pair}.log",
+    benchmark:
+        "logs/benchmarks/prepare_models/{pair}.tsv",
     conda:
         "../../environment.yml"
     shell:

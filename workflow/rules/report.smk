@@ -10,6 +10,8 @@ rule aggregate:
     threads: 1
     log:
         "logs/aggregate.log",
+    benchmark:
+        "logs/benchmarks/aggregate.tsv",
     conda:
         "../../environment.yml"
     shell:
@@ -29,6 +31,8 @@ rule plot:
     threads: 1
     log:
         "logs/plot.log",
+    benchmark:
+        "logs/benchmarks/plot.tsv",
     conda:
         "../../environment.yml"
     shell:
@@ -48,6 +52,8 @@ rule audit:
     threads: 1
     log:
         "logs/audit.log",
+    benchmark:
+        "logs/benchmarks/audit.tsv",
     conda:
         "../../environment.yml"
     shell:
@@ -65,8 +71,10 @@ rule report:
     threads: 1
     log:
         "logs/report.log",
+    benchmark:
+        "logs/benchmarks/report.tsv",
     conda:
         "../../environment.yml"
     shell:
         "diversed report --tables {params.tables} --figures {params.figures} --audit {input.audit} "
-        "--out {output.report} > {log} 2>&1"
+        "--benchmarks logs/benchmarks --out {output.report} > {log} 2>&1"

@@ -12,6 +12,8 @@ rule fetch_sources:
     threads: 1
     log:
         "logs/fetch_sources.log",
+    benchmark:
+        "logs/benchmarks/fetch_sources.tsv",
     conda:
         "../../environment.yml"
     shell:

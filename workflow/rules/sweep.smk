@@ -16,6 +16,8 @@ rule sweep:
         gpu=gpu("sweep"),
     log:
         "logs/sweep/{pair}/{task}/T{T}-K{K}.log",
+    benchmark:
+        "logs/benchmarks/sweep/{pair}/{task}/T{T}-K{K}.tsv",
     conda:
         "../../environment.yml"
     shell:
@@ -44,6 +46,8 @@ rule sweep_lambda:
         gpu=gpu("sweep_lambda"),
     log:
         "logs/sweep_lambda/{pair}/{task}.log",
+    benchmark:
+        "logs/benchmarks/sweep_lambda/{pair}/{task}.tsv",
     conda:
         "../../environment.yml"
     shell:
@@ -71,6 +75,8 @@ rule time_sweep:
         gpu=gpu("time_sweep"),
     log:
         "logs/time_sweep/{pair}/{task}/T{T}-K{K}.log",
+    benchmark:
+        "logs/benchmarks/time_sweep/{pair}/{task}/T{T}-K{K}.tsv",
     conda:
         "../../environment.yml"
     shell:

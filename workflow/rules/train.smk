@@ -15,6 +15,8 @@ rule train_head:
         gpu=gpu("train_head"),
     log:
         "logs/train_head/{pair}/{task}.log",
+    benchmark:
+        "logs/benchmarks/train_head/{pair}/{task}.tsv",
     conda:
         "../../environment.yml"
     shell:
@@ -37,6 +39,8 @@ use rule train_head as train_head_lambda with:
         gpu=gpu("train_head_lambda"),
     log:
         "logs/train_head_lambda/{pair}/{task}/lambda{lam}.log",
+    benchmark:
+        "logs/benchmarks/train_head_lambda/{pair}/{task}/lambda{lam}.tsv",
 
 
 rule distill_draft:
@@ -54,6 +58,8 @@ rule distill_draft:
         gpu=gpu("distill_draft"),
     log:
         "logs/distill_draft/{pair}/{task}.log",
+    benchmark:
+        "logs/benchmarks/distill_draft/{pair}/{task}.tsv",
     conda:
         "../../environment.yml"
     shell:
@@ -77,6 +83,8 @@ rule mine_judge:
         gpu=gpu("mine_judge"),
     log:
         "logs/mine_judge/{pair}/{task}.log",
+    benchmark:
+        "logs/benchmarks/mine_judge/{pair}/{task}.tsv",
     conda:
         "../../environment.yml"
     shell:
@@ -97,6 +105,8 @@ rule train_judge:
     priority: 3
     log:
         "logs/train_judge/{pair}/{task}.log",
+    benchmark:
+        "logs/benchmarks/train_judge/{pair}/{task}.tsv",
     conda:
         "../../environment.yml"
     shell:
