@@ -54,6 +54,7 @@ METRICS: dict[str, tuple[str, str] | None] = {
     "draft_acceptance_rate": ("accepted", "drafted"),  # alpha
     "mean_acceptance_length": ("new_tokens", "steps"),  # tau
     "tokens_per_s": ("new_tokens", "seconds"),
+    "correct_per_s": ("correct", "seconds"),  # a 0/1 metric's right answers per second (correct: its quality)
     "mean_weight": ("weight_sum", "drafted"),  # w over drafted positions
     "bias_tv": ("bias_tv_sum", "new_tokens"),
     "kl": ("kl_sum", "new_tokens"),  # KL(emitted || p) in nats per token

@@ -110,6 +110,9 @@ def test_intervals_are_over_prompts_and_speed_is_a_ratio_of_totals(tmp_path):
     assert speed.loc["strict", "speedup"] == pytest.approx((340 / 4.5) / (340 / 11))  # not mean(2, 4, 1)
     assert speed.loc["strict", "draft_acceptance_rate"] == pytest.approx(231 / 320)  # pooled, not mean of ratios
     assert speed.loc["strict", "prompts"] == 3 and speed.loc["strict", "seeds"] == 3
+    # a lossy rule's lost answers do not vanish into its tokens/s: right answers per second of decoding
+    assert speed.loc["strict", "correct_per_s"] == pytest.approx(3 / 13.5)  # 1 right answer and 4.5 s a seed
+    assert speed.loc["autoregressive", "correct_per_s"] == pytest.approx(6 / 33)  # 2 and 11 s a seed
 
     one_seed = units[units["seed"] == 0]
     for metric in ("tokens_per_s", "draft_acceptance_rate", "quality"):

@@ -262,7 +262,7 @@ def table3(units: pd.DataFrame, temperature: float, runs: pd.DataFrame | None = 
     return pd.DataFrame(rows, columns=["pair", "head trained on", *tasks])
 
 
-SPEED_COLUMNS = (("tokens_per_s", 1, 1), ("speedup", 1, 2), ("draft_acceptance_rate", 100, 1),
+SPEED_COLUMNS = (("tokens_per_s", 1, 1), ("speedup", 1, 2), ("correct_per_s", 1, 3), ("draft_acceptance_rate", 100, 1),
                  ("mean_acceptance_length", 1, 2), ("bias_tv", 1, 3), ("quality", 1, 3), ("target_logprob", 1, 3),
                  ("target_argmax_agreement", 1, 3))
 
@@ -270,7 +270,8 @@ SPEED_COLUMNS = (("tokens_per_s", 1, 1), ("speedup", 1, 2), ("draft_acceptance_r
 def speed_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per pair/task/T/method/K, hardware and capture mode (eager, CUDA graphs, compiled), from the timed units
     (timed_units): tokens/s and the speedup over target-only decoding (ratios of totals over the same prompts and
-    seeds, timed in the same job on the same hardware), acceptance, tau, bias, quality and its reference-free
+    seeds, timed in the same job on the same hardware), correct answers per second (a 0/1 metric's right answers
+    over the decode seconds: what a lossy rule's tokens/s hides), acceptance, tau, bias, quality and its reference-free
     fidelity (target log p per token, target argmax agreement), each with its 95% interval over prompts. Runs
     with another task's head (decoded in jobs without a target-only run) stay out."""
     rows = []
@@ -289,6 +290,9 @@ def speed_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.Dat
                 e = statistics.paired(g, base, "tokens_per_s", relative=True)
             elif col == "quality":
                 e, scale, digits = quality(g, runs), scale_q, digits_q
+            elif col == "correct_per_s":  # right answers of a 0/1 metric per second, beside tokens/s
+                binary = metric_spec(g["metric"].iloc[0]).binary
+                e = statistics.estimate(g.assign(correct=g["quality"]), col) if binary else NONE
             else:
                 e = statistics.estimate(g, col)
             row[col], row[f"{col}_ci95"], row[f"{col}_text"] = e.value, e.half, e.text(scale, digits)
@@ -544,8 +548,8 @@ def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str 
     paths += write_table(table3(quality, t3, runs), out / "table3", f"Table 3 (T = {t3:g}): cross-task transfer of "
                          f"the DIVERSED head (acceptance % / quality); {TABLE3_CAVEAT}")
     paths += write_table(speed_table(units, runs), out / "speed", "Speed (timed at batch 1): tokens/s, speedup over "
-                                                                "target-only, acceptance %, tau, bias TV, quality, "
-                                                                "fidelity")
+                                                                "target-only, correct answers/s (0/1 metrics), "
+                                                                "acceptance %, tau, bias TV, quality, fidelity")
     paths += write_table(families_table(quality, runs), out / "families", "Relaxed verifiers, each at the setting "
                          "its dev sweep chose (the largest acceptance its rule admits against strict on dev) and at "
                          "the settings the config gives, on the eval prompts: acceptance %, quality, quality minus "
