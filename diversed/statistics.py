@@ -36,6 +36,7 @@ Holm's step-down adjustment (`holm`) keeps the chance of any false "holds" at th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -584,6 +585,40 @@ def fixed_sequence(ps: list[float], level: float = RISK) -> int:
         if not p < level:
             return i
     return len(ps)
+
+
+CONFIDENCE = 0.99  # MLPerf LoadGen's early stopping: a latency percentile claimed at 99% confidence
+PERCENTILES = (0.5, 0.9, 0.99)
+
+
+@functools.cache
+def min_passing(t: int, p: float, confidence: float = CONFIDENCE) -> int:
+    """MLPerf LoadGen's early-stopping rule (loadgen/early_stopping.cc, tolerance 0): the fewest requests h within a
+    latency beside t over it for which "the p-th percentile is within it" holds at `confidence`: P(at most t of
+    h + t requests over it | each over it with probability 1 - p) = I_p(h, t + 1) <= 1 - confidence."""
+    lo, hi = 1, 2
+    while stats.binom.cdf(t, hi + t, 1 - p) > 1 - confidence:
+        lo, hi = hi, 2 * hi
+    while lo < hi:  # the smallest h in [lo, hi] that passes
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if stats.binom.cdf(t, mid + t, 1 - p) <= 1 - confidence else (mid + 1, hi)
+    return lo
+
+
+def requests_needed(p: float) -> int:
+    """The fewest requests from which LoadGen's early stopping gives a p-th percentile (one request over it)."""
+    return min_passing(1, p) + 1
+
+
+def percentile_estimate(values: np.ndarray, p: float) -> float:
+    """LoadGen's early-stopping estimate of the p-th percentile of n request latencies: the largest t (at least 1)
+    whose min_passing(t) requests fit beside it in n, and the (n - t)-th smallest latency, which at least a share p
+    of requests stay within at 99% confidence; nan under requests_needed(p) requests."""
+    x = np.sort(np.asarray(values, dtype=float)[np.isfinite(values)])
+    n, t = len(x), 0
+    while min_passing(t + 1, p) + t + 1 <= n:
+        t += 1
+    return float(x[n - t - 1]) if t else math.nan
 
 
 SELECTION_RULES = ("certified", "estimate", "noninferior")  # `admitted`'s rules (described: runs.settings.SELECTIONS)

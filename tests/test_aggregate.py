@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 from helpers import seal_run
@@ -478,3 +479,14 @@ def test_the_measured_cost_sums_each_rules_benchmark_files(tmp_path):
     assert table.loc["aggregate", "jobs"] == 1 and pd.isna(table.loc["aggregate", "peak memory (MiB)"])
     assert "3 jobs, 1.4 minutes in all" in "\n".join(cost_section(tmp_path))
     assert cost_section(tmp_path / "none") == [] and cost_section(None) == []
+
+
+def test_latency_percentiles_are_loadgens_early_stopping_estimates():
+    """12 timed requests: p50 is the 11th smallest latency (LoadGen's early stopping at 99% confidence: 10 within
+    and 1 over it pass); p90 and p99 need 64 and 662 requests, so they are not given."""
+    from diversed.analysis.tables import latency_columns
+
+    g = pd.DataFrame({"seconds": np.arange(1.0, 13.0), "prefill_seconds": 0.5, "new_tokens": 10})
+    row = latency_columns(g)
+    assert row["requests"] == 12 and row["latency_p50_s"] == 11.5 and row["TPOT_p50_ms"] == pytest.approx(1100)
+    assert np.isnan(row["latency_p90_s"]) and row["latency_p90_s_text"] == row["TPOT_p99_ms_text"] == "–"

@@ -298,8 +298,24 @@ def speed_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.Dat
             row[col], row[f"{col}_ci95"], row[f"{col}_text"] = e.value, e.half, e.text(scale, digits)
         row["seeds"] = g["seed"].nunique()
         row["prompts"] = g["prompt"].nunique()
-        rows.append(row)
+        rows.append(row | latency_columns(g))
     return pd.DataFrame(rows)
+
+
+def latency_columns(g: pd.DataFrame) -> dict:
+    """Percentiles over the timed requests (each (seed, prompt)) of the request latency (prefill + decode, s) and
+    the decode time per output token (ms), as MLPerf LoadGen's early stopping estimates them (99% confidence);
+    '–' where the requests are fewer than it needs (statistics.requests_needed: 11 for p50, 64 for p90, 662 for
+    p99)."""
+    series = {"latency": (g["seconds"] + g.get("prefill_seconds", 0.0), "s", 1.0),
+              "TPOT": (g["seconds"] / g["new_tokens"], "ms", 1e3)}
+    out = {"requests": len(g)}
+    for name, (x, unit, scale) in series.items():
+        for p in statistics.PERCENTILES:
+            key = f"{name}_p{round(100 * p)}_{unit}"
+            out[key] = statistics.percentile_estimate(x.to_numpy(dtype=float) * scale, p)
+            out[f"{key}_text"] = "–" if np.isnan(out[key]) else f"{out[key]:.3g}"
+    return out
 
 
 def setting_text(units: pd.DataFrame) -> str:
@@ -549,7 +565,9 @@ def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str 
                          f"the DIVERSED head (acceptance % / quality); {TABLE3_CAVEAT}")
     paths += write_table(speed_table(units, runs), out / "speed", "Speed (timed at batch 1): tokens/s, speedup over "
                                                                 "target-only, correct answers/s (0/1 metrics), "
-                                                                "acceptance %, tau, bias TV, quality, fidelity")
+                                                                "acceptance %, tau, bias TV, quality, fidelity, "
+                                                                "latency and TPOT percentiles (MLPerf LoadGen's early "
+                                                                "stopping, 99% confidence; –: too few requests)")
     paths += write_table(families_table(quality, runs), out / "families", "Relaxed verifiers, each at the setting "
                          "its dev sweep chose (the largest acceptance its rule admits against strict on dev) and at "
                          "the settings the config gives, on the eval prompts: acceptance %, quality, quality minus "

@@ -580,18 +580,20 @@ class Run:
     def prompt_rows(self) -> list[dict]:
         """One row per prompt: the run_id, seed and prompt hash, and the per-prompt values the statistics pool
         (diversed.analysis.statistics.METRICS): sums over the prompt's tokens and steps, its quality (a task
-        metric per example; nan for a corpus or fidelity metric), its decode seconds (manifest prompt_seconds)."""
+        metric per example; nan for a corpus or fidelity metric), its decode seconds (manifest prompt_seconds) and
+        its prefill's (prefill_seconds)."""
         metric = self.scores["metric"]
         quality = {e["prompt_hash"]: e.get(metric) for e in self.scores.get("per_example", [])}
         seconds = self.manifest.get("prompt_seconds") or [math.nan] * len(self.generations)
+        prefill = self.manifest.get("prefill_seconds") or [math.nan] * len(self.generations)
         rows, exact = [], self.config["verifier"] == "autoregressive"  # the target alone: no bias by definition
-        for g, sec in zip(self.generations, seconds, strict=True):
+        for g, sec, pre in zip(self.generations, seconds, prefill, strict=True):
             weights, n = [w for step in g.get("weights") or [] for w in step], len(g["tokens"])
             rows.append({
                 "run_id": self.manifest["run_id"], "seed": self.config["seed"], "prompt": g["prompt_hash"],
                 "accepted": sum(g.get("accepted", [])), "drafted": sum(g.get("drafted", [])),
                 "new_tokens": n, "length": n, "steps": g.get("steps", len(g.get("drafted", [])) or len(g["tokens"])),
-                "seconds": sec, "weight_sum": sum(weights),
+                "seconds": sec, "prefill_seconds": pre, "weight_sum": sum(weights),
                 "bias_tv_sum": 0.0 if exact else token_sum(g.get("bias_tv_per_token"), n),
                 "kl_sum": 0.0 if exact else token_sum(g.get("kl_per_token"), n),
                 "target_logprob_sum": token_sum(g.get("target_logprobs"), n),
