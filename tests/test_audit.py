@@ -97,6 +97,10 @@ def test_a_doctored_counter_fails_the_accounting(tree):
     timed.write_text(json.dumps(manifest))
     doctored = [f for f in failed(tree) if f.path == str(tree / TIMED / "generations.jsonl")]
     assert doctored and "manifest summary mean_acceptance_length" in doctored[0].detail
+    manifest["summary"]["steps"] = "many"  # not a number at all: a finding, not a traceback
+    timed.write_text(json.dumps(manifest))
+    assert "manifest summary steps 'many'" in next(f for f in failed(tree) if f.path.startswith(str(tree / TIMED))
+                                                   ).detail
 
 
 def test_an_eos_before_the_end_and_an_unscored_timed_prompt_fail(tree, tiny_dir):
