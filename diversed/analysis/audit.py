@@ -67,9 +67,14 @@ def same(x, y, rel: float = 1e-9) -> bool:
     return (math.isnan(x) and math.isnan(y)) or math.isclose(x, y, rel_tol=rel, abs_tol=1e-12)
 
 
-def row_problems(g: dict, K: int, max_new: int) -> list[str]:
-    """What does not add up in one generations.jsonl row (its id first)."""
-    tokens, drafted, accepted = g["tokens"], g.get("drafted") or [], g.get("accepted") or []
+def steps(g: dict, K: int) -> Generation:
+    """A generations.jsonl row's tokens and steps, as decoding.stats counts them."""
+    return Generation(tokens=g["tokens"], K=K, drafted=g.get("drafted") or [], accepted=g.get("accepted") or [])
+
+
+def row_problems(g: dict, gen: Generation, max_new: int) -> list[str]:
+    """What does not add up in one generations.jsonl row (its id first); gen: its steps (`steps`)."""
+    tokens, drafted, accepted, K = gen.tokens, gen.drafted, gen.accepted, gen.K
     out = []
     if len(drafted) != len(accepted):
         out.append(f"{len(drafted)} steps drafted, {len(accepted)} accepted")
@@ -82,7 +87,7 @@ def row_problems(g: dict, K: int, max_new: int) -> list[str]:
             out.append(f"its steps emit {emitted} tokens, it holds {len(tokens)}")
     if len(tokens) > max_new:
         out.append(f"{len(tokens)} tokens, over max_new_tokens = {max_new}")
-    g_stats = Generation(tokens=tokens, K=K, drafted=drafted, accepted=accepted).stats()
+    g_stats = gen.stats()
     out += [f"records {key} {g[key]!r}, its steps give {g_stats[key]!r}" for key in SUMMARY_KEYS[:4]
             if key in g and not same(g[key], g_stats[key])]
     return [f"row {g.get('id')}: {p}" for p in out]
@@ -96,13 +101,13 @@ def accounting(run: Run) -> list[Finding]:
         return [Finding(WHOLE, str(run.path), False, str(e))]
     c = run.config
     K = 0 if c["verifier"] in BASELINES else c["K"]
-    problems = [p for g in rows for p in row_problems(g, K, c["max_new_tokens"])]
+    gens = [steps(g, K) for g in rows]
+    problems = [p for g, gen in zip(rows, gens, strict=True) for p in row_problems(g, gen, c["max_new_tokens"])]
     eos = {g["tokens"][-1] for g in rows if g.get("stop") == "eos" and g["tokens"]}
     problems += [f"row {g.get('id')}: an EOS token before its end" for g in rows
                  if any(t in eos for t in g["tokens"][:-1]) or (g.get("stop") != "eos" and g["tokens"]
                                                                 and g["tokens"][-1] in eos)]
-    pooled = summarize([Generation(tokens=g["tokens"], K=K, drafted=g.get("drafted") or [],
-                                   accepted=g.get("accepted") or []) for g in rows])
+    pooled = summarize(gens)
     recorded = run.manifest.get("summary", {})
     problems += [f"manifest summary {key} {recorded.get(key)!r}, its rows give {pooled[key]!r}"
                  for key in SUMMARY_KEYS if not same(recorded.get(key), pooled[key])]

@@ -402,7 +402,7 @@ def knobs_table(sweeps: pd.DataFrame, units: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (pair, task, T, K, family), g in points.groupby(["pair", "task", "temperature", "K", "verifier"], sort=False):
         g = g.sort_values("sequence")
-        chosen = {s: next((r for _, r in g.iterrows() if r[f"chosen_{s}"] is True or r[f"chosen_{s}"] == 1), None)
+        chosen = {s: next((r for _, r in g.iterrows() if r[f"chosen_{s}"] == 1), None)
                   for s in SELECTIONS}
         need = g["dev_needs"].iloc[0] if not g["certified"].astype(bool).any() else np.nan
         key = {"pair": pair, "task": task, "temperature": T, "K": K}
