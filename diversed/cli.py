@@ -12,6 +12,7 @@ from pathlib import Path
 
 from diversed.decoding.settings import (
     DEFAULT_DRAFT_LAYERS,
+    DEFERRAL,
     DEFERRALS,
     EMBEDDED_DRAFTS,
     FAMILIES,
@@ -591,7 +592,7 @@ def _sweep_parsers(sub) -> None:
         knob = RULES[family].knob
         p.add_argument(f"--{family}", type=number(float), nargs="+", metavar=knob.split()[-1].upper(),
                        help=f"also sweep the {family} verifier at these values of its {knob}")
-    p.add_argument("--deferrals", nargs="+", default=["chow"], choices=DEFERRALS,
+    p.add_argument("--deferrals", nargs="+", default=[DEFERRAL], choices=DEFERRALS,
                    help=f"cascade's deferral rules swept: {' | '.join(DEFERRALS)} (default: %(default)s)")
     p.add_argument("--head", help="also decode DIVERSED with this trained head (a reference point of the fronts)")
     p.add_argument("--target-only", action="store_true", help="also decode the target alone (the fronts' reference)")

@@ -141,13 +141,13 @@ def workloads(plan: Plan) -> dict[str, Workload]:
     quality-decode batch, head training's batch. Training prompts are cut at max_prompt_tokens (where set), decode
     prompts are not."""
     c = plan.config
-    train = c.get("train_head", {})
+    train = c["train_head"]  # every key filled in by the config's declarations (diversed.experiment)
     loads = {}
     for task, t in plan.tasks.items():
         longest, new = LONGEST_PROMPT.get(task, 512), t["max_new_tokens"]
-        cut = min(longest, train.get("max_prompt_tokens") or longest)
-        loads[task] = Workload(tokens=longest + new, new_tokens=new, batch_size=train.get("batch_size", 8),
-                               K=max(c.get("K", [5])), decode_batch=c["batch_size"], train_tokens=cut + new)
+        cut = min(longest, train["max_prompt_tokens"] or longest)
+        loads[task] = Workload(tokens=longest + new, new_tokens=new, batch_size=train["batch_size"],
+                               K=max(c["K"]), decode_batch=c["batch_size"], train_tokens=cut + new)
     return loads
 
 
@@ -293,7 +293,7 @@ def table(pairs: dict[str, dict], load: Workload | dict[str, Workload] | None = 
     loads = load if isinstance(load, dict) else {"": load}
     rows = ["| pair | target / draft | decode | train head | distill |", "|---|---|---|---|---|"]
     for name, p in pairs.items():
-        own = {task: w and dataclasses.replace(w, decode_batch=p.get("batch_size", w.decode_batch))
+        own = {task: w and dataclasses.replace(w, decode_batch=p.get("batch_size") or w.decode_batch)
                for task, w in loads.items()}  # the pair's own decode rows, where it sets them
         cells = []
         for job in JOBS:

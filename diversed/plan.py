@@ -11,23 +11,17 @@ Snakefile (every dry run, every cluster submission) reads the config and this mo
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import itertools
 import sys
 from dataclasses import dataclass, field
-from importlib.resources import files
 from pathlib import Path
 
-import yaml
-
-from diversed import protocol
-from diversed.decoding.settings import BASELINES, FAMILIES, GIVEN, METHODS, RULES, given_method, method_verifier
+from diversed.decoding.settings import BASELINES, FAMILIES, GIVEN, given_method, method_verifier
 from diversed.decoding.sources import Sources, hub_model, hub_sources, hub_task, load_config
+from diversed.experiment.config import judge_tasks, validated
 from diversed.runs.settings import Grid, RunConfig, point_name
-from diversed.tasks import get_task, registry
 from diversed.training.settings import DistillConfig, DraftRecipe, HeadTrainConfig, JudgeConfig, JudgeFit
-from diversed.utils import check_finite
 
 # Where everything lands: one template per kind of folder (T as temperature() writes it).
 RUN = "results/runs/{pair}/{task}/{method}/T{T}-K{K}-s{seed}"
@@ -52,7 +46,6 @@ FIGURES = "figures"
 REPORT = "results/REPORT.md"
 RESULTS = "results"
 AUDIT = "results/audit.txt"  # diversed audit's outcome: timed = scored, accounting
-SCHEMA = "config.schema.yaml"  # in this package
 NUMBER = r"\d+(\.\d+)?(e-\d+)?"  # a float as str() writes it (0.1, 1.0, 1e-05): the T and lambda wildcards
 
 # the rules that load a pair (and claim the GPU of a CUDA pair)
@@ -142,81 +135,6 @@ def flags(cls: type | None = None, **values) -> str:
         else:
             out.append(f"{flag} {value}")
     return " ".join(out)
-
-
-def validated(config: dict) -> dict:
-    """A copy of a workflow config checked against the schema (with the registry's methods and sweep families),
-    its defaults filled in, and every cross-field check that the schema cannot express."""
-    import jsonschema
-
-    config = protocol.apply(copy.deepcopy(config))  # the protocol's defaults, where the config sets no value
-    check_finite(config)  # NaN passes a schema's range checks (every comparison with it is false)
-    schema = yaml.safe_load((files("diversed") / SCHEMA).read_text())
-    schema["properties"]["methods"]["items"]["enum"] = list(METHODS)
-    schema["properties"]["sweep"]["properties"]["families"]["properties"] = {f: RULES[f].schema() for f in FAMILIES}
-    schema["properties"]["given"]["properties"] = {f: RULES[f].schema() for f in FAMILIES} | {"fixed": {
-        "type": "array", "items": {"type": "number", "minimum": 0, "maximum": 1}, "minItems": 1,
-        "description": "values of w"}}
-
-    def set_defaults(validator, properties, instance, schema):
-        for name, sub in properties.items():
-            if "default" in sub and isinstance(instance, dict):
-                instance.setdefault(name, copy.deepcopy(sub["default"]))
-        yield from jsonschema.Draft202012Validator.VALIDATORS["properties"](validator, properties, instance, schema)
-
-    with_defaults = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"properties": set_defaults})
-    try:
-        with_defaults(schema).validate(config)
-    except jsonschema.ValidationError as e:
-        where = "/".join(map(str, e.absolute_path)) or "the config"
-        raise ValueError(f"invalid config at {where}: {e.message}") from None
-    check(config)
-    for key, cls in (("train_head", HeadTrainConfig), ("distill", DistillConfig), ("judge", JudgeFit)):  # the CLI's
-        config[key] = {k: getattr(cls, k) for k in schema["properties"][key]["properties"] if hasattr(cls, k)} | \
-            config[key]
-    return config
-
-
-def check(config: dict) -> None:
-    """The checks across keys: known tasks, the lambda sweep's tasks and values, each family's knobs."""
-    if unknown := sorted(set(config["tasks"]) - set(registry())):
-        raise ValueError(f"unknown task(s) {', '.join(unknown)} in the config; allowed: "
-                         f"{', '.join(sorted(registry()))}")
-    e = config["execution"]
-    on_cpu = sorted(name for name, p in config["pairs"].items() if not str(p.get("device", "cuda")).startswith("cuda"))
-    if on_cpu and "graph" in (e["capture"], e["timed_capture"]):
-        raise ValueError(f"execution: capture 'graph' (CUDA graphs) needs a CUDA device; pair(s) {', '.join(on_cpu)} "
-                         "run on the CPU: use 'none' or 'compile' (timed_capture: null takes capture)")
-    lam = config["lambda_sweep"]
-    if unknown := sorted(set(lam["tasks"]) - set(config["tasks"])):
-        raise ValueError(f"lambda_sweep task(s) {', '.join(unknown)} are not among the config's tasks")
-    if lam["tasks"] and not lam["values"]:
-        raise ValueError("lambda_sweep names tasks but no values: give the lambdas to choose among")
-    if missing := [f for f in config["methods"] if f in FAMILIES and f not in config["sweep"]["families"]]:
-        raise ValueError(f"method(s) {', '.join(missing)} need their knob values in sweep.families (their sweep "
-                         "chooses the setting)")
-    for t in config["transfer"]:
-        if unknown := sorted({t["head"], t["eval"]} - set(config["tasks"])):
-            raise ValueError(f"transfer task(s) {', '.join(unknown)} are not among the config's tasks")
-    judged = config["judge"]["tasks"]
-    if unknown := sorted(set(judged or []) - set(config["tasks"])):
-        raise ValueError(f"judge task(s) {', '.join(unknown)} are not among the config's tasks")
-    if unscored := [t for t in judged or [] if get_task(t).metric.fidelity]:
-        raise ValueError(f"judge task(s) {', '.join(unscored)} have no references: AutoJudge's labels need a task "
-                         "whose answers are scored")
-    if "judge" in config["methods"] and not judge_tasks(config):
-        raise ValueError("method judge runs on the tasks with a checkable answer, and the config has none")
-    if unknown := sorted(set(config["sweep"]["figure_tasks"]) - set(config["tasks"])):
-        raise ValueError(f"sweep.figure_tasks {', '.join(unknown)} are not among the config's tasks")
-
-
-def judge_tasks(config: dict) -> list[str]:
-    """The tasks AutoJudge runs on where the config runs it: judge.tasks, by default every task with references."""
-    if "judge" not in config["methods"]:
-        return []
-    named = config["judge"]["tasks"]
-    return [t for t in config["tasks"] if t in named] if named is not None else [
-        t for t in config["tasks"] if not get_task(t).metric.fidelity]
 
 
 class Plan:

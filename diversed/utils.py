@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import errno
 import functools
@@ -22,12 +23,22 @@ from typing import Any
 
 
 def option(default: Any, help: str, flag: str | None = None, choices: tuple | None = None,
-           low: float | None = None) -> Any:
-    """A config dataclass field with its help text: the command line's flag for it is generated from the field
-    (cli.add_config_args), so its default lives in one place. flag: a short form such as "-K"; choices: the values
-    the flag accepts; low: the least value it accepts (counts: 1)."""
-    meta = {"help": help} | ({"flag": flag} if flag else {}) | ({"choices": tuple(choices)} if choices else {}) | (
-        {"low": low} if low is not None else {})
+           low: float | None = None, high: float | None = None, above: float | None = None,
+           below: float | None = None, pattern: str | None = None, nonempty: bool = False, unique: bool = False,
+           required: bool = False, omit: tuple[str, ...] = (), keys: dict | None = None) -> Any:
+    """A config dataclass field declared once: its default, help, and what it accepts. The command line's flag
+    (cli.add_config_args), the workflow config's schema, validation and key table (diversed.experiment) are
+    generated from it. flag: a short form such as "-K"; choices: the values accepted; low / high: the least / most
+    value accepted, above / below: the bounds it must exceed / stay under (a list's bounds and choices apply to its
+    items); pattern: a regular expression a string matches; nonempty, unique: a list's or mapping's; required: a
+    key a config must give; omit: the fields of a nested settings object a config may not set (the plan sets
+    them per job); keys: a mapping's allowed keys, each with its (type, option) pair."""
+    meta = {"help": help, "flag": flag, "choices": tuple(choices) if choices else None, "low": low, "high": high,
+            "above": above, "below": below, "pattern": pattern, "nonempty": nonempty, "unique": unique,
+            "required": required, "omit": tuple(omit), "keys": keys}
+    meta = {k: v for k, v in meta.items() if v is not None and v is not False and v != ()}  # (0 is a bound)
+    if type(default).__hash__ is None:  # a list, a mapping, a settings object: each instance its own copy
+        return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 

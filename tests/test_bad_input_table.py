@@ -122,7 +122,7 @@ CASES = [
      "refusing to replace {W}/models/tiny-target"),
     # training settings
     ("head temperature nan", [*TH, "--out", "{W}/h", "--temperature", "nan"], "--temperature: nan is not a finite"),
-    ("head epochs 0", [*TH, "--out", "{W}/h", "--epochs", "0"], "epochs must be >= 1, got 0"),
+    ("head epochs 0", [*TH, "--out", "{W}/h", "--epochs", "0"], "--epochs: must be >= 1, got 0"),
     ("head task unknown", [*TH[:-1], "mmlu", "--out", "{W}/h"], "unknown task 'mmlu'"),
     ("judge labels missing", ["train-judge", "--labels", "{W}/nolabels", "--out", "{W}/j"],
      "{W}/nolabels: no manifest.json"),

@@ -179,17 +179,21 @@ def test_sweeps_decode_the_dev_split():
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    ({"temperatures": [-1.0]}, "minimum"),
-    ({"methods": ["beam"]}, "beam"),
-    ({"tasks": {"mmlu": {}}}, "mmlu"),
-    ({"pairs": {"p": {"target": "x"}}}, "draft"),
-    ({"seeds": "zero"}, "zero"),
+    ({"temperatures": [-1.0]}, r"temperatures\[0\]: must be > 0, got -1.0"),
+    ({"methods": ["beam"]}, r"methods\[0\]: 'beam' is not one of autoregressive, draft"),
+    ({"tasks": {"mmlu": {}}}, "tasks: unknown task.s. mmlu"),
+    ({"pairs": {"p": {"target": "x"}}}, "pairs.p.draft: required, not given"),
+    ({"seeds": "zero"}, "seeds: expected a list, got 'zero'"),
     ({"lambda_sweep": {"tasks": ["arith"], "values": []}}, "lambda_sweep names tasks but no values"),
     ({"methods": ["strict", "typical"]}, "sweep.families"),
-    ({"sweep": {"families": {"topk": [1.5]}}}, "integer"),
+    ({"sweep": {"families": {"topk": [1.5]}}}, r"sweep.families.topk\[0\]: expected an integer, got 1.5"),
     ({"execution": {"timed_capture": "graph"}}, "needs a CUDA device; pair.s. tiny run on the CPU"),
-    ({"given": {"fixed": [1.5]}}, "given/fixed/0"),
-    ({"given": {"dynamic": [0.5]}}, "dynamic"),
+    ({"given": {"fixed": [1.5]}}, r"given.fixed\[0\]: must be <= 1, got 1.5"),
+    ({"given": {"dynamic": [0.5]}}, "given.dynamic: unknown key; allowed: fixed, cascade"),
+    ({"train_head": {"lr": float("nan")}}, "train_head.lr: nan is not a finite number"),
+    ({"train_head": {"task": "gsm8k"}}, "train_head.task: unknown key"),  # the plan sets it per job
+    ({"judge": {"holdout": 1.0}}, "judge.holdout: must be < 1, got 1.0"),
+    ({"sweep": {"deferrals": ["token"], "tolerance": -0.1}}, "sweep.tolerance: must be >= 0"),
 ])
 def test_bad_config_is_refused(change, message):
     with pytest.raises(ValueError, match=message):

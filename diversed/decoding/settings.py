@@ -18,6 +18,7 @@ from diversed.utils import finite, option, safetensors_metadata
 
 MIXINGS = ("linear", "logit")  # nu = w p + (1 - w) q, or the softmax of w log p + (1 - w) log q
 DEFERRALS = ("chow", "diff", "opt", "token")  # speculative cascades' deferral rules (verifiers.defer, token_cascade)
+DEFERRAL = DEFERRALS[0]  # the default: Chow's rule (a run of another verifier records it too, unused)
 CAPTURES = ("none", "graph", "compile")  # the fast path's fixed-shape steps: eager, CUDA graphs, torch.compile
 DTYPES = ("float32", "bfloat16", "float16", "float64")  # a pair's weights (models.DTYPES: the torch dtypes)
 EMBEDDED_DRAFTS = {"embedded": "distilled", "embedded-weak": "truncated"}  # the embedded pair's drafts
@@ -258,7 +259,7 @@ class Decoding:
     mixing: str = "linear"
     knob: float | None = None
     knob2: float | None = None
-    deferral: str = "chow"
+    deferral: str = DEFERRAL
     eos_token_id: tuple[int, ...] | None = None
     synthetic_acceptance: float | None = None
 
@@ -290,7 +291,7 @@ class Decoding:
             raise ValueError(f"verifier 'fly' needs K >= 2 (its window is min(6, K - 1)), got K = {self.K}")
         if self.deferral not in DEFERRALS:
             raise ValueError(f"unknown deferral rule {self.deferral!r}; allowed: {', '.join(DEFERRALS)}")
-        if self.deferral != "chow" and v != "cascade":
+        if self.deferral != DEFERRAL and v != "cascade":
             raise ValueError(f"deferral is only used by the 'cascade' verifier, not {v!r}")
         a = self.synthetic_acceptance
         if a is not None and not 0 <= a <= 1:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from diversed.decoding.rng import RESIDUAL, VERIFY, Draws
-from diversed.decoding.settings import DEFERRALS, MIXINGS
+from diversed.decoding.settings import DEFERRAL, DEFERRALS, MIXINGS
 from diversed.decoding.transfer import index
 
 
@@ -96,7 +96,7 @@ def entropy(p: torch.Tensor) -> torch.Tensor:
     return -(p * torch.where(p > 0, p.log(), 0.0)).sum(dim=-1)
 
 
-def defer(p: torch.Tensor, q: torch.Tensor, alpha: float, rule: str = "chow") -> torch.Tensor:
+def defer(p: torch.Tensor, q: torch.Tensor, alpha: float, rule: str = DEFERRAL) -> torch.Tensor:
     """Speculative cascades' deferral delta(q, p) in {0, 1} at each position: p, q [..., V] -> [...] float, 1 where
     the cascade defers to the target (Narasimhan et al., "Faster Cascades via Speculative Decoding", ICLR 2025,
     section 4). chow: max q < 1 - alpha; diff: max q < max p - alpha; opt: max q < max p - alpha TV(p, q).
@@ -499,7 +499,7 @@ class Criterion:
     knob: float | None = None
     window: int = 0
     knob2: float | None = None
-    deferral: str = "chow"
+    deferral: str = DEFERRAL
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from diversed.decoding.fastpath import pooled_decoders
 from diversed.decoding.head import MODULES, load_head
 from diversed.decoding.models import encode_prompt, load_pair
 from diversed.decoding.rng import stream_seed
-from diversed.decoding.settings import TRAINED, Decoding, Execution, trained_module
+from diversed.decoding.settings import DEFERRAL, TRAINED, Decoding, Execution, trained_module
 from diversed.decoding.stats import Generation, summarize
 from diversed.runs.settings import Launch, RunConfig
 from diversed.tasks import get_task
@@ -413,8 +413,8 @@ def with_weight_file(changes: dict, path: str | Path) -> dict:
             if family["verifier"] == "strict":
                 print(f"note: the sweep in {path} kept strict for {verifier} (no relaxed knob admitted): decoding "
                       "strict", file=sys.stderr)
-                return changes | {"verifier": "strict", "knob": None, "deferral": "chow", "judge": None}
-            return changes | {"knob": float(family["knob"]), "deferral": family.get("deferral") or "chow"}
+                return changes | {"verifier": "strict", "knob": None, "deferral": DEFERRAL, "judge": None}
+            return changes | {"knob": float(family["knob"]), "deferral": family.get("deferral") or DEFERRAL}
         if float(choice["weight"]) == 1.0:
             if verifier == "fixed":
                 print(f"note: the sweep in {path} kept strict (w = 1): decoding strict", file=sys.stderr)
@@ -557,7 +557,7 @@ class Run:
             "verifier": c["verifier"], "temperature": c["temperature"],
             "K": None if c["verifier"] in BASELINES else c["K"], "seed": c["seed"], "target": c["target"],
             "draft": c["draft"], "weight": 1.0 if c["verifier"] == "strict" else c.get("weight"), "mixing": c["mixing"],
-            "knob": c.get("knob"), "deferral": c.get("deferral", "chow") if c["verifier"] == "cascade" else None,
+            "knob": c.get("knob"), "deferral": c.get("deferral", DEFERRAL) if c["verifier"] == "cascade" else None,
             "head": c.get("head"), "sampling": c.get("sampling", "full"),
             "top_k": sampling.get("top_k", c.get("top_k")), "top_p": sampling.get("top_p", c.get("top_p")),
             "prompt_format": c.get("prompt_format", "chat"),

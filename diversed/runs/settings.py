@@ -11,6 +11,7 @@ from pathlib import Path
 
 from diversed.decoding.settings import (
     DEFAULT_DRAFT_LAYERS,
+    DEFERRAL,
     DEFERRALS,
     DTYPES,
     FAMILIES,
@@ -47,7 +48,7 @@ class RunConfig:
     knob: float | None = option(None, "the setting of " + ", ".join(f"{v} ({RULES[v].knob})" for v in FAMILIES))
     knob2: float | None = option(None, "a second setting: " + ", ".join(
         f"{v} ({r.knob2})" for v, r in RULES.items() if r.knob2) + " (default: topk 0, threshold t_single = t_acc)")
-    deferral: str = option("chow", "cascade's deferral rule: " + " | ".join(DEFERRALS))
+    deferral: str = option(DEFERRAL, "cascade's deferral rule: " + " | ".join(DEFERRALS))
     K: int = option(5, "draft length", flag="-K")
     temperature: float = option(1.0, "temperature of p and q; 0 = greedy")
     sampling: str = option("full", "full (--top-k / --top-p as given) | model (the top-k and top-p of the target's "
@@ -143,7 +144,7 @@ class Grid:
     weights: tuple[float, ...] = WEIGHTS
     mixings: tuple[str, ...] = MIXINGS
     families: dict | None = None
-    deferrals: tuple[str, ...] = ("chow",)
+    deferrals: tuple[str, ...] = (DEFERRAL,)
     head: str | None = None
     target_only: bool = False
     head_mixing: str | None = None  # the head's trained mixing where its file is not there yet (a plan)

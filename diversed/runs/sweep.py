@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from diversed import statistics
-from diversed.decoding.settings import FAMILIES, RULES, check_trained_file
+from diversed.decoding.settings import DEFERRAL, FAMILIES, RULES, check_trained_file
 from diversed.runs.evaluate import score_run
 from diversed.runs.run import Run, execute, run_id, task_prompts
 from diversed.runs.settings import SELECTIONS, Grid, Launch, RunConfig, dynamic_point, point_name
@@ -136,7 +136,8 @@ def point_config(base: RunConfig, point: dict) -> RunConfig:
     """The run config of a sweep's point (Grid.points' RunConfig changes of base), checked."""
     if base.task is None:
         raise ValueError("a sweep needs a task (a split of it is decoded and scored)")
-    cfg = dataclasses.replace(base, **({"weight": None, "mixing": "linear", "knob": None, "deferral": "chow"} | point))
+    reset = {"weight": None, "mixing": "linear", "knob": None, "deferral": DEFERRAL}
+    cfg = dataclasses.replace(base, **(reset | point))
     cfg.validate()
     return cfg
 

@@ -1,7 +1,7 @@
 """The training jobs' settings as plain data: the DIVERSED head's (`HeadTrainConfig`), the fine-tuned draft's
 (`DistillConfig`), AutoJudge's labels and classifier (`JudgeConfig`, `JudgeFit`) and the embedded draft's recipe
-(`DraftRecipe`). The command line's flags are generated from
-these fields, the workflow's plan (diversed.plan) reads their defaults; no torch is imported here."""
+(`DraftRecipe`), each field declared once (diversed.utils.option): the command line's flags, the workflow config's
+training sections and the checks of `validate` are generated from the declarations; no torch is imported here."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
-from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, MIXINGS
-from diversed.tasks import PROMPT_FORMATS, check_scoring, get_task, registry
-from diversed.utils import config_hash, finite, option
+from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, DTYPES, MIXINGS
+from diversed.experiment.declared import check
+from diversed.tasks import PROMPT_FORMATS, SCORINGS, get_task, registry
+from diversed.utils import config_hash, option
 
 REWARDS = ("task", "fidelity")
+ROLLOUTS = ("greedy", "sample")
 ACCEPTANCE_TERMS = ("fixed", "relative", "authors")
 SCHEDULES = ("cosine", "authors")  # HeadTrainConfig.schedule
 PROMPT_KEEPS = ("last", "first")  # TaskPairConfig.prompt_keep
@@ -31,22 +33,20 @@ class TaskPairConfig:
     task: str = option("arith", "task whose train prompts the job learns from")
     target: str = option("embedded", "target model: local path, hub id, or `embedded`")
     draft: str = option("embedded", "draft model: local path, hub id, `embedded` or `embedded-weak`")
-    draft_layers: int = option(DEFAULT_DRAFT_LAYERS, "which embedded draft (its N decoder layers)")
+    draft_layers: int = option(DEFAULT_DRAFT_LAYERS, "which embedded draft (its N decoder layers)", low=1)
     data_files: str | None = option(None, "local JSONL for the task (offline use of hub tasks)")
-    n_train: int = option(400, "training prompts (seeded subsample of the train split)")
-    max_new_tokens: int = option(128, "length of each completion the job generates")
-    seed: int = option(0, "seed of the subsample, the order and the sampling")
-    dtype: str = option("float32", "float32 | bfloat16 | float16")
-    device: str = option("cpu", "cpu | cuda | cuda:N")
+    n_train: int = option(400, "training prompts (seeded subsample of the train split)", low=1)
+    max_new_tokens: int = option(128, "length of each completion the job generates", low=1)
+    seed: int = option(0, "seed of the subsample, the order and the sampling", low=0)
+    dtype: str = option("float32", "weight dtype of both models", choices=DTYPES)
+    device: str = option("cpu", "cpu | cuda | cuda:N", pattern="^(cpu|cuda(:[0-9]+)?)$")
     prompt_format: str = option("chat", "chat (the task's instructions in the chat template) | raw (the task's "
-                                        "plain template: the authors')")
+                                        "plain template: the authors')", choices=PROMPT_FORMATS)
     max_prompt_tokens: int | None = option(None, "cut each training prompt to N tokens (the authors' 512: a long "
-                                                 "article then fits a batch of rollouts); none: whole prompts")
+                                                 "article then fits a batch of rollouts); none: whole prompts", low=1)
     prompt_keep: str = option("last", "which max_prompt_tokens a cut prompt keeps: last (the question and the reply's "
                                       "header) | first (with BOS, as the authors' tokenizer call truncates)",
                               choices=PROMPT_KEEPS)
-
-    COUNTS = ("n_train", "max_new_tokens")  # integers that must be >= 1
 
     def clip(self, ids: list[int]) -> list[int]:
         """A training prompt's token ids cut to max_prompt_tokens: its last ones, or its first (prompt_keep)."""
@@ -55,30 +55,19 @@ class TaskPairConfig:
         return ids[:self.max_prompt_tokens] if self.prompt_keep == "first" else ids[-self.max_prompt_tokens:]
 
     def validate(self) -> None:
-        for f in dataclasses.fields(self):
-            finite(f.name, getattr(self, f.name))
-        if self.prompt_format not in PROMPT_FORMATS:
-            raise ValueError(f"unknown prompt format {self.prompt_format!r}; allowed: {', '.join(PROMPT_FORMATS)}")
+        """Raise at the first field outside its declaration (diversed.experiment.declared), or an unknown task."""
+        check(self)
         if self.task not in registry():
-            raise ValueError(f"unknown task {self.task!r}; allowed: {', '.join(sorted(registry()))}")
-        for name in self.COUNTS:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
-            raise ValueError(f"max_prompt_tokens must be >= 1 or none, got {self.max_prompt_tokens}")
-        if self.prompt_keep not in PROMPT_KEEPS:
-            raise ValueError(f"unknown prompt_keep {self.prompt_keep!r}; allowed: {', '.join(PROMPT_KEEPS)}")
+            raise ValueError(f"task: unknown task {self.task!r}; allowed: {', '.join(sorted(registry()))}")
 
 
 @dataclass
 class TrainConfig(TaskPairConfig):
     """What head training and distillation share: the pair, the task's train prompts, the optimiser's basics."""
 
-    epochs: int = option(2, "passes over the training prompts")
-    lr: float = option(1e-4, "AdamW learning rate")
-    grad_clip: float = option(1.0, "gradient-norm clip")
-
-    COUNTS = (*TaskPairConfig.COUNTS, "epochs")
+    epochs: int = option(2, "passes over the training prompts", low=1)
+    lr: float = option(1e-4, "AdamW learning rate", above=0)
+    grad_clip: float = option(1.0, "gradient-norm clip", above=0)
 
 
 @dataclass
@@ -86,53 +75,31 @@ class HeadTrainConfig(TrainConfig):
     """One head's training run. Defaults are the paper's (AdamW 5e-4, warm-up + cosine, batch 8, 2 epochs, 400
     prompts, 128 tokens, clip 5, greedy rollouts)."""
 
-    lr: float = option(5e-4, "AdamW learning rate")
-    grad_clip: float = option(5.0, "gradient-norm clip")
-    batch_size: int = option(8, "prompts per REINFORCE step")
-    warmup_frac: float = option(0.1, "fraction of the steps spent in linear warm-up")
+    lr: float = option(5e-4, "AdamW learning rate", above=0)
+    grad_clip: float = option(5.0, "gradient-norm clip", above=0)
+    batch_size: int = option(8, "prompts per REINFORCE step", low=1)
+    warmup_frac: float = option(0.1, "fraction of the steps spent in linear warm-up", low=0, below=1)
     acceptance_term: str = option("fixed", "fixed (lambda weighs the expected acceptance) | relative (lambda is its "
                                           "size as a fraction of the reward loss's, every step, always rewarding "
                                           "acceptance) | authors (their arithmetic: the same fraction with their "
-                                          "sign, which penalises acceptance whenever the reward loss is not 0)")
+                                          "sign, which penalises acceptance whenever the reward loss is not 0)",
+                                   choices=ACCEPTANCE_TERMS)
     schedule: str = option("cosine", "learning rate: cosine (linear warm-up over warmup_frac, one cosine decay to 0) "
                                      "| authors (their LinearLR from 0.1 over 10 steps, then cosine with T_max = "
                                      "n_train // 32 - 10, stepped every batch: it cycles)", choices=SCHEDULES)
-    acceptance_weight: float = option(0.1, "lambda >= 0: the acceptance term's weight (fixed) or fraction (relative)")
+    acceptance_weight: float = option(0.1, "lambda: the acceptance term's weight (fixed) or fraction (relative)",
+                                       low=0)
     baseline: str = option("mean", "the reward baseline b in R - b: mean (running) | none (b = 1) | authors (none for "
-                                   "0/1 rewards, GSM8K and MBPP; mean on the others)")
-    baseline_momentum: float = option(0.9, "momentum of the running-mean reward baseline")
+                                   "0/1 rewards, GSM8K and MBPP; mean on the others)", choices=BASELINES)
+    baseline_momentum: float = option(0.9, "momentum of the running-mean reward baseline", low=0, below=1)
     relative_at_zero: float = option(5.0, "the relative term's lambda on a step whose reward loss is 0 (the "
-                                          "authors' run script: 10)")
-    scoring: str = option("standard", "how the reward scores a rollout: standard | authors (tasks.SCORINGS)")
-    rollout: str = option("greedy", "greedy (the paper) | sample (explores)")
-    temperature: float = option(1.0, "temperature of p and q (and of sampled rollouts)")
-    mixing: str = option("linear", "linear | logit")
-    reward: str = option("task", "task (the task metric) | fidelity (mean target log-likelihood per token)")
-
-    COUNTS = (*TrainConfig.COUNTS, "batch_size")
-
-    def validate(self) -> None:
-        super().validate()
-        if self.reward not in REWARDS:
-            raise ValueError(f"unknown reward {self.reward!r}; allowed: {', '.join(REWARDS)}")
-        if self.rollout not in ("greedy", "sample"):
-            raise ValueError(f"unknown rollout {self.rollout!r}; allowed: greedy, sample")
-        if self.mixing not in MIXINGS:
-            raise ValueError(f"unknown mixing {self.mixing!r}; allowed: {', '.join(MIXINGS)}")
-        if self.baseline not in BASELINES:
-            raise ValueError(f"unknown reward baseline {self.baseline!r}; allowed: {', '.join(BASELINES)}")
-        check_scoring(self.scoring)
-        if self.relative_at_zero < 0:
-            raise ValueError(f"relative_at_zero must be >= 0, got {self.relative_at_zero}")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"unknown schedule {self.schedule!r}; allowed: {', '.join(SCHEDULES)}")
-        if self.acceptance_term not in ACCEPTANCE_TERMS:
-            raise ValueError(f"unknown acceptance term {self.acceptance_term!r}; "
-                             f"allowed: {', '.join(ACCEPTANCE_TERMS)}")
-        if not self.lr > 0 or self.acceptance_weight < 0 or not 0 <= self.warmup_frac < 1:
-            raise ValueError("need lr > 0, acceptance_weight >= 0 and warmup_frac in [0, 1)")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0 for head training, got {self.temperature}")
+                                          "authors' run script: 10)", low=0)
+    scoring: str = option("standard", "how the reward scores a rollout (tasks.SCORINGS)", choices=SCORINGS)
+    rollout: str = option("greedy", "greedy (the paper) | sample (explores)", choices=ROLLOUTS)
+    temperature: float = option(1.0, "temperature of p and q (and of sampled rollouts)", above=0)
+    mixing: str = option("linear", "the ensemble form trained (DIVERSED's runs decode with the same)", choices=MIXINGS)
+    reward: str = option("task", "task (the task metric) | fidelity (mean target log-likelihood per token)",
+                         choices=REWARDS)
 
 
 @dataclass
@@ -142,14 +109,7 @@ class DistillConfig(TrainConfig):
     dtype is bfloat16, else in float32 with AdamW."""
 
     finetune: str = option("distill", "distill (toward the target, on its own text) | sft (on the task's reference "
-                                      "answers: the authors')")
-
-    def validate(self) -> None:
-        super().validate()
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if self.finetune not in FINETUNES:
-            raise ValueError(f"unknown finetune {self.finetune!r}; allowed: {', '.join(FINETUNES)}")
+                                      "answers: the authors')", choices=FINETUNES)
 
 
 @dataclass
@@ -159,18 +119,15 @@ class JudgeConfig(TaskPairConfig):
     swap labelled important where the task's scorer changes its verdict (or a graded score moves by more than the
     task's tolerance)."""
 
-    n_train: int = option(400, "training prompts mined (seeded subsample of the train split)")
-    max_new_tokens: int = option(128, "length of each greedy answer, and of a swapped answer's continuation")
+    n_train: int = option(400, "training prompts mined (seeded subsample of the train split)", low=1)
+    max_new_tokens: int = option(128, "length of each greedy answer, and of a swapped answer's continuation", low=1)
     batch_size: int = option(8, "prompts mined together (a resumed job keeps each finished group of them); the "
-                                "rows the target decodes at once")
+                                "rows the target decodes at once", low=1)
     scoring: str = option("standard", "how an answer is scored: standard | authors (tasks.SCORINGS; authors: "
-                                      "answers stop at the task's stop markers)")
-
-    COUNTS = (*TaskPairConfig.COUNTS, "batch_size")
+                                      "answers stop at the task's stop markers)", choices=SCORINGS)
 
     def validate(self) -> None:
         super().validate()
-        check_scoring(self.scoring)
         if get_task(self.task).metric.fidelity:
             raise ValueError(f"task {self.task} has no references: AutoJudge's labels need a task whose answers are "
                              "scored (one with a checkable answer)")
@@ -181,19 +138,14 @@ class JudgeFit:
     """AutoJudge's classifier: an L2-penalised logistic regression on the standardised features of the mined
     mismatches, the classes weighted to equal total weight, some prompts held out for its AUC."""
 
-    l2: float = option(0.01, "L2 penalty on the coefficients (of the class-weighted mean log-loss)")
-    holdout: float = option(0.2, "share of the mined prompts held out for the AUC (the judge learns from the rest)")
-    iterations: int = option(200, "L-BFGS iterations")
-    seed: int = option(0, "seed of the held-out prompts")
+    l2: float = option(0.01, "L2 penalty on the coefficients (of the class-weighted mean log-loss)", low=0)
+    holdout: float = option(0.2, "share of the mined prompts held out for the AUC (the judge learns from the rest)",
+                            low=0, below=1)
+    iterations: int = option(200, "L-BFGS iterations", low=1)
+    seed: int = option(0, "seed of the held-out prompts", low=0)
 
     def validate(self) -> None:
-        finite("l2", self.l2)
-        if not self.l2 >= 0:
-            raise ValueError(f"l2 must be >= 0, got {self.l2}")
-        if not 0 <= self.holdout < 1:
-            raise ValueError(f"holdout must be in [0, 1), got {self.holdout}")
-        if self.iterations < 1:
-            raise ValueError(f"iterations must be >= 1, got {self.iterations}")
+        check(self)
 
 
 # general instructions (topics x requests), disjoint from every task's prompts
