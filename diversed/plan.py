@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diversed.decoding.settings import BASELINES, FAMILIES, GIVEN, given_method, method_verifier
+from diversed.decoding.settings import BASELINES, FAMILIES, GIVEN, Method
 from diversed.decoding.sources import Sources, hub_model, hub_sources, hub_task, load_config
 from diversed.experiment.config import judge_tasks, validated
 from diversed.runs.settings import Grid, RunConfig, point_name
@@ -92,9 +92,10 @@ class PlannedRun:
     def spec(self) -> str:
         """The run as one --run of `diversed generate`: its folder, its changes, its method label."""
         items = {"verifier": self.verifier} | ({"K": self.K} if self.K is not None else {}) | self.changes
+        m = Method.parse(self.method)
         return f"--run {self.dir} " + " ".join(f"{k}={v}" for k, v in items.items()) + \
-            f" label:method={self.method.split('@')[0]}" + (
-                f" label:head_task={self.method.split('@')[1]}" if "@" in self.method else "")
+            f" label:method={Method(m.base, m.given).label}" + (
+                f" label:head_task={m.head_task}" if m.head_task else "")
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ class Plan:
         self.speculative = [m for m in self.methods if m not in BASELINES]
         self.families = [m for m in self.methods if m in FAMILIES]  # relaxed verifiers at their sweep's knob
         self.chosen = [m for m in self.speculative if m == "fixed" or m in FAMILIES]  # a sweep chooses their setting
-        self.given = {given_method(v, x): v for v in GIVEN for x in c["given"].get(v, [])}  # method: verifier
+        self.given = {Method(v, x).label: v for v in GIVEN for x in c["given"].get(v, [])}  # method: verifier
         self.lambda_tasks = c["lambda_sweep"]["tasks"]
         self.judge_tasks = judge_tasks(c)
         self.transfer_heads = sorted({t["head"] for t in c["transfer"]})
@@ -568,14 +569,14 @@ class Plan:
         n = 0 if t is None else min(t["n_timing"], t["n_eval"]) if timing else t["n_eval"]
         if rule == "decode_transfer":
             head = self._head(pair, w["head"])
-            method = f"dynamic@{w['head']}"
+            method = Method("dynamic", head_task=w["head"]).label
             return [self._run(rule, RUN.format(pair=pair, task=task, method=method, T=T, K=K, seed=seed), w | {"K": K},
                               method=method, verifier="dynamic", split="eval", prompts=n,
                               changes=self._head_changes(head))
                     for K in K_list]
         runs = []
         methods = [m for m in [*self.speculative, *self.given]
-                   if method_verifier(m) != "judge" or self._judged(task, judged)]
+                   if Method.parse(m).base != "judge" or self._judged(task, judged)]
         for method, K in [(b, None) for b in self.baselines] + [(m, K) for m in methods for K in K_list]:
             if timing:
                 template = TIMING_BASELINE if K is None else TIMING_RUN
@@ -591,14 +592,14 @@ class Plan:
     def _method_changes(self, method: str, pair: str, task: str, T: str, K: int | None) -> dict:
         """What a method's run changes: the fine-tuned draft, the setting its sweep chose or the config gives, the
         task's head."""
-        if method_verifier(method) == "judge":  # the given setting or the sweep's choice, with the task's judge
+        m = Method.parse(method)
+        if m.base == "judge":  # the given setting or the sweep's choice, with the task's judge
             return {"judge": self._judge(pair, task)} | (
-                {"knob": float(method.split("-", 1)[1])} if method in self.given else
+                {"knob": m.given} if method in self.given else
                 {"weight_file": SWEEP.format(pair=pair, task=task, T=T, K=K) + "/choice.json"})
         if method in self.given:
-            value = float(method.split("-", 1)[1])
-            return {"weight": value, "mixing": "linear"} if self.given[method] == "fixed" else \
-                {"knob": value} | ({"deferral": self.sweep["deferrals"][0]} if self.given[method] == "cascade" else {})
+            return {"weight": m.given, "mixing": "linear"} if m.base == "fixed" else \
+                {"knob": m.given} | ({"deferral": self.sweep["deferrals"][0]} if m.base == "cascade" else {})
         if method == "finetuned":
             return {"draft": DRAFT.format(pair=pair, task=task)}
         if method in self.chosen:

@@ -23,7 +23,7 @@ import pandas as pd
 from diversed import statistics
 from diversed.analysis import rivals
 from diversed.analysis.tables import FRONT_METHODS, METHOD_NAMES, quality_units, select, timed_units
-from diversed.decoding.settings import RULES, method_verifier
+from diversed.decoding.settings import RULES, Method
 from diversed.statistics import FAILS, HOLDS, INCONCLUSIVE, Estimate, Test, both, equivalent, noninferior, superior
 from diversed.tasks import metric_spec
 
@@ -331,7 +331,7 @@ def rule_groups(sweep_units: pd.DataFrame, units: pd.DataFrame, T: float, keep) 
         groups = {(pair, task, int(K), v): g for (pair, task, K, v), g in swept.groupby(["pair", "task", "K",
                                                                                           "verifier"])}
     for (pair, task, K, method), g in cells(units, T).items():
-        v = method_verifier(method)
+        v = Method.parse(method).base
         if K != BASELINE_K and method != "finetuned" and v in RULES and keep(v) and "front_gap" in g and \
                 (pair, task, K, v) not in groups:
             groups[(pair, task, K, v)] = g

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from diversed import statistics
-from diversed.decoding.settings import FAMILIES, METHODS, RULES, method_name, method_verifier
+from diversed.decoding.settings import FAMILIES, METHODS, RULES, Method
 from diversed.runs.run import Run, trained
 from diversed.runs.settings import SELECTIONS
 from diversed.runs.sweep import COLUMNS as SWEEP_COLUMNS
@@ -322,20 +322,21 @@ def setting_text(units: pd.DataFrame) -> str:
     """A family's setting as its runs record it: w and mixing, or knob (and deferral); "strict" where its sweep
     kept strict."""
     r = units.iloc[0]
-    given = ", given" if r["method"] != method_verifier(r["method"]) else ""
-    if method_verifier(r["method"]) == "fixed":
+    m = Method.parse(r["method"])
+    given = ", given" if m.given is not None else ""
+    if m.base == "fixed":
         kept = pd.isna(r["weight"]) or r["weight"] == 1.0
         return "strict (w = 1)" if kept and not given else f"w = {r['weight']:g} ({r['mixing']}){given}"
     if pd.isna(r["knob"]):
         return "strict (none kept quality)"
-    setting = RULES[method_verifier(r["method"])].setting(r["knob"])
+    setting = RULES[m.base].setting(r["knob"])
     return setting + (f" ({r['deferral']})" if isinstance(r["deferral"], str) else "") + given
 
 
 def given_methods(units: pd.DataFrame) -> tuple[str, ...]:
     """The methods run at a setting the config gives (fixed-0.7, cascade-0.5), in the order of their verifiers."""
-    found = {m for m in units["method"].unique() if m != method_verifier(m) and "@" not in m}
-    return tuple(sorted(found, key=lambda m: (FRONT_METHODS.index(method_verifier(m)), m)))
+    found = {m for m in units["method"].unique() if Method.parse(m).given is not None}
+    return tuple(sorted(found, key=lambda m: (FRONT_METHODS.index(Method.parse(m).base), m)))
 
 
 def versus_target(units: pd.DataFrame, methods: tuple[str, ...]):
@@ -360,7 +361,7 @@ def families_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.
         spec, (scale, digits) = metric_spec(m["metric"].iloc[0]), quality_scale(m["metric"].iloc[0])
         vs = statistics.quality_gain(m, target, spec) if len(target) else NONE
         rows.append({"pair": pair, "task": task, "temperature": T, "K": K,
-                     "method": method_name(method), "setting (chosen on dev, or given)": "learned w (head)"
+                     "method": Method.parse(method).name, "setting (chosen on dev, or given)": "learned w (head)"
                      if method == "dynamic" else setting_text(m),
                      "acceptance %": statistics.estimate(m, "draft_acceptance_rate").text(100, 1),
                      "quality": quality(m, runs).text(scale, digits),
@@ -406,7 +407,7 @@ def knobs_table(sweeps: pd.DataFrame, units: pd.DataFrame) -> pd.DataFrame:
                   for s in SELECTIONS}
         need = g["dev_needs"].iloc[0] if not g["certified"].astype(bool).any() else np.nan
         key = {"pair": pair, "task": task, "temperature": T, "K": K}
-        rows.append({**key, "family": method_name(family),
+        rows.append({**key, "family": Method.parse(family).name,
                      **{f"knob_{s}": _dev_setting(r) for s, r in chosen.items()},
                      "certified": f"{int(g['certified'].astype(bool).sum())} of {len(g)}",
                      "dev prompts": int(g["prompts"].iloc[0]),
@@ -442,7 +443,7 @@ def retention_table(units: pd.DataFrame) -> pd.DataFrame:
         q99 = kept.known and kept.value >= Q99 and statistics.noninferior(gain, spec.tolerance).verdict() == \
             statistics.HOLDS
         rows.append({"pair": pair, "task": task, "temperature": T, "K": K,
-                     "method": method_name(method) + (" (lossless: noise floor)" if method == "strict" else ""),
+                     "method": Method.parse(method).name + (" (lossless: noise floor)" if method == "strict" else ""),
                      "retention %": kept.text(100, 1), "retention lower bound %": _number(100 * kept.low, 1),
                      "Q-99": "yes" if q99 else "no", "quality - target": gain.text(scale, digits, sign=True),
                      "tolerance": f"{spec.tolerance * scale:g}",

@@ -190,26 +190,48 @@ METHODS: dict[str, str] = {**BASELINES, "strict": RULES["strict"].label, "finetu
 GIVEN = ("fixed", *FAMILIES)  # the verifiers a config may also run at a setting it gives (workflow key `given`)
 
 
-def given_method(verifier: str, value: float) -> str:
-    """The method label of a verifier run at a setting the config gives rather than its sweep chooses:
-    fixed-0.7 (w = 0.7), cascade-0.5 (alpha = 0.5)."""
-    if verifier not in GIVEN:
-        raise ValueError(f"only {', '.join(GIVEN)} run at a given setting, not {verifier!r}")
-    return f"{verifier}-{float(value):g}"
+@dataclass(frozen=True)
+class Method:
+    """What the tables call a run, and its one label: its base (a method of METHODS: a verifier, or finetuned), the
+    setting the config gives it where the config gives one (`given`: w of fixed, a family's knob) and the task whose
+    head DIVERSED decodes with where it is another task's (`head_task`). Labels: strict, fixed-0.7, cascade-0.5,
+    dynamic@cnndm."""
 
+    base: str
+    given: float | None = None
+    head_task: str | None = None
 
-def method_verifier(method: str) -> str:
-    """The verifier of a method label: fixed-0.7 -> fixed, dynamic@cnndm -> dynamic, finetuned -> finetuned."""
-    return method.split("@")[0].split("-")[0]
+    def __post_init__(self):
+        if self.base not in METHODS:
+            raise ValueError(f"unknown method {self.base!r}; allowed: {', '.join(METHODS)}")
+        if self.given is not None and self.base not in GIVEN:
+            raise ValueError(f"only {', '.join(GIVEN)} run at a given setting, not {self.base!r}")
+        if self.head_task is not None and self.base != "dynamic":
+            raise ValueError(f"only dynamic decodes with another task's head, not {self.base!r}")
 
+    @property
+    def label(self) -> str:
+        """The method's label in paths, runs and tables."""
+        return self.base + (f"-{float(self.given):g}" if self.given is not None else "") + (
+            f"@{self.head_task}" if self.head_task is not None else "")
 
-def method_name(method: str) -> str:
-    """A method's name in tables, figures and the report; a given setting's with its value."""
-    v = method_verifier(method)
-    if method == v or "-" not in method:
-        return METHODS.get(method, method)
-    knob = "w" if v == "fixed" else RULES[v].knob
-    return f"{METHODS[v]}, {knob} = {method.split('-', 1)[1]} (given)"
+    @classmethod
+    def parse(cls, label: str) -> Method:
+        """The method of a label (the inverse of `label`); ValueError naming the label where it is none."""
+        rest, _, head_task = label.partition("@")
+        base, _, given = rest.partition("-")
+        try:
+            return cls(base, float(given) if given else None, head_task or None)
+        except ValueError as e:
+            raise ValueError(f"method label {label!r}: {e}") from None
+
+    @property
+    def name(self) -> str:
+        """The method's name in tables, figures and the report; a given setting's with its value."""
+        if self.given is None:
+            return METHODS[self.base]
+        knob = "w" if self.base == "fixed" else RULES[self.base].knob
+        return f"{METHODS[self.base]}, {knob} = {self.given:g} (given)"
 
 
 @dataclass(frozen=True)

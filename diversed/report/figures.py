@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from diversed.analysis.tables import METHOD_NAMES, is_timing, quality, quality_units, read_units, timed_units
-from diversed.decoding.settings import RULES, method_name, method_verifier
+from diversed.decoding.settings import RULES, Method
 from diversed.utils import atomic_path
 
 METHODS = tuple(METHOD_NAMES)  # the order of every legend (settings.METHODS)
@@ -198,7 +198,7 @@ def _dev_panel(ax, s: pd.DataFrame) -> None:
 
 def _legend_order(method: str) -> tuple[int, str]:
     """Methods in the order of METHODS, a given setting (fixed-0.7) after its verifier's chosen one."""
-    v = method_verifier(method)
+    v = Method.parse(method).base
     return (METHODS.index(v) if v in METHODS else len(METHODS), method)
 
 
@@ -216,9 +216,9 @@ def quality_vs_time(units: pd.DataFrame, runs: pd.DataFrame, sweeps: pd.DataFram
         for method in sorted(set(g["method"]) - {"sweep"}, key=_legend_order):
             r = g[g["method"] == method]
             err = [(r["quality"] - r["quality_low"]).fillna(0), (r["quality_high"] - r["quality"]).fillna(0)]
-            v = method_verifier(method)  # a given setting (fixed-0.7): its verifier's marker, hollow
-            ax.errorbar(r["x"], r["quality"], yerr=err, fmt=MARKERS.get(v, "o"), ms=8, c=COLORS.get(v, "k"),
-                        mfc="none" if v != method else None, label=method_name(method), zorder=3, capsize=3)
+            m = Method.parse(method)  # a given setting (fixed-0.7): its verifier's marker, hollow
+            ax.errorbar(r["x"], r["quality"], yerr=err, fmt=MARKERS.get(m.base, "o"), ms=8, c=COLORS.get(m.base, "k"),
+                        mfc="none" if m.given is not None else None, label=m.name, zorder=3, capsize=3)
             ax.set(xlabel="seconds per sample (timed at batch 1)", ylabel=g["metric"].iloc[0])
         ax.grid(alpha=0.3)
     _legend(fig)
