@@ -21,22 +21,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+# what an option may declare beyond its default and help (diversed.utils.option)
+SPEC = ("flag", "choices", "low", "high", "above", "below", "pattern", "nonempty", "unique", "required", "omit", "keys")
 
-def option(default: Any, help: str, flag: str | None = None, choices: tuple | None = None,
-           low: float | None = None, high: float | None = None, above: float | None = None,
-           below: float | None = None, pattern: str | None = None, nonempty: bool = False, unique: bool = False,
-           required: bool = False, omit: tuple[str, ...] = (), keys: dict | None = None) -> Any:
+
+def option(default: Any, help: str, **spec) -> Any:
     """A config dataclass field declared once: its default, help, and what it accepts. The command line's flag
-    (cli.add_config_args), the workflow config's schema, validation and key table (diversed.experiment) are
-    generated from it. flag: a short form such as "-K"; choices: the values accepted; low / high: the least / most
-    value accepted, above / below: the bounds it must exceed / stay under (a list's bounds and choices apply to its
-    items); pattern: a regular expression a string matches; nonempty, unique: a list's or mapping's; required: a
-    key a config must give; omit: the fields of a nested settings object a config may not set (the plan sets
-    them per job); keys: a mapping's allowed keys, each with its (type, option) pair."""
-    meta = {"help": help, "flag": flag, "choices": tuple(choices) if choices else None, "low": low, "high": high,
-            "above": above, "below": below, "pattern": pattern, "nonempty": nonempty, "unique": unique,
-            "required": required, "omit": tuple(omit), "keys": keys}
-    meta = {k: v for k, v in meta.items() if v is not None and v is not False and v != ()}  # (0 is a bound)
+    (cli.add_config_args), the workflow config's schema, parse, checks and key table (diversed.experiment) are
+    generated from it. spec (SPEC): flag, a short form such as "-K"; choices, the values accepted; low / high, the
+    least / most value accepted, above / below, the bounds it must exceed / stay under (a list's bounds and choices
+    apply to its items); pattern, a regular expression a string matches; nonempty, unique: a list's or mapping's;
+    required: a key a config must give; omit: the fields of a nested settings object a config may not set (the plan
+    sets them per job); keys: a mapping's allowed keys, each with its (type, option) pair."""
+    if unknown := sorted(set(spec) - set(SPEC)):
+        raise TypeError(f"option() got unknown declaration(s) {', '.join(unknown)}; allowed: {', '.join(SPEC)}")
+    meta = {"help": help} | {k: tuple(v) if k in ("choices", "omit") else v for k, v in spec.items()
+                             if v is not None and v is not False and v != ()}  # (0 is a bound)
     if type(default).__hash__ is None:  # a list, a mapping, a settings object: each instance its own copy
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

@@ -20,7 +20,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from diversed.decoding.engine import Networks, generate
 from diversed.decoding.rng import DRAFT, Draws, key, stream_seed
+from diversed.decoding.settings import Decoding, Sampling
 from diversed.decoding.verifiers import Criterion, Logits, _as_weight, logits_to_probs, synthetic_rows, verify_rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -460,3 +462,76 @@ def verify_many(q: torch.Tensor, p: torch.Tensor, w, draws: int, seed: int, **kw
     n, next_token, *_ = verify_rows(drafts, q.expand(draws, K, V), p.expand(draws, K + 1, V), w.expand(draws, K),
                                     [K] * draws, draws=row_draws(seed, draws), criterion=Criterion(**kw))
     return drafts, n, next_token
+
+
+# ------------------------------------------------------------------------------------------ distributions
+# the verifier tests' random distributions, draws and goodness-of-fit checks
+
+V = 8
+DRAWS = 20_000
+
+
+def random_dists(seed: int, rows: int, sharp: float = 2.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (sharp * torch.randn(rows, V, generator=g)).softmax(-1)
+
+
+def chi_square_ok(counts: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Chi-square goodness of fit at a 1e-4 significance level (tiny expected cells pooled)."""
+    n = counts.sum()
+    e = expected * n
+    keep = e >= 5
+    obs = torch.cat([counts[keep], counts[~keep].sum(-1, keepdim=True)])
+    exp = torch.cat([e[keep], e[~keep].sum(-1, keepdim=True)])
+    mask = exp > 0
+    stat = float((((obs - exp) ** 2) / exp.clamp_min(1e-12))[mask].sum())
+    dof = int(mask.sum()) - 1
+    # Wilson-Hilferty approximation of the chi-square quantile at 1 - 1e-4 (z = 3.719)
+    crit = dof * (1 - 2 / (9 * dof) + 3.719 * math.sqrt(2 / (9 * dof))) ** 3
+    return stat < crit
+
+
+PROMPTS = [[1, 5, 7, 9], [1, 30, 31], [1, 80, 3, 3, 3, 40, 12]]
+
+
+def related(p: torch.Tensor, seed: int, noise: float = 1.0) -> torch.Tensor:
+    """A draft distribution near p (a draft model's is): softmax(log p + noise)."""
+    g = torch.Generator().manual_seed(seed)
+    return (p.log() + noise * torch.randn(p.shape, generator=g)).softmax(-1)
+
+
+def first_position(q, p, test, knob, seed=0, draws=DRAWS):
+    """Over draws of one draft x ~ q: (histogram of the token emitted at position 0, acceptance count)."""
+    x, n, next_token = verify_many(q, p, 1.0, draws, seed, test=test, knob=knob)
+    return torch.bincount(torch.where(n > 0, x[:, 0], next_token), minlength=V).float(), int(n.sum())
+
+
+def binomial_ok(successes: int, n: int, prob: float) -> bool:
+    se = math.sqrt(max(prob * (1 - prob), 1e-6) / n)
+    return abs(successes / n - prob) < 4.5 * se + 1e-9
+
+
+def decode(target, draft, verifier, temperature, **kw):
+    decoding = Decoding(verifier, K=4, max_new_tokens=30, sampling=Sampling(temperature), **kw)
+    return generate(Networks(target, draft), PROMPTS, decoding, seeds=[7 + i for i in range(len(PROMPTS))],
+                    batch_size=2)
+
+
+# ------------------------------------------------------------------------------------------ hub rows
+
+def hub_row(task: str, i: int) -> dict:
+    """Row i of a task's dataset, in the hub's own row format (field names, nesting and extra fields)."""
+    return {
+        "gsm8k": {"question": f"Tom has {i} apples. How many apples does he have?", "answer": f"He has {i}.\n#### {i}"},
+        "cnndm": {"article": f"(CNN) The council met on day {i} and voted.", "highlights": f"Council voted on day {i}.",
+                  "id": f"{i:040x}"},
+        "xsum": {"document": f"Rain fell in Wales on day {i}.", "summary": f"Wet day {i} in Wales.",
+                 "id": str(29750000 + i)},
+        "mbpp": {"task_id": 11 + i, "text": f"Write a function to add {i} to a number.",
+                 "code": f"def f(x):\n    return x + {i}", "test_list": [f"assert f(0) == {i}"], "test_setup_code": "",
+                 "challenge_test_list": []},
+        "wmt16-de-en": {"translation": {"de": f"Das ist Satz {i}.", "en": f"This is sentence {i}."}},
+        "humaneval": {"task_id": f"HumanEval/{i}", "prompt": f"def f{i}(x):\n    \"\"\"Add {i}.\"\"\"\n",
+                      "canonical_solution": f"    return x + {i}\n", "test": f"def check(c):\n    assert c(0) == {i}\n",
+                      "entry_point": f"f{i}"},
+    }[task]

@@ -8,14 +8,16 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "diversed"
 # the layers, in the order data flows through them; a module may import from its own layer and those before it
-LAYERS = [("utils", "compat", "protocol", "tracking", "statistics", "calibration"), ("tasks",), ("decoding",),
-          ("training",), ("runs",), ("analysis",), ("report",), ("bench", "plan", "cost", "cli")]
+# (the experiment's declarations read every settings dataclass; its config reads them all)
+LAYERS = [("utils", "compat", "protocol", "tracking", "statistics", "calibration", "experiment.declared"), ("tasks",),
+          ("decoding",), ("training",), ("runs",), ("experiment",), ("analysis",), ("report",),
+          ("bench", "plan", "cost", "cli")]
 
 
 def layer(name: str) -> int:
-    """The layer of diversed.{name} (a module or a folder of the package)."""
-    top = name.split(".")[0]
-    return next(i for i, members in enumerate(LAYERS) if top in members)
+    """The layer of diversed.{name} (a module, or a folder of the package where the module is not named)."""
+    named = [i for i, members in enumerate(LAYERS) if name in members]
+    return named[0] if named else next(i for i, members in enumerate(LAYERS) if name.split(".")[0] in members)
 
 
 def modules():
@@ -101,3 +103,16 @@ def test_every_tensor_of_decoding_and_training_is_made_on_its_device():
                 if not (isinstance(after, ast.Attribute) and after.attr in ("to", "tolist")):
                     unplaced.append(f"{name}:{node.lineno} torch.{node.func.attr}")
     assert not unplaced
+
+
+def test_the_tests_mirror_the_package_and_import_no_other_test():
+    """tests/<folder>/ for diversed/<folder>/ (and workflow/ for the Snakemake workflow); shared helpers live in
+    tests/helpers.py alone, so no test module imports another."""
+    tests = PACKAGE.parent / "tests"
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
+    assert folders <= {p.name for p in PACKAGE.iterdir() if p.is_dir()} | {"workflow"}, folders
+    for path in tests.rglob("test_*.py"):
+        names = [n for node in ast.walk(ast.parse(path.read_text())) for n in (
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module else
+            [a.name for a in node.names] if isinstance(node, ast.Import) else [])]
+        assert not [n for n in names if n.split(".")[-1].startswith("test_")], path

@@ -9,13 +9,13 @@ one host transfer for the whole batch), Generation.record per row, roll_back (ea
 accepted prefix: accepted tokens are never re-encoded). A row that ends (EOS, its token budget) leaves the batch
 and the next prompt takes its slot. What the host sends a step (tokens, positions, lengths) goes through
 transfer.to_device: on CUDA pinned and non-blocking, so the step's one read is its only synchronisation (counted on
-CPU by tests/test_fastpath.py; under CUDA's sync debug mode by tests/test_gpu.py, unrun here).
+CPU by tests/decoding/test_fastpath.py; under CUDA's sync debug mode by tests/test_gpu.py, unrun here).
 
 A row's draws do not depend on its batch: each prompt draws from its own counter-based stream (rng: a row's
 numbers are a hash of its seed, its step count and the draw's lane, computed for the whole batch at once), and each
 row computes with its own positions and mask. Its tokens agree up to the float rounding a batch's shape brings
-(bitwise on the tests' tiny models, tests/test_batch.py; on the embedded pair a draw in p's far tail can take the
-next token id; on CUDA the kernels of a bf16 matmul change with the batch size). Statistics live in
+(bitwise on the tests' tiny models, tests/decoding/test_batch.py; on the embedded pair a draw in p's far tail can take
+the next token id; on CUDA the kernels of a bf16 matmul change with the batch size). Statistics live in
 diversed.decoding.stats.
 """
 

@@ -9,7 +9,7 @@ distribution's cumulative sum (float64) at one uniform.
 
 The hash is a 32-bit integer mixer (Wellons' "lowbias32" construction; multipliers below 2^31, so that every
 product fits in int64), applied in two independent chains whose 26 high bits each make one float64 of 52 random
-bits: u = (a * 2^26 + b + 1/2) / 2^52, never 0 or 1. tests/test_rng.py checks uniformity, independence across
+bits: u = (a * 2^26 + b + 1/2) / 2^52, never 0 or 1. tests/decoding/test_rng.py checks uniformity, independence across
 counts, lanes and seeds, and the draws' distribution.
 """
 

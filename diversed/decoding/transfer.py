@@ -1,7 +1,7 @@
 """Host-to-device copies of the decode loop. Every list the host sends a step (tokens, positions, lengths, rows,
 draft lengths) goes through `to_device`: on CUDA it is staged in pinned memory and copied without blocking the
 host, where torch.tensor(list, device="cuda") makes a pageable copy that waits for the device. The step's one
-device-to-host read is engine._to_host; tests/test_fastpath.py counts both."""
+device-to-host read is engine._to_host; tests/decoding/test_fastpath.py counts both."""
 
 from __future__ import annotations
 

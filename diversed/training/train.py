@@ -7,7 +7,7 @@ current head, score each completion with the task's reward, then minimise
     L = -mean_b[(sum_t log nu_t(y_t)) (R_b - b)] - lambda mean_b sum_t sum_v min(q_t(v), nu_t(v))
 
 where b is a running mean of the reward (momentum 0.9). The second term is the expected acceptance:
-it must *raise* acceptance (the authors' code had its sign flipped; tests/test_train.py catches that).
+it must *raise* acceptance (the authors' code had its sign flipped; tests/training/test_train.py catches that).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import os
 import typing
 
 import jsonschema
@@ -159,10 +160,9 @@ def _digest(name: str) -> dict:
 def test_the_plan_of_each_committed_config_is_unchanged(name):
     """Each committed config's jobs (rule, wildcards, inputs, outputs, threads, GPU, training settings) and runs
     (folder, method, verifier, split, T, K, seed, prompts, tokens, batch, changes) hash to the committed digest.
-    A change meant to alter the plan updates tests/data/plan_digests.json with it:
-    python -c 'from tests.experiment.test_declarations import write_digests; write_digests()'."""
+    A change meant to alter the plan rewrites tests/data/plan_digests.json in the same commit:
+    WRITE_PLAN_DIGESTS=1 pytest tests/experiment -k plan_of."""
+    if os.environ.get("WRITE_PLAN_DIGESTS") == "1":
+        digests = json.loads(DIGESTS.read_text()) | {name: _digest(name)}
+        DIGESTS.write_text(json.dumps(digests, indent=1) + "\n")
     assert _digest(name) == json.loads(DIGESTS.read_text())[name]
-
-
-def write_digests() -> None:
-    DIGESTS.write_text(json.dumps({name: _digest(name) for name in CONFIGS}, indent=1) + "\n")

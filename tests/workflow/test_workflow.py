@@ -1,7 +1,7 @@
 """The workflow's plan (diversed.plan) and the Snakefile that reads it: the jobs, runs, flags, threads and inputs of
 each config asserted on the plan's table (in-process, no Snakemake), and Snakemake itself for what only it decides
 (lint, wildcard matching, that its DAG and shell commands are the plan's, a dry run without the ML stack, the SLURM
-profile). The smoke config end to end: tests/test_smoke.py."""
+profile). The smoke config end to end: tests/workflow/test_smoke.py."""
 
 from __future__ import annotations
 

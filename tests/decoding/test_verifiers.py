@@ -7,18 +7,10 @@ import math
 
 import pytest
 import torch
-from helpers import Stream, row_draws, verify, verify_many
+from helpers import DRAWS, Stream, V, chi_square_ok, random_dists, row_draws, verify, verify_many
 
 from diversed.decoding.rng import RESIDUAL, VERIFY
 from diversed.decoding.verifiers import ensemble, logits_to_probs, total_variation
-
-V = 8
-DRAWS = 20_000
-
-
-def random_dists(seed: int, rows: int, sharp: float = 2.0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return (sharp * torch.randn(rows, V, generator=g)).softmax(-1)
 
 
 def emitted_histogram(q, p, w, mixing, position, seed=0):
@@ -32,19 +24,6 @@ def emitted_histogram(q, p, w, mixing, position, seed=0):
     return torch.bincount(token, minlength=V).float(), int(kept.sum()), int(reached.sum())
 
 
-def chi_square_ok(counts: torch.Tensor, expected: torch.Tensor) -> bool:
-    """Chi-square goodness of fit at a 1e-4 significance level (tiny expected cells pooled)."""
-    n = counts.sum()
-    e = expected * n
-    keep = e >= 5
-    obs = torch.cat([counts[keep], counts[~keep].sum(-1, keepdim=True)])
-    exp = torch.cat([e[keep], e[~keep].sum(-1, keepdim=True)])
-    mask = exp > 0
-    stat = float((((obs - exp) ** 2) / exp.clamp_min(1e-12))[mask].sum())
-    dof = int(mask.sum()) - 1
-    # Wilson-Hilferty approximation of the chi-square quantile at 1 - 1e-4 (z = 3.719)
-    crit = dof * (1 - 2 / (9 * dof) + 3.719 * math.sqrt(2 / (9 * dof))) ** 3
-    return stat < crit
 
 
 @pytest.mark.parametrize("mixing", ["linear", "logit"])

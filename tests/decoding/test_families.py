@@ -9,32 +9,24 @@ import math
 
 import pytest
 import torch
-from helpers import Stream, row_draws, verify, verify_many
-from test_verifiers import DRAWS, V, chi_square_ok, random_dists
+from helpers import (
+    DRAWS,
+    Stream,
+    V,
+    binomial_ok,
+    chi_square_ok,
+    decode,
+    first_position,
+    random_dists,
+    related,
+    row_draws,
+    verify,
+    verify_many,
+)
 
 from diversed.decoding import settings
-from diversed.decoding.engine import Networks, generate
-from diversed.decoding.settings import FAMILIES, Decoding, Sampling
+from diversed.decoding.settings import FAMILIES, Decoding
 from diversed.decoding.verifiers import Criterion, defer, fly_window, total_variation, typical_threshold, verify_rows
-
-PROMPTS = [[1, 5, 7, 9], [1, 30, 31], [1, 80, 3, 3, 3, 40, 12]]
-
-
-def related(p: torch.Tensor, seed: int, noise: float = 1.0) -> torch.Tensor:
-    """A draft distribution near p (a draft model's is): softmax(log p + noise)."""
-    g = torch.Generator().manual_seed(seed)
-    return (p.log() + noise * torch.randn(p.shape, generator=g)).softmax(-1)
-
-
-def first_position(q, p, test, knob, seed=0, draws=DRAWS):
-    """Over draws of one draft x ~ q: (histogram of the token emitted at position 0, acceptance count)."""
-    x, n, next_token = verify_many(q, p, 1.0, draws, seed, test=test, knob=knob)
-    return torch.bincount(torch.where(n > 0, x[:, 0], next_token), minlength=V).float(), int(n.sum())
-
-
-def binomial_ok(successes: int, n: int, prob: float) -> bool:
-    se = math.sqrt(max(prob * (1 - prob), 1e-6) / n)
-    return abs(successes / n - prob) < 4.5 * se + 1e-9
 
 
 # each rule's acceptance probability a(x) of a draft x and the distribution its sampled step emits, written from
@@ -221,12 +213,6 @@ def test_fly_acceptance_follows_its_rule_and_reduces_to_strict():
         assert (strict.n_accepted, strict.next_token) == (int(fly[0][0]), int(fly[1][0]))
 
 
-def decode(target, draft, verifier, temperature, **kw):
-    decoding = Decoding(verifier, K=4, max_new_tokens=30, sampling=Sampling(temperature), **kw)
-    return generate(Networks(target, draft), PROMPTS, decoding, seeds=[7 + i for i in range(len(PROMPTS))],
-                    batch_size=2)
-
-
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_identities_with_strict_on_models(target, other_draft, temperature):
     """lenient l = 1, a cascade that always defers (chow, alpha = -1) and FLy at an entropy threshold no top 3 reaches
@@ -255,7 +241,7 @@ def test_relaxed_families_accept_more_than_strict(target, draft, verifier, knob)
 
 
 # two settings of each family, the smaller first (fixed: w); the sweep certifies from the one Rule.relaxes says is
-# stricter. AutoJudge's threshold relaxes up from 0 (strict) to 1 (every draft): tests/test_judge.py.
+# stricter. AutoJudge's threshold relaxes up from 0 (strict) to 1 (every draft): tests/training/test_judge.py.
 KNOB_PAIRS = {"fixed": (0.3, 0.9), "cascade": (0.1, 0.9), "lenient": (0.3, 0.9), "typical": (0.01, 0.3),
               "topk": (1, 20), "ears": (0.0, 1.0), "fuzzy": (0.0, 1.0), "mentored": (0.0, 1.0), "mars": (-10.0, 10.0),
               "threshold": (0.01, 1.0), "fly": (0.0, 10.0)}

@@ -421,7 +421,7 @@ def test_sft_draft_learns_the_reference_answers(tiny_dir, tmp_path):
     draft's loss on them falls and the run records its recipe."""
     import json as json_
 
-    from test_tasks import hub_row
+    from helpers import hub_row
 
     from diversed.training.finetune import distill_draft
     from diversed.training.settings import DistillConfig

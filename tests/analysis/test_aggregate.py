@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import seal_run
+from helpers import ROOT, seal_run
 
 from diversed.analysis.tables import table1, table3, transfer_temperature
 
@@ -128,11 +128,10 @@ def test_the_readme_metrics_section_states_the_code_definitions():
     """One definition per metric: each ratio of totals in docs/METRICS.md reads as its numerator and denominator in
     diversed.statistics.METRICS."""
     import re
-    from pathlib import Path
 
     from diversed import statistics
 
-    section = (Path(__file__).resolve().parent.parent / "docs" / "METRICS.md").read_text()
+    section = (ROOT / "docs" / "METRICS.md").read_text()
     rows = re.findall(r"^\| `(\w+)`[^|]*\| Σ `(\w+)` / Σ `(\w+)`", section, flags=re.M)
     stated = {metric: (y, x) for metric, y, x in rows}
     ratios = {m: pair for m, pair in statistics.METRICS.items() if pair}

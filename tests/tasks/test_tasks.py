@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import hub_row
 
 from diversed.tasks import FIDELITY, SPLITS, DataUnavailable, Example, get_task, metric_spec, registry
 from diversed.tasks.common import answer_number, code_block, last_number
@@ -221,24 +222,6 @@ def test_local_file_errors(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- sources and splits
-
-
-def hub_row(task: str, i: int) -> dict:
-    """Row i of a task's dataset, in the hub's own row format (field names, nesting and extra fields)."""
-    return {
-        "gsm8k": {"question": f"Tom has {i} apples. How many apples does he have?", "answer": f"He has {i}.\n#### {i}"},
-        "cnndm": {"article": f"(CNN) The council met on day {i} and voted.", "highlights": f"Council voted on day {i}.",
-                  "id": f"{i:040x}"},
-        "xsum": {"document": f"Rain fell in Wales on day {i}.", "summary": f"Wet day {i} in Wales.",
-                 "id": str(29750000 + i)},
-        "mbpp": {"task_id": 11 + i, "text": f"Write a function to add {i} to a number.",
-                 "code": f"def f(x):\n    return x + {i}", "test_list": [f"assert f(0) == {i}"], "test_setup_code": "",
-                 "challenge_test_list": []},
-        "wmt16-de-en": {"translation": {"de": f"Das ist Satz {i}.", "en": f"This is sentence {i}."}},
-        "humaneval": {"task_id": f"HumanEval/{i}", "prompt": f"def f{i}(x):\n    \"\"\"Add {i}.\"\"\"\n",
-                      "canonical_solution": f"    return x + {i}\n", "test": f"def check(c):\n    assert c(0) == {i}\n",
-                      "entry_point": f"f{i}"},
-    }[task]
 
 
 # task -> the load_dataset arguments that work with the pinned datasets: (path, name, revision) and the hub split

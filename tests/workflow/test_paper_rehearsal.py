@@ -4,7 +4,7 @@ by Snakemake on tiny random checkpoints of the paper pairs' classes and on local
 formats, trimmed to the jobs that each test something distinct: the three pairs' classes, every job type of the
 paper DAG at least once (and train_head, which the paper DAG does not need), every method, the transfer between
 GSM8K and CNN/DM, one temperature, one seed and two prompts a split. XSum's and MBPP's rows and scorers are tested
-in tests/test_tasks.py; the full paper DAG's structure in tests/test_workflow.py."""
+in tests/tasks/test_tasks.py; the full paper DAG's structure in tests/workflow/test_workflow.py."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ import shutil
 import pandas as pd
 import pytest
 import yaml
-from helpers import ROOT, rewrite_generations, snakemake, thinking_tokenizer, tiny_paper_model, workflow_copy
-from test_tasks import hub_row
+from helpers import ROOT, hub_row, rewrite_generations, snakemake, thinking_tokenizer, tiny_paper_model, workflow_copy
 
 # pair -> (class of target and draft, the draft's size); the paper's: Llama 3.1 8B / 3.2 1B, Qwen3 8B / 0.6B,
 # Gemma 3 12B / 4B (Gemma3ForConditionalGeneration, sliding window 8 here: every prompt crosses it)

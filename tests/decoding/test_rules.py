@@ -11,9 +11,21 @@ import math
 
 import pytest
 import torch
-from helpers import Stream, row_draws, verify, verify_many
-from test_families import PROMPTS, binomial_ok, decode, first_position, related
-from test_verifiers import DRAWS, V, chi_square_ok, random_dists
+from helpers import (
+    DRAWS,
+    PROMPTS,
+    Stream,
+    V,
+    binomial_ok,
+    chi_square_ok,
+    decode,
+    first_position,
+    random_dists,
+    related,
+    row_draws,
+    verify,
+    verify_many,
+)
 
 from diversed.decoding.verifiers import (
     Criterion,

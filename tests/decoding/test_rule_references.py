@@ -20,8 +20,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from helpers import row_draws
-from test_verifiers import chi_square_ok
+from helpers import chi_square_ok, row_draws
 
 from diversed.decoding.rng import RESIDUAL, VERIFY, Draws
 from diversed.decoding.settings import RULES
