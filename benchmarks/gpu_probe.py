@@ -28,10 +28,10 @@ sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests")]
 
 from synthetic import ARCHITECTURES, build  # noqa: E402
 
-from diversed import cost  # noqa: E402
 from diversed.decoding.engine import Networks, generate, synchronize  # noqa: E402
 from diversed.decoding.settings import Decoding, Execution, Sampling  # noqa: E402
 from diversed.decoding.stats import summarize  # noqa: E402
+from diversed.experiment import cost  # noqa: E402
 from diversed.utils import command_line, provenance, record_result, write_json  # noqa: E402
 
 HUB = {"llama": ("meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.1-8B-Instruct"),

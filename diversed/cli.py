@@ -133,7 +133,16 @@ def _prompts(a: argparse.Namespace, cfg: RunConfig) -> list[dict]:
 
 
 def cmd_generate(a: argparse.Namespace) -> None:
-    from diversed.runs.run import Run, RunSpec, execute, execute_all, execute_interleaved, with_weight_file
+    from diversed.runs.run import (
+        Run,
+        RunSpec,
+        check_job,
+        execute,
+        execute_all,
+        execute_interleaved,
+        with_weight_file,
+        write_job,
+    )
     from diversed.runs.settings import Launch
 
     specs = [RunSpec.parse(tokens) for tokens in a.run]
@@ -154,6 +163,8 @@ def cmd_generate(a: argparse.Namespace) -> None:
         raise ValueError("--keep resumes quality runs; timed runs (--interleave) are decoded together")
     if a.interleave and (not specs or a.batch_size != 1):
         raise ValueError("--interleave times several --run runs at batch 1 (no --batch-size)")
+    if a.job:
+        check_job(a.job)
     execution = _execution(a)
     if a.interleave:
         run_dirs = execute_interleaved(cfg, prompts, specs, labels=labels, execution=execution)
@@ -171,6 +182,8 @@ def cmd_generate(a: argparse.Namespace) -> None:
               f"bias TV {s['bias_tv']:.4f}")
     if a.score:
         print_scores(run_dirs)
+    if a.job:
+        write_job(a.job, run_dirs)
     if a.prompt:
         for row in Run(run_dirs[0]).generations:
             print(f"--- {row['id']}\n{row['completion']}")
@@ -451,7 +464,7 @@ def cmd_export_task(a: argparse.Namespace) -> None:
 
 
 def cmd_fetch_sources(a: argparse.Namespace) -> None:
-    from diversed.decoding.sources import Sources, fetch, hub_sources, load_config
+    from diversed.experiment.sources import Sources, fetch, hub_sources, load_config
     from diversed.utils import write_json
 
     if not (a.config or a.model or a.task):
@@ -474,8 +487,8 @@ def cmd_fetch_sources(a: argparse.Namespace) -> None:
 def cmd_check_sources(a: argparse.Namespace) -> None:
     from tabulate import tabulate
 
-    from diversed.decoding.sources import check, load_config
-    from diversed.plan import Plan
+    from diversed.experiment.plan import Plan
+    from diversed.experiment.sources import check, load_config
 
     config = load_config(*a.config)
     Plan(config)  # the config as the workflow reads it: a config Snakemake would refuse fails here, before the hub
@@ -547,6 +560,8 @@ def _generate_parser(sub) -> None:
     p.add_argument("--limit", type=COUNT, help="decode only the first N of the prompts (e.g. timing a subset)")
     p.add_argument("--interleave", action="store_true",
                    help="timing: decode the --run runs at batch 1, interleaved prompt by prompt")
+    p.add_argument("--job", metavar="FILE.json", help="once every run is decoded (and scored), write FILE: each "
+                   "run's folder, id and generations hash (the workflow's record of a decoding job)")
     p.add_argument("--keep", metavar="DIR",
                    help="hard-link each finished run into DIR/{run_id}, and take a run found there (decoded by "
                    "the same code, same labels) instead of decoding it: a rerun of a failed job decodes only what "

@@ -262,3 +262,19 @@ def test_flags_default_to_the_config_dataclass(command):
     assert config_from_args(cls, build_parser().parse_args(command)) == cls(task="arith")
     changed = build_parser().parse_args([*command, "--seed", "3", "--prompt-format", "raw"])
     assert config_from_args(cls, changed) == cls(task="arith", seed=3, prompt_format="raw")
+
+
+def test_generate_writes_its_job_manifest_once_every_run_is_done(tiny_dir, tmp_path):
+    """--job: the workflow's one output of a decoding job, written after every run (each run's folder, id and
+    generations hash, as its own manifest records them); a rerun replaces the manifest it wrote."""
+    runs = [["--run", str(tmp_path / "strict"), "verifier=strict"],
+            ["--run", str(tmp_path / "fixed"), "verifier=fixed", "weight=0.5"]]
+    for _ in range(2):
+        main(["generate", "--target", str(tiny_dir / "tiny-target"), "--draft", str(tiny_dir / "tiny-draft-l1"),
+              "--max-new-tokens", "6", "--prompt", "hi", *runs[0], *runs[1], "--job", str(tmp_path / "job.json")])
+    job = json.loads((tmp_path / "job.json").read_text())
+    assert [r["dir"] for r in job["runs"]] == [str(tmp_path / "strict"), str(tmp_path / "fixed")]
+    for r in job["runs"]:
+        manifest = json.loads((tmp_path / r["dir"] / "manifest.json").read_text())
+        assert (r["run_id"], r["generations_sha256"]) == (manifest["run_id"], manifest["generations_sha256"])
+        assert r["scored"] is False

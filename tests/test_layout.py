@@ -8,10 +8,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "diversed"
 # the layers, in the order data flows through them; a module may import from its own layer and those before it
-# (the experiment's declarations read every settings dataclass; its config reads them all)
+# (the experiment's declarations are read by every settings dataclass; its config, plan and cost read them all)
 LAYERS = [("utils", "compat", "protocol", "tracking", "statistics", "calibration", "experiment.declared"), ("tasks",),
-          ("decoding",), ("training",), ("runs",), ("experiment",), ("analysis",), ("report",),
-          ("bench", "plan", "cost", "cli")]
+          ("decoding",), ("training",), ("runs",), ("experiment",), ("analysis",), ("report",), ("bench", "cli")]
 
 
 def layer(name: str) -> int:

@@ -1,7 +1,7 @@
 """What a decode computes and how it runs, as plain data: the verifiers (one `Rule` each, the one place a verifier
 is added), the sampling filters (`Sampling`), a decode's settings (`Decoding`), the engine's execution
 (`Execution`) and the names of the models and dtypes a pair may take. Imports no torch, so that the workflow's
-plan (diversed.plan), the config schema and the command line read them without loading the ML stack.
+plan (diversed.experiment.plan), the config schema and the command line read them without loading the ML stack.
 
 A rule names its math (an ensemble weight of verifiers.WEIGHTS, or another test of verifiers.TESTS); everything
 else that lists verifiers reads this table: the command line's choices, the config schema's methods and sweep

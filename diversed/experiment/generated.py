@@ -29,8 +29,8 @@ def schema_text() -> str:
 def table_text() -> str:
     lines = ["# Configuration keys", "", f"<!-- {HEADER} -->", "",
              "Every key of a workflow config (`config/*.yaml`), its type and range, its default and what it does. "
-             "`diversed.plan` parses a config through these declarations; an unknown key, a value of the wrong type "
-             "or out of range, NaN or inf is refused naming the key's path.", "",
+             "`diversed.experiment.plan` parses a config through these declarations; an unknown key, a value of the "
+             "wrong type or out of range, NaN or inf is refused naming the key's path.", "",
              "| key | accepts | default | meaning |", "|---|---|---|---|"]
     for key, accepts, default, text in rows(Experiment):
         shown = default if default in ("", "required") else f"`{default}`"

@@ -55,9 +55,8 @@ def heads(trained: pd.DataFrame) -> pd.DataFrame:
 
 
 def measured_cost(benchmarks: str | Path) -> pd.DataFrame:
-    """Per rule, from Snakemake's `benchmark:` files (logs/benchmarks/{rule}/...tsv; a rule's *_judged variant is
-    counted with it): jobs, wall seconds in all and of the slowest job, and the largest resident memory (MiB; nan
-    where a job ended before Snakemake sampled it)."""
+    """Per rule, from Snakemake's `benchmark:` files (logs/benchmarks/{rule}/...tsv): jobs, wall seconds in all and
+    of the slowest job, and the largest resident memory (MiB; nan where a job ended before Snakemake sampled it)."""
     rows = []
     for tsv in sorted(Path(benchmarks).rglob("*.tsv")):
         b = pd.read_csv(tsv, sep="\t")

@@ -35,6 +35,7 @@ from diversed.utils import (
     RUN,
     atomic_dir,
     check_output,
+    check_writable,
     code_hash,
     config_hash,
     field_type,
@@ -443,6 +444,32 @@ def execute_all(base: RunConfig, prompts: list[dict], specs: list[RunSpec], *, l
             first[rid] = execute(cfg, prompts, run_dir=spec.run_dir, labels=run_labels, launch=launch, keep=keep)
             out.append(first[rid])
     return out
+
+
+JOB_FORMAT = "diversed decoding job"  # a job manifest's format field: what check_job may replace
+
+
+def check_job(path: str | Path) -> None:
+    """Raise (before any compute) unless a job manifest may be written at `path`: absent, or one diversed wrote."""
+    path = Path(path)
+    check_writable(path)
+    if path.is_dir() or (path.exists() and not path.is_file()):
+        raise ValueError(f"--job {path} is a folder, not a file")
+    if path.exists():
+        try:
+            ours = read_json(path).get("format") == JOB_FORMAT
+        except (ValueError, AttributeError):
+            ours = False
+        if not ours:
+            raise ValueError(f"refusing to replace {path}: it is not a job manifest diversed wrote")
+
+
+def write_job(path: str | Path, run_dirs: list[Path]) -> None:
+    """A decoding job's manifest (generate --job), written once every run is decoded (and scored, where it was):
+    each run's folder, id and generations hash. The workflow's one output of a decoding job."""
+    runs = [{"dir": str(d), "run_id": (m := Run(d).manifest)["run_id"], "generations_sha256": m["generations_sha256"],
+             "scored": (Path(d) / "scores.json").is_file()} for d in run_dirs]
+    write_json(path, {"format": JOB_FORMAT, "runs": runs})
 
 
 BASELINES = ("autoregressive", "draft")  # one model decoding alone: no draft length K

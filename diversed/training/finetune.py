@@ -165,7 +165,7 @@ def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True,
 
     One copy of each model: the draft loaded with the pair is the student, in bfloat16 (AdamW16) when the pair
     is, else in float32 (AdamW; a float16 draft is converted in place: its gradients would underflow), with
-    activation checkpointing where the model supports it. Memory per pair: diversed.cost."""
+    activation checkpointing where the model supports it. Memory per pair: diversed.experiment.cost."""
     cfg.validate()
     out, execution = Path(out), execution or Execution.here()
     check_output(out, DRAFT)  # before the models load

@@ -464,7 +464,7 @@ def test_knobs_table_sets_each_selection_beside_the_certified_one_and_checks_it_
 
 
 def test_the_measured_cost_sums_each_rules_benchmark_files(tmp_path):
-    """Snakemake's benchmark files per job (a *_judged variant counted with its rule; '-' where a job ended before
+    """Snakemake's benchmark files per job ('-' where a job ended before
     its memory was sampled): jobs, seconds in all and of the slowest, peak memory per rule."""
     from diversed.report.compose import cost_section, measured_cost
 

@@ -42,7 +42,7 @@ def test_the_plan_labels_its_runs_with_method_labels():
     """Every run of the paper config (given settings, transfers, families) carries a label Method parses back."""
     from helpers import ROOT
 
-    from diversed.plan import load
+    from diversed.experiment.plan import load
 
     plan = load(ROOT / "config" / "paper.yaml")
     labels = {r.method for r in plan.runs}

@@ -26,7 +26,7 @@ CHECKS = textwrap.dedent('''
     assert parser.parse_args(["sweep-weight", "--task", "arith", "--out", "o", "--toy", "0.2", "0.4"]).toy == [0.2, 0.4]
 
     # the config schema and the plan: a method, its knob values checked, its sweep points and runs
-    from diversed.plan import Plan
+    from diversed.experiment.plan import Plan
     smoke = yaml.safe_load(open(SMOKE))
     config = smoke | {"methods": [*smoke["methods"], "toy"],
                       "sweep": smoke["sweep"] | {"families": smoke["sweep"]["families"] | {"toy": [0.5]}}}

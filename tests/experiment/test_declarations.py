@@ -17,11 +17,11 @@ import pytest
 import yaml
 from helpers import ROOT
 
-from diversed.decoding.sources import load_config
 from diversed.experiment import declared
 from diversed.experiment.config import Experiment, validated
 from diversed.experiment.generated import FILES, stale
-from diversed.plan import load
+from diversed.experiment.plan import load
+from diversed.experiment.sources import load_config
 from diversed.utils import option
 
 SMOKE = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
@@ -152,8 +152,8 @@ def _digest(name: str) -> dict:
     runs = sorted(json.dumps([r.dir, r.rule, r.method, r.verifier, r.split, r.temperature, r.K, r.seed, r.prompts,
                               r.max_new_tokens, r.batch_size, r.timing, r.changes], sort_keys=True, default=str)
                   for r in plan.runs)
-    return {"jobs": len(jobs), "runs": len(runs),
-            "sha256": hashlib.sha256("\n".join(jobs + ["--"] + runs).encode()).hexdigest()}
+    return {"jobs": len(jobs), "runs": len(runs), "jobs_sha256": hashlib.sha256("\n".join(jobs).encode()).hexdigest(),
+            "runs_sha256": hashlib.sha256("\n".join(runs).encode()).hexdigest()}
 
 
 @pytest.mark.parametrize("name", CONFIGS)

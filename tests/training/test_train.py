@@ -448,7 +448,7 @@ def test_training_prompts_keep_their_last_or_their_first_max_prompt_tokens():
     """#32 item 5, #47 item 2: the paper config clips each training prompt to 512 tokens, so that a long article fits
     a batch of rollouts; the authors' tokenizer call keeps the first 512 (BOS kept, the reply's header lost), which
     prompt_keep first reproduces; the embedded default keeps whole prompts."""
-    from diversed.plan import load
+    from diversed.experiment.plan import load
     from diversed.training.settings import DistillConfig, HeadTrainConfig
 
     bos_first = [1, 2, 3, 4, 5]  # 1: BOS
@@ -483,7 +483,7 @@ def test_the_reward_baseline_is_a_running_mean_none_or_the_authors_choice_per_ta
 def test_a_head_decodes_with_the_mixing_it_was_trained_with(tmp_path):
     """A head trained with logit mixing refuses a linear decode (DIVERSED verifies with the ensemble it learnt);
     the sweep's DIVERSED point and the plan's DIVERSED runs carry the head's mixing."""
-    from diversed.plan import load
+    from diversed.experiment.plan import load
     from diversed.runs.settings import Grid, RunConfig, trained_mixing
 
     head = WeightHead(H, H)

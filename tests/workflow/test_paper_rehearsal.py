@@ -16,6 +16,8 @@ import pytest
 import yaml
 from helpers import ROOT, hub_row, rewrite_generations, snakemake, thinking_tokenizer, tiny_paper_model, workflow_copy
 
+from diversed.experiment.plan import MODEL_RULES
+
 # pair -> (class of target and draft, the draft's size); the paper's: Llama 3.1 8B / 3.2 1B, Qwen3 8B / 0.6B,
 # Gemma 3 12B / 4B (Gemma3ForConditionalGeneration, sliding window 8 here: every prompt crosses it)
 PAIRS = {"llama": "llama3", "qwen": "qwen3", "gemma": "gemma3"}
@@ -84,7 +86,7 @@ def rehearsal_config(wd, build: bool = True) -> dict:
 def test_the_rehearsal_runs_every_job_type_of_the_paper_dag(tmp_path):
     """What the trim removes is repetition: every rule of the paper DAG has a job in the rehearsal (fetch_sources
     aside: its sources are local), and train_head too, which the paper DAG never needs."""
-    from diversed.plan import LOCAL_RULES, Plan, load
+    from diversed.experiment.plan import LOCAL_RULES, Plan, load
 
     paper = load(*(ROOT / "config" / f for f in ("paper.yaml", "paper-gemma.yaml", "paper-lambda.yaml"))).counts()
     counts = Plan(rehearsal_config(tmp_path, build=False)).counts()
@@ -101,9 +103,7 @@ def rehearsal(tmp_path_factory):
     config = rehearsal_config(wd)
     (wd / "rehearsal.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     # one thread a job, two jobs at a time: nothing here is timed for the record, and most of a job is start-up
-    one_thread = [f"{rule}=1" for rule in ("decode", "decode_transfer", "time", "sweep", "time_sweep", "sweep_lambda",
-                                           "train_head", "train_head_lambda", "distill_draft", "mine_judge",
-                                           "decode_judged", "time_judged", "time_sweep_judged")]
+    one_thread = [f"{rule}=1" for rule in MODEL_RULES]
     snakemake("--profile", "workflow/profiles/local", "--cores", "2", "--set-threads", *one_thread,
               "--configfile", "rehearsal.yaml", cwd=wd, timeout=1800)
     return wd, config

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from helpers import count_files, jobs, kill_when, snakemake, start, tracked_files, workflow_copy
 
-from diversed.plan import load
+from diversed.experiment.plan import load
 
 pytestmark = pytest.mark.slow  # Snakemake in subprocesses
 SMOKE = "config/smoke.yaml"
@@ -130,24 +130,23 @@ def test_smoke_config_end_to_end(smoke_run):
     (wd / "changed.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     counts = jobs(snakemake("-n", "--configfile", "changed.yaml", cwd=wd).stdout)
     decoding = ("time_sweep", "decode", "time")
-    assert set(counts) == {"sweep", *decoding, *(f"{r}_judged" for r in decoding), "aggregate", "audit", "plot",
-                           "report", "all"}, counts
+    assert set(counts) == {"sweep", *decoding, "aggregate", "audit", "plot", "report", "all"}, counts
     # 2 tasks x 2 temperatures + the K-figure sweep (each keeps its finished points: see test_sweep), their
-    # timing, and the decode and timing jobs whose fixed run reads a re-chosen w (arith's: the *_judged variants)
-    assert counts["sweep"] == 5 and all(counts[r] == counts[f"{r}_judged"] == 2 for r in decoding)
+    # timing, and the decode and timing jobs whose fixed run reads a re-chosen w
+    assert counts["sweep"] == 5 and all(counts[r] == 4 for r in decoding)
 
 
 def test_a_killed_workflow_and_a_failed_decode_job_resume_to_identical_runs(smoke_run, tmp_path):
     """One decode job of the smoke config and everything it needs (the pair, the heads, the lambda sweep, the fine-
     tuned draft, its sweep), in a fresh copy of the workflow:
     1. Snakemake killed mid-sweep (SIGKILL to its process group) leaves the lock; unlock and rerun the same command;
-    2. the decode job's own process killed after it kept two of its runs: Snakemake deletes the failed job's
-       outputs (regression: a failed decode job lost its finished runs, and its rerun decoded everything again);
+    2. the decode job's own process killed after it kept two of its runs: the failed job wrote no manifest, its one
+       output (regression: a failed decode job lost its finished runs, and its rerun decoded everything again);
        the rerun takes back exactly the kept runs (hard links under results/kept) and decodes the rest;
     3. the job's generations are byte-identical to the uninterrupted smoke run's (so also: the same config and seed
        give the same bytes, run twice)."""
     wd = workflow_copy(tmp_path)
-    job = "results/runs/tiny/arith/autoregressive/T1.0-s0/scores.json"  # one decode job: every method's run
+    job = "results/jobs/decode/tiny/arith/T1.0-s0.json"  # one decode job's manifest: every method's run
     command = [sys.executable, "-m", "snakemake", job, "--cores", "2", "--configfile", "config/smoke.yaml"]
     sweep = wd / "results" / "sweeps" / "tiny" / "arith" / "T1.0-K3"
     at = random.Random(0).randint(1, 4)  # after a random number of the sweep's finished points
@@ -170,7 +169,7 @@ def test_a_killed_workflow_and_a_failed_decode_job_resume_to_identical_runs(smok
     found = subprocess.run(["pgrep", "-f", "diversed generate"], capture_output=True, text=True).stdout.split()
     decoders = [pid for pid in found if Path(f"/proc/{pid}/cwd").resolve() == wd.resolve()]  # this test's only
     assert decoders
-    for pid in decoders:  # the job's process dies; Snakemake sees a failed job and deletes its outputs
+    for pid in decoders:  # the job's process dies; Snakemake sees a failed job
         os.kill(int(pid), signal.SIGKILL)
     assert proc.wait(timeout=120) != 0
     assert not (wd / job).exists()

@@ -1,7 +1,7 @@
-"""The workflow's plan (diversed.plan) and the Snakefile that reads it: the jobs, runs, flags, threads and inputs of
-each config asserted on the plan's table (in-process, no Snakemake), and Snakemake itself for what only it decides
-(lint, wildcard matching, that its DAG and shell commands are the plan's, a dry run without the ML stack, the SLURM
-profile). The smoke config end to end: tests/workflow/test_smoke.py."""
+"""The workflow's plan (diversed.experiment.plan) and the Snakefile that reads it: the jobs, runs, flags, threads and
+inputs of each config asserted on the plan's table (in-process, no Snakemake), and Snakemake itself for what only
+it decides (lint, wildcard matching, that its DAG and shell commands are the plan's, a dry run without the ML
+stack, the SLURM profile). The smoke config end to end: tests/workflow/test_smoke.py."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 import yaml
 from helpers import ROOT, jobs, snakemake, workflow_copy
 
-from diversed.plan import JUDGED, MODEL_RULES, Plan, load
+from diversed.experiment.plan import MODEL_RULES, Plan, load
 
 SMOKE = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
 
@@ -43,13 +43,13 @@ def test_paper_config_plans_its_full_dag(extra, pairs):
     """The two pairs of the paper's tables; Gemma 3 layered on top (opt-in) adds a third with every other setting;
     lambda at the authors' 5%, or chosen on dev per task with config/paper-lambda.yaml layered on top."""
     counts = paper(*extra).counts()
-    # one decode job per pair x 4 tasks x 2 temperatures x 3 seeds, + pairs x 2 transfers x 3 seeds; on GSM8K and
-    # MBPP (AutoJudge's tasks) the *_judged variants, with the judge's runs
-    assert counts["decode_judged"] == pairs * 2 * 2 * 3 and counts["decode"] == pairs * 2 * 2 * 3
+    # one decode job per pair x 4 tasks x 2 temperatures x 3 seeds (on GSM8K and MBPP, AutoJudge's tasks, with the
+    # judge's runs), + pairs x 2 transfers x 3 seeds
+    assert counts["decode"] == pairs * 4 * 2 * 3
     assert counts["decode_transfer"] == pairs * 2 * 3
     assert counts["sweep"] == pairs * 4 * 2 + pairs * 2  # pairs x 4 tasks x 2 T at K = 5, + pairs x 2 figure K
     for rule in ("time", "time_sweep"):  # one job per (pair, task, T): every method
-        assert counts[rule] == counts[f"{rule}_judged"] == pairs * 2 * 2
+        assert counts[rule] == pairs * 4 * 2
     assert counts["mine_judge"] == counts["train_judge"] == pairs * 2
     assert counts["distill_draft"] == pairs * 4
     if "paper-lambda.yaml" in extra:  # every task's lambda chosen on dev: a head per value and a sweep_lambda
@@ -91,11 +91,11 @@ def test_paper_config_runs_the_authors_settings_beside_the_dev_choices():
 def test_default_config_plan():
     counts = load(ROOT / "config" / "config.yaml").counts()
     # (capitals, open) x (T = 0.1, 1) x 1 seed, capitals' with AutoJudge's runs; the transfer runs at T = 1 only
-    assert counts["prepare_models"] == 1 and counts["decode"] == counts["decode_judged"] == 2
+    assert counts["prepare_models"] == 1 and counts["decode"] == 4
     assert counts["decode_transfer"] == 2 and counts["mine_judge"] == counts["train_judge"] == 1
     assert counts["sweep"] == 4  # (capitals, open) x (T = 0.1, 1) at K = 5 (the figure's K = 5 among them)
-    for rule in ("time", "time_sweep", "time_judged", "time_sweep_judged"):
-        assert counts[rule] == 2
+    for rule in ("time", "time_sweep"):
+        assert counts[rule] == 4
     assert "fetch_sources" not in counts
 
 
@@ -129,7 +129,7 @@ def test_untimed_jobs_take_job_threads_and_timed_jobs_every_core():
 def test_target_only_runs_once_per_pair_task_temperature_seed():
     """Regression: the target-only (and draft-only) run was decoded once per K."""
     plan = smoke(K=[2, 3], transfer=[])
-    decodes = plan.of("decode") + plan.of("decode_judged")  # open's, and arith's with AutoJudge's runs
+    decodes = plan.of("decode")  # open's, and arith's with AutoJudge's runs
     runs = [r for job in decodes for r in job.runs]
     target_only = [r for r in runs if r.verifier == "autoregressive"]
     assert len(decodes) == len(target_only) == 2 * 2  # 2 tasks x 2 temperatures x 1 seed, no K
@@ -142,8 +142,8 @@ def test_a_decode_job_decodes_every_method_of_its_setting():
     one (pair, task, T, seed), the target-only run first, and scores them; a method whose setting a sweep
     chooses reads that sweep's choice."""
     plan = smoke()
-    assert len(plan.of("decode")) == len(plan.of("decode_judged")) == 2  # open's; arith's, with AutoJudge
-    for job in plan.of("decode") + plan.of("decode_judged"):
+    assert len(plan.of("decode")) == 4  # open's; arith's, with AutoJudge's runs
+    for job in plan.of("decode"):
         judged = job.wildcards["task"] == "arith"
         assert [r.method for r in job.runs] == [m for m in SMOKE["methods"] if judged or m != "judge"]
         assert job.flags["runs"].count("--run ") == 7 + judged
@@ -244,7 +244,7 @@ def test_quality_decodes_are_batched_and_timing_decodes_interleaved_at_batch_1()
     plan = smoke()
     for job in plan.jobs:
         if job.runs:
-            timed = JUDGED.get(job.rule, job.rule) in ("time", "time_sweep")
+            timed = job.rule in ("time", "time_sweep")
             assert {r.batch_size for r in job.runs} == ({1} if timed else {2}) and {r.timing for r in job.runs} == {
                 timed}, job.rule
             assert ("batch" in job.flags) != timed
@@ -322,9 +322,10 @@ def test_paper_config_runs_as_the_authors_did():
 def test_cluster_time_limits_cover_twice_the_longest_job_and_fit_a_partition():
     """Regression: sweep asked SLURM for 1,120 minutes (above many partitions' 24 h limit, so sbatch refused it)
     and one failed job stopped the DAG. Each GPU rule's time limit covers twice its longest job computed by
-    diversed.cost for the paper config (with Gemma 3 layered: its jobs are the longest), and stays within 24 h;
+    diversed.experiment.cost for the paper config (with Gemma 3 layered: its jobs are the longest), and stays within
+    24 h;
     failed jobs are retried and the others go on."""
-    from diversed.cost import PRICED_AS, longest_job_minutes
+    from diversed.experiment.cost import PRICED_AS, longest_job_minutes
 
     profile = yaml.safe_load((ROOT / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
     assert profile["retries"] >= 1 and profile["keep-going"] is True

@@ -1,4 +1,4 @@
-# The config's plan (diversed.plan): every rule's inputs, outputs, shell flags, threads and GPU come from its one
+# The config's plan (diversed.experiment.plan): every rule's inputs, outputs, shell flags, threads and GPU come from its one
 # table of jobs; helpers and wildcard constraints here, no rules. Parsing the workflow imports no torch.
 # Rules' priority (local scheduling): 3 what the sweeps wait on (heads, lambda, AutoJudge), 2 the sweeps, 1 the
 # untimed decodes and the fine-tuned drafts, 0 the timed jobs, which take every core: they run once the rest is done,
@@ -6,7 +6,7 @@
 import re
 import sys
 
-from diversed.plan import NUMBER, Plan
+from diversed.experiment.plan import NUMBER, Plan
 
 
 try:

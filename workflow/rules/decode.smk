@@ -1,10 +1,9 @@
 rule decode:
     """Quality: every run of one (pair, task, T, seed) on the task's eval split, in one job, batch_size prompts
     at a time (untimed): target only (and draft only), then each speculative method at each K, each run scored
-    through lm-eval once all are decoded; a rerun of a failed job decodes only the runs it had not finished.
-    decode_judged: the same on a task AutoJudge runs on, with its runs."""
-    wildcard_constraints:
-        task=one_of([t for t in PLAN.tasks if t not in PLAN.judge_tasks]),
+    through lm-eval once all are decoded (AutoJudge's runs too, on the tasks it runs on); its output is the job's
+    manifest, written once every run is scored; a rerun of a failed job decodes only the runs it had not
+    finished."""
     input:
         unpack(inputs("decode")),
     output:
@@ -24,31 +23,14 @@ rule decode:
     shell:
         "OMP_NUM_THREADS={threads} WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # torch's threads; no network
         "diversed generate {params.pair} {params.prompts} {params.decoding} {params.labels} "
-        "{params.execution} --batch-size {params.batch} --keep results/kept {params.runs} --score > {log} 2>&1"
-
-
-use rule decode as decode_judged with:
-    wildcard_constraints:
-        task=one_of(PLAN.judge_tasks),
-    input:
-        unpack(inputs("decode_judged")),
-    output:
-        **PLAN.outputs("decode_judged"),
-    params:
-        **params("decode_judged"),
-    threads: threads("decode_judged")
-    priority: 1
-    resources:
-        gpu=gpu("decode_judged"),
+        "{params.execution} --batch-size {params.batch} --keep results/kept {params.runs} --score "
+        "--job {output.job} > {log} 2>&1"
 
 
 rule time:
     """Timing: every method of one (pair, task, T) on the first n_timing eval prompts at batch 1, interleaved
     prompt by prompt in one job on one device, so that a drift of the machine's speed falls on every method
-    alike (the speed table, the speedups and the speed claim read only these runs), each scored. time_judged: the
-    same on a task AutoJudge runs on, with its runs."""
-    wildcard_constraints:
-        task=one_of([t for t in PLAN.tasks if t not in PLAN.judge_tasks]),
+    alike (the speed table, the speedups and the speed claim read only these runs), each scored."""
     input:
         unpack(inputs("time")),
     output:
@@ -67,21 +49,7 @@ rule time:
     shell:
         "OMP_NUM_THREADS={threads} WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # torch's threads; no network
         "diversed generate {params.pair} {params.prompts} {params.decoding} {params.labels} "
-        "{params.execution} --interleave {params.runs} --score > {log} 2>&1"
-
-
-use rule time as time_judged with:
-    wildcard_constraints:
-        task=one_of(PLAN.judge_tasks),
-    input:
-        unpack(inputs("time_judged")),
-    output:
-        **PLAN.outputs("time_judged"),
-    params:
-        **params("time_judged"),
-    threads: threads("time_judged")
-    resources:
-        gpu=gpu("time_judged"),
+        "{params.execution} --interleave {params.runs} --score --job {output.job} > {log} 2>&1"
 
 
 use rule decode as decode_transfer with:

@@ -60,10 +60,7 @@ rule sweep_lambda:
 rule time_sweep:
     """Timing of the fronts: every point of one sweep (pair, task, T, K), DIVERSED and the target alone on the
     first sweep.n_timing dev prompts at batch 1, interleaved prompt by prompt in one job on every core, each
-    scored. The fronts against tokens/s read these times; their quality is the sweep's, over every dev prompt.
-    time_sweep_judged: the same on a task AutoJudge runs on, with the judge's points."""
-    wildcard_constraints:
-        task=one_of([t for t in PLAN.tasks if t not in PLAN.judge_tasks]),
+    scored. The fronts against tokens/s read these times; their quality is the sweep's, over every dev prompt."""
     input:
         unpack(inputs("time_sweep")),
     output:
@@ -82,18 +79,4 @@ rule time_sweep:
     shell:
         "OMP_NUM_THREADS={threads} WANDB_MODE=${{WANDB_MODE:-offline}} HF_HUB_OFFLINE=1 "  # torch's threads; no network
         "diversed generate {params.pair} {params.prompts} {params.decoding} {params.labels} "
-        "{params.execution} --interleave {params.runs} --score > {log} 2>&1"
-
-
-use rule time_sweep as time_sweep_judged with:
-    wildcard_constraints:
-        task=one_of(PLAN.judge_tasks),
-    input:
-        unpack(inputs("time_sweep_judged")),
-    output:
-        **PLAN.outputs("time_sweep_judged"),
-    params:
-        **params("time_sweep_judged"),
-    threads: threads("time_sweep_judged")
-    resources:
-        gpu=gpu("time_sweep_judged"),
+        "{params.execution} --interleave {params.runs} --score --job {output.job} > {log} 2>&1"

@@ -8,8 +8,8 @@ import torch
 import yaml
 from helpers import ROOT
 
-from diversed.cost import GB, JOBS, LONGEST_PROMPT, MODELS, estimate, table, total, workloads
-from diversed.plan import Plan, load
+from diversed.experiment.cost import GB, JOBS, LONGEST_PROMPT, MODELS, estimate, table, total, workloads
+from diversed.experiment.plan import Plan, load
 
 PAPER = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
 PAIRS = PAPER["pairs"] | yaml.safe_load((ROOT / "config" / "paper-gemma.yaml").read_text())["pairs"]  # Gemma opt-in
@@ -108,7 +108,7 @@ def test_architecture_reproduces_the_published_parameter_count(name):
 
 
 def test_forward_times_and_gpu_hours_follow_the_stated_model():
-    from diversed.cost import TEXT_BATCH, disk_gb, forward_ms, gpu_hours, step_ms, token_ms
+    from diversed.experiment.cost import TEXT_BATCH, disk_gb, forward_ms, gpu_hours, step_ms, token_ms
 
     # the per-token times the SLURM profile's time limits assume
     assert [round(forward_ms(MODELS[m])) for m in ("google/gemma-3-12b-it", "google/gemma-3-4b-it",
@@ -155,7 +155,7 @@ def test_a_batched_step_costs_little_more_than_one_row_until_compute_bound():
     an 8B model), compute-bound past F b / 2 BW rows; speculative decoding stops paying at a batch size that grows
     with tau and
     never comes at a low tau (computed, labelled so in the README)."""
-    from diversed.cost import crossover, step_ms
+    from diversed.experiment.cost import crossover, step_ms
 
     llama = MODELS["meta-llama/Llama-3.1-8B-Instruct"]
     assert step_ms(llama, 16, 1, 512) < 1.2 * step_ms(llama, 1, 1, 512)
@@ -169,7 +169,7 @@ def test_a_batched_step_costs_little_more_than_one_row_until_compute_bound():
 def test_the_paper_config_evaluates_full_test_sets_for_fewer_gpu_hours_than_batch_1_at_200_prompts():
     """Batched quality decoding: the full GSM8K and MBPP test sets and 1,000 CNN/DM and XSum articles cost less
     (computed) than the batch-1 run of 200 prompts each did (about 350 GPU-hours for the three pairs)."""
-    from diversed.cost import gpu_hours
+    from diversed.experiment.cost import gpu_hours
 
     config = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
     tasks = config["tasks"]

@@ -8,7 +8,7 @@ upper bound). The CUDA context (~0.5-1 GB) and allocator fragmentation come on t
 forward of B rows (step_ms): the weights read once for all rows and each row's KV cache read, at the memory
 bandwidth, overlapped with the matmuls at the compute throughput, plus a fixed cost per layer. Quality decodes
 run at the config's batch_size, timing decodes at batch 1. Print the tables of a config with
-`python -m diversed.cost config/paper.yaml`."""
+`python -m diversed.experiment.cost config/paper.yaml`."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import dataclasses
 import sys
 from dataclasses import dataclass
 
-from diversed.plan import Plan, load
+from diversed.experiment.plan import Plan, load
 from diversed.training.settings import TEXT_BATCH
 
 GB = 1e9
@@ -191,12 +191,11 @@ def crossover(target: str, draft: str, *, K: int = 5, tau: float = 3.0, context:
 RULES = ("decode", "time", "sweep", "time_sweep", "sweep_lambda", "train_head", "distill_draft", "mine_judge")
 MISMATCH = 0.3  # the share of a greedy answer's positions where the draft would choose otherwise (assumed)
 # rules priced under another's column
-PRICED_AS = {"decode_transfer": "decode", "train_head_lambda": "train_head", "decode_judged": "decode",
-             "time_judged": "time", "time_sweep_judged": "time_sweep"}
+PRICED_AS = {"decode_transfer": "decode", "train_head_lambda": "train_head"}
 
 
 def job_ms(plan: Plan, pair: str) -> dict[str, list[float]]:
-    """GPU milliseconds of every job of each GPU rule for one pair of a workflow plan (diversed.plan), every
+    """GPU milliseconds of every job of each GPU rule for one pair of a workflow plan (diversed.experiment.plan), every
     completion at full length: each decoding run of a job (quality decodes at the config's batch_size, timing
     decodes at batch 1) costs prompts x max_new_tokens x its per-token time (the target alone, the draft alone,
     or a speculative token at TAU: token_ms), over the task's mean context; head training decodes n_train x

@@ -15,7 +15,7 @@ from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError
 
 from diversed.cli import main
 from diversed.decoding.models import char_tokenizer
-from diversed.decoding.sources import Sources, check, fetch, hub_sources, load_config
+from diversed.experiment.sources import Sources, check, fetch, hub_sources, load_config
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 HUB_ROWS = {"openai/gsm8k": {"question": "1 + 1?", "answer": "1 + 1 = 2 #### 2"},
@@ -235,7 +235,7 @@ def test_check_sources_refuses_a_pair_whose_tokenizers_differ(hub, tmp_path):
 
 
 def test_check_sources_refuses_a_raw_or_sft_task_that_cannot_have_one():
-    from diversed.decoding.sources import check
+    from diversed.experiment.sources import check
 
     _, failed = check({"tasks": {"open": {}, "capitals": {}}, "prompt_format": "raw",
                        "distill": {"finetune": "sft"}})
