@@ -15,7 +15,7 @@ A row's draws do not depend on its batch: each prompt draws from its own counter
 numbers are a hash of its seed, its step count and the draw's lane, computed for the whole batch at once), and each
 row computes with its own positions and mask. Its tokens agree up to the float rounding a batch's shape brings
 (bitwise on the tests' tiny models, tests/decoding/test_batch.py; on the embedded pair a draw in p's far tail can take
-the next token id; on CUDA the kernels of a bf16 matmul change with the batch size). Statistics live in
+a neighbouring far-tail token; on CUDA the kernels of a bf16 matmul change with the batch size). Statistics live in
 diversed.decoding.stats.
 """
 

@@ -4,6 +4,7 @@ where it is not built these tests are skipped, unless selected with `pytest -m e
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -54,7 +55,11 @@ def test_strict_greedy_is_target_greedy_on_embedded_pair(pair):
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_a_prompt_decodes_as_in_a_batch_of_one_on_the_embedded_pair(pair, temperature):
     """Batched decoding on the real pair (float32, CPU): every capitals prompt inside a batch of 8 (rows refilled
-    as others end at their EOS) emits the tokens and acceptances of a batch of one, strict and fixed w."""
+    as others end at their EOS) emits the tokens and acceptances of a batch of one, strict and fixed w, up to the
+    float rounding a batch's shape brings: greedy, every prompt; sampled, at most one prompt of the 10 may part, at a
+    draw in p's far tail (both tokens below p = 1e-4), where the rounding of the cumulative sum moves the boundary
+    between tokens (seen on one 2-core EPYC: token 24355 at batch 1, 24353 or 24354 at batch 8; another machine's
+    kernels agreed bitwise)."""
 
     from diversed.decoding.engine import Networks, generate
     from diversed.decoding.models import encode_prompt
@@ -66,5 +71,10 @@ def test_a_prompt_decodes_as_in_a_batch_of_one_on_the_embedded_pair(pair, temper
                      Decoding("fixed", weight=0.5, K=5, max_new_tokens=24, sampling=Sampling(temperature))):
         outs = [generate(Networks.of(pair), prompts, decoding, batch_size=B,
                          seeds=[i for i in range(len(prompts))]) for B in (1, 8)]
-        for a, b in zip(*outs, strict=True):
-            assert a.tokens == b.tokens and a.accepted == b.accepted
+        parted = [(a, b) for a, b in zip(*outs, strict=True) if (a.tokens, a.accepted) != (b.tokens, b.accepted)]
+        assert len(parted) <= (0 if temperature == 0 else 1), [(a.tokens, b.tokens) for a, b in parted]
+        for a, b in parted:
+            i = next((i for i, (u, v) in enumerate(zip(a.tokens, b.tokens, strict=False)) if u != v), None)
+            assert i is not None, "the same tokens with other acceptances"
+            far = math.log(1e-4)  # both tokens in p's far tail: a boundary the cumulative sum's rounding can move
+            assert a.target_logprob[i] < far and b.target_logprob[i] < far, (i, a.tokens[i], b.tokens[i])
