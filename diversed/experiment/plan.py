@@ -66,7 +66,7 @@ OUTPUTS: dict[str, dict[str, str]] = {
     "time": {"job": JOBS + "/time/{pair}/{task}/T{T}.json"},
     "decode_transfer": {"job": JOBS + "/decode_transfer/{pair}/{task}/dynamic@{head}/T{T}-s{seed}.json"},
     "time_sweep": {"job": JOBS + "/time_sweep/{pair}/{task}/T{T}-K{K}.json"},
-    "aggregate": {**{name: f"{TABLES}/{name}.csv" for name in TIDY}},
+    "aggregate": {name: f"{TABLES}/{name}.csv" for name in TIDY},
     "audit": {"audit": AUDIT}, "report": {"report": REPORT}, "plot": {},
 }
 RUN_RULES = ("decode", "time", "decode_transfer", "time_sweep")  # the decoding jobs: `diversed generate` --run runs

@@ -179,10 +179,11 @@ def test_a_killed_workflow_and_a_failed_decode_job_resume_to_identical_runs(smok
     taken = set(re.findall(r"run (\w+): taken from", log))
     decoded = set(re.findall(r"decode (\w+) \(batch", log))
     assert taken == finished and len(taken) >= 2, (taken, finished)
-    # the rest decoded, or copied: a fixed w the sweep left at 1, or a family kept at strict, is strict's run id
+    # the rest decoded, or copied: a fixed w the sweep left at 1, or a family kept at strict, is strict's run id;
+    # nothing decoded where the kill came after the job's last distinct run (while scoring: seen on a fast machine)
     runs = list((wd / "results" / "runs" / "tiny" / "arith").glob("*/T1.0*-s0/manifest.json"))
     assert len(runs) == 8  # autoregressive, strict, finetuned, fixed, dynamic, cascade, lenient, judge
-    assert decoded and len(taken) + len(decoded) + log.count(", copied") == len(runs), (decoded, taken)
+    assert not taken & decoded and len(taken) + len(decoded) + log.count(", copied") == len(runs), (decoded, taken)
     ref = smoke_run
     for rel in [Path("results/sweeps/tiny/arith/T1.0-K3/sweep.csv"), *sorted(
             p.relative_to(wd) for p in (wd / "results" / "runs" / "tiny" / "arith").rglob("T1.0*-s0/*.jsonl"))]:
