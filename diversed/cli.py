@@ -12,16 +12,14 @@ from pathlib import Path
 
 from diversed.decoding.settings import (
     DEFAULT_DRAFT_LAYERS,
-    DEFERRAL,
-    DEFERRALS,
     EMBEDDED_DRAFTS,
     FAMILIES,
-    MIXINGS,
     RULES,
     Execution,
     check_trained_file,
 )
-from diversed.runs.settings import SELECTIONS, RunConfig
+from diversed.experiment.config import Sweep
+from diversed.runs.settings import RunConfig
 from diversed.tasks import PROMPT_FORMATS, SCORINGS
 from diversed.training.settings import DistillConfig, HeadTrainConfig, JudgeConfig, JudgeFit
 from diversed.utils import BAD_INPUT, FAILED, check_writable, field_type, guarded, read_json, write_json, write_text
@@ -72,12 +70,13 @@ def add_config_args(p: argparse.ArgumentParser, cls: type, *, only: tuple[str, .
     for f in dataclasses.fields(cls):
         if (only is not None and f.name not in only) or "help" not in f.metadata:
             continue
-        flag, help = f.metadata.get("flag", "--" + f.name.replace("_", "-")), f.metadata["help"]
-        default = defaults.get(f.name, f.default)
+        flag, help = f.metadata.get("flag", "--" + f.name.replace("_", "-")), f.metadata["help"].replace("%", "%%")
+        default = defaults.get(f.name, f.default if f.default is not dataclasses.MISSING else f.default_factory())
         if hints[f.name] is bool:
             p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=help)
             continue
-        must, many, kind = f.name in required, typing.get_origin(hints[f.name]) is tuple, field_type(hints[f.name])
+        many = typing.get_origin(hints[f.name]) in (tuple, list)
+        must, kind = f.name in required, field_type(hints[f.name])
         kind = number(kind, f.metadata.get("low")) if kind in (int, float) else kind
         p.add_argument(flag, dest=f.name, type=kind, default=None if must else default,
                        required=must, choices=f.metadata.get("choices"), nargs="+" if many else None,
@@ -288,10 +287,7 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     add_config_args(p, RunConfig, only=PAIR + PROMPTS + DECODING, required=("task",), defaults={"split": "dev"})
     add_config_args(p, Execution)
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="stored in each run's manifest")
-    p.add_argument("--tolerance", type=number(float, 0), help="allowed quality drop vs strict, in the metric's "
-                   "units (default: the task metric's own)")
-    p.add_argument("--select", choices=tuple(SELECTIONS), default="certified", help="which points may be chosen: "
-                   + "; ".join(f"{k}: those {v}" for k, v in SELECTIONS.items()))
+    add_config_args(p, Sweep, only=("tolerance", "select"))
     p.add_argument("--batch-size", type=COUNT, default=1, help="prompts each point decodes together (the same tokens "
                    "at any size; only batch 1 is timed)")
 
@@ -320,12 +316,12 @@ def _sweep_labels(a: argparse.Namespace) -> dict:
 
 
 def cmd_sweep(a: argparse.Namespace) -> None:
-    from diversed.runs.settings import WEIGHTS, Grid, Launch
+    from diversed.runs.settings import Grid, Launch
     from diversed.runs.sweep import sweep_weight
 
     labels = _sweep_labels(a)
     families = {f: getattr(a, f) for f in FAMILIES if getattr(a, f)}
-    grid = Grid(tuple(a.weights or WEIGHTS), tuple(a.mixings or MIXINGS), families, tuple(a.deferrals), a.head,
+    grid = Grid(tuple(a.weights), tuple(a.mixings), families, tuple(a.deferrals), a.head,
                 a.target_only, judge=a.judge_file)
     choice = sweep_weight(_sweep_base(a), a.out, grid, tolerance=a.tolerance, select=a.select, labels=labels,
                           launch=Launch(a.batch_size, _execution(a)))
@@ -600,15 +596,11 @@ def _sweep_parsers(sub) -> None:
     p = sub.add_parser("sweep-weight", help="the fronts: decode + score a task for w on a grid (and each family's "
                        "knob), pick the fixed w and each family's setting")
     _sweep_args(p)
-    p.add_argument("--weights", type=number(float, 0), nargs="+", help="the grid of w (default: the paper's, 0 "
-                   "to 0.9); strict (w = 1) is always added")
-    p.add_argument("--mixings", nargs="+", choices=MIXINGS, help="linear | logit (default: both)")
+    add_config_args(p, Sweep, only=("weights", "mixings", "deferrals"))
     for family in FAMILIES:
         knob = RULES[family].knob
         p.add_argument(f"--{family}", type=number(float), nargs="+", metavar=knob.split()[-1].upper(),
                        help=f"also sweep the {family} verifier at these values of its {knob}")
-    p.add_argument("--deferrals", nargs="+", default=[DEFERRAL], choices=DEFERRALS,
-                   help=f"cascade's deferral rules swept: {' | '.join(DEFERRALS)} (default: %(default)s)")
     p.add_argument("--head", help="also decode DIVERSED with this trained head (a reference point of the fronts)")
     p.add_argument("--target-only", action="store_true", help="also decode the target alone (the fronts' reference)")
     p.add_argument("--judge-file", help="AutoJudge's classifier (`diversed train-judge`), which --judge's points use")

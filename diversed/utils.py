@@ -45,7 +45,7 @@ def option(default: Any, help: str, **spec) -> Any:
 def field_type(hint) -> type:
     """The type of a config field's annotation without its None (float | None -> float; a tuple[float, ...]: its
     items' type)."""
-    if typing.get_origin(hint) is tuple:
+    if typing.get_origin(hint) in (tuple, list):
         return typing.get_args(hint)[0]
     return next(t for t in typing.get_args(hint) or (hint,) if t is not type(None))
 
