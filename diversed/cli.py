@@ -19,6 +19,7 @@ from diversed.decoding.settings import (
     check_trained_file,
 )
 from diversed.experiment.config import Sweep
+from diversed.experiment.declared import default as declared_default
 from diversed.runs.settings import RunConfig
 from diversed.tasks import PROMPT_FORMATS, SCORINGS
 from diversed.training.settings import DistillConfig, HeadTrainConfig, JudgeConfig, JudgeFit
@@ -71,7 +72,7 @@ def add_config_args(p: argparse.ArgumentParser, cls: type, *, only: tuple[str, .
         if (only is not None and f.name not in only) or "help" not in f.metadata:
             continue
         flag, help = f.metadata.get("flag", "--" + f.name.replace("_", "-")), f.metadata["help"].replace("%", "%%")
-        default = defaults.get(f.name, f.default if f.default is not dataclasses.MISSING else f.default_factory())
+        default = defaults.get(f.name, declared_default(f))
         if hints[f.name] is bool:
             p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=help)
             continue

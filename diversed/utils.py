@@ -248,18 +248,6 @@ def finite(where: str, x: Any) -> None:
         raise ValueError(f"{where}: {x} is not a finite number")
 
 
-def check_finite(value: Any, where: str = "") -> None:
-    """Raise naming the key's path (train_head.temperature) at the first NaN or inf anywhere in a nested config."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            check_finite(v, f"{where}.{k}" if where else str(k))
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            check_finite(v, f"{where}[{i}]")
-    else:
-        finite(where or "value", value)
-
-
 def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
     write_text(path, "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in rows))
 

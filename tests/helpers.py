@@ -23,7 +23,15 @@ import torch
 from diversed.decoding.engine import Networks, generate
 from diversed.decoding.rng import DRAFT, Draws, key, stream_seed
 from diversed.decoding.settings import Decoding, Sampling
-from diversed.decoding.verifiers import Criterion, Logits, _as_weight, logits_to_probs, synthetic_rows, verify_rows
+from diversed.decoding.verifiers import (
+    Criterion,
+    Logits,
+    _as_weight,
+    logits_to_probs,
+    synthetic_rows,
+    total_variation,
+    verify_rows,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -509,6 +517,19 @@ def first_position(q, p, test, knob, seed=0, draws=DRAWS):
 def binomial_ok(successes: int, n: int, prob: float) -> bool:
     se = math.sqrt(max(prob * (1 - prob), 1e-6) / n)
     return abs(successes / n - prob) < 4.5 * se + 1e-9
+
+
+def accepts_as(q, p, a, emitted, seed, **kw):
+    """Drafts x ~ q at the first position, through verify_rows: the acceptance sum q a (binomial) and the emitted
+    distribution (chi-square), which is not p (the rule is lossy here: the check has power); and the step's bias."""
+    x, n, nxt = verify_many(q, p, 1.0, DRAWS, seed, **kw)
+    counts = torch.bincount(torch.where(n > 0, x[:, 0], nxt), minlength=V).float()
+    expected = float((q[0] * a).sum())
+    assert binomial_ok(int(n.sum()), DRAWS, expected), (int(n.sum()) / DRAWS, expected)
+    assert chi_square_ok(counts, emitted) and not chi_square_ok(counts, p[0]), (counts / DRAWS, emitted)
+    v = verify(torch.tensor([0]), q, p, 1.0, stream=Stream(0), **kw)
+    bias = float(total_variation(emitted, p[0]))
+    assert math.isclose(float(v.bias_tv[0]), bias, rel_tol=1e-6, abs_tol=1e-5), (float(v.bias_tv[0]), bias)
 
 
 def decode(target, draft, verifier, temperature, **kw):

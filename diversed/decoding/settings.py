@@ -85,13 +85,6 @@ class Rule:
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not self.low2 <= x <= self.high2:
             raise ValueError(f"{verifier}'s knob2 {self.knob2} must be in [{self.low2:g}, {self.high2:g}], got {x!r}")
 
-    def schema(self) -> dict:
-        """The JSON schema of this family's knob values in a workflow config (sweep.families.<verifier>)."""
-        item: dict = {"type": "integer" if self.integer else "number"}
-        item |= {"minimum": self.low} if self.low != -float("inf") else {}
-        item |= {"maximum": self.high} if self.high != float("inf") else {}
-        return {"type": "array", "items": item, "minItems": 1, "description": f"values of {self.knob}"}
-
 
 INF = float("inf")
 RULES: dict[str, Rule] = {

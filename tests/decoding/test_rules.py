@@ -16,6 +16,7 @@ from helpers import (
     PROMPTS,
     Stream,
     V,
+    accepts_as,
     binomial_ok,
     chi_square_ok,
     decode,
@@ -163,11 +164,7 @@ def test_ears_acceptance_and_emitted_distribution_follow_the_rule(beta):
     a, emitted = ears_rule(q[0], p[0], beta)
     strict = float(torch.minimum(q[0], p[0]).sum())
     assert float((q[0] * a).sum()) > strict + 0.05  # the rule relaxes strict at this beta: the checks have power
-    counts, accepted = first_position(q, p, "ears", beta, seed=5)
-    assert binomial_ok(accepted, DRAWS, float((q[0] * a).sum())), (accepted / DRAWS, float((q[0] * a).sum()))
-    assert chi_square_ok(counts, emitted) and not chi_square_ok(counts, p[0])
-    v = verify(torch.tensor([0]), q, p, 1.0, stream=Stream(0), test="ears", knob=beta)
-    assert float(v.bias_tv[0]) == pytest.approx(float(total_variation(emitted, p[0])), abs=1e-5)
+    accepts_as(q, p, a, emitted, 5, test="ears", knob=beta)
 
 
 def test_ears_at_beta_0_is_strict_draw_for_draw():
@@ -188,18 +185,6 @@ def test_ears_at_beta_0_is_strict_draw_for_draw():
 
 
 # ------------------------------------------------------------------------------------------ the other new rules
-
-
-def accepts_as(q, p, a, emitted, seed, **kw):
-    """Drafts x ~ q at the first position, through verify_rows: the acceptance sum q a (binomial) and the emitted
-    distribution (chi-square), which is not p (the rule is lossy here: the check has power); and the step's bias."""
-    x, n, nxt = verify_many(q, p, 1.0, DRAWS, seed, **kw)
-    counts = torch.bincount(torch.where(n > 0, x[:, 0], nxt), minlength=V).float()
-    expected = float((q[0] * a).sum())
-    assert binomial_ok(int(n.sum()), DRAWS, expected), (int(n.sum()) / DRAWS, expected)
-    assert chi_square_ok(counts, emitted) and not chi_square_ok(counts, p[0])
-    v = verify(torch.tensor([0]), q, p, 1.0, stream=Stream(0), **kw)
-    assert float(v.bias_tv[0]) == pytest.approx(float(total_variation(emitted, p[0])), abs=1e-5)
 
 
 def test_token_cascade_follows_its_rule():
