@@ -461,12 +461,13 @@ def cmd_export_task(a: argparse.Namespace) -> None:
 
 
 def cmd_fetch_sources(a: argparse.Namespace) -> None:
+    from diversed.experiment.config import experiment
     from diversed.experiment.sources import Sources, fetch, hub_sources, load_config
     from diversed.utils import write_json
 
     if not (a.config or a.model or a.task):
         raise ValueError("nothing to fetch: give --config FILE, or --model ID / --task NAME")
-    found = hub_sources(load_config(*a.config)) if a.config else Sources()
+    found = hub_sources(experiment(load_config(*a.config))) if a.config else Sources()
     sources = Sources(tuple(dict.fromkeys([*found.models, *a.model])), tuple(dict.fromkeys([*found.tasks, *a.task])))
     if not sources:
         print(f"{' '.join(a.config)} reads nothing from the Hugging Face hub (local models and data only)")

@@ -21,7 +21,7 @@ from diversed.decoding.settings import (
     MIXINGS,
     RULES,
 )
-from diversed.experiment.declared import parse
+from diversed.experiment.declared import build, parse
 from diversed.runs.settings import SAMPLINGS, SELECTIONS, STOPS, WEIGHTS
 from diversed.tasks import PROMPT_FORMATS, SCORINGS, get_task, registry
 from diversed.training.settings import DistillConfig, HeadTrainConfig, JudgeFit
@@ -224,48 +224,53 @@ def validated(config: dict) -> dict:
     config = protocol.apply(copy.deepcopy(config))  # the protocol's defaults, where the config sets no value
     try:
         config = parse(Experiment, config)
-        check(config)
+        check(build(Experiment, config))
     except ValueError as e:
         raise ValueError(f"invalid config: {e}") from None
     return config
 
 
-def check(config: dict) -> None:
+def experiment(config: dict) -> Experiment:
+    """A workflow config as its typed Experiment, validated."""
+    return build(Experiment, validated(config))
+
+
+def check(x: Experiment) -> None:
     """The checks across keys: known tasks, the lambda sweep's tasks and values, each family's knobs."""
-    if unknown := sorted(set(config["tasks"]) - set(registry())):
+    if unknown := sorted(set(x.tasks) - set(registry())):
         raise ValueError(f"tasks: unknown task(s) {', '.join(unknown)}; allowed: {', '.join(sorted(registry()))}")
-    e = config["execution"]
-    on_cpu = sorted(name for name, p in config["pairs"].items() if not p["device"].startswith("cuda"))
-    if on_cpu and "graph" in (e["capture"], e["timed_capture"]):
+    e = x.execution
+    on_cpu = sorted(name for name, p in x.pairs.items() if not p.device.startswith("cuda"))
+    if on_cpu and "graph" in (e.capture, e.timed_capture):
         raise ValueError(f"execution: capture 'graph' (CUDA graphs) needs a CUDA device; pair(s) {', '.join(on_cpu)} "
                          "run on the CPU: use 'none' or 'compile' (timed_capture: null takes capture)")
-    lam = config["lambda_sweep"]
-    if unknown := sorted(set(lam["tasks"]) - set(config["tasks"])):
+    lam = x.lambda_sweep
+    if unknown := sorted(set(lam.tasks) - set(x.tasks)):
         raise ValueError(f"lambda_sweep.tasks: {', '.join(unknown)} are not among the config's tasks")
-    if lam["tasks"] and not lam["values"]:
+    if lam.tasks and not lam.values:
         raise ValueError("lambda_sweep names tasks but no values: give the lambdas to choose among")
-    if missing := [f for f in config["methods"] if f in FAMILIES and f not in config["sweep"]["families"]]:
+    if missing := [f for f in x.methods if f in FAMILIES and f not in x.sweep.families]:
         raise ValueError(f"methods: {', '.join(missing)} need their knob values in sweep.families (their sweep "
                          "chooses the setting)")
-    for t in config["transfer"]:
-        if unknown := sorted({t["head"], t["eval"]} - set(config["tasks"])):
+    for t in x.transfer:
+        if unknown := sorted({t.head, t.eval} - set(x.tasks)):
             raise ValueError(f"transfer: task(s) {', '.join(unknown)} are not among the config's tasks")
-    judged = config["judge"]["tasks"]
-    if unknown := sorted(set(judged or []) - set(config["tasks"])):
+    judged = x.judge.tasks
+    if unknown := sorted(set(judged or []) - set(x.tasks)):
         raise ValueError(f"judge.tasks: {', '.join(unknown)} are not among the config's tasks")
     if unscored := [t for t in judged or [] if get_task(t).metric.fidelity]:
         raise ValueError(f"judge.tasks: {', '.join(unscored)} have no references: AutoJudge's labels need a task "
                          "whose answers are scored")
-    if "judge" in config["methods"] and not judge_tasks(config):
+    if "judge" in x.methods and not judge_tasks(x):
         raise ValueError("methods: judge runs on the tasks with a checkable answer, and the config has none")
-    if unknown := sorted(set(config["sweep"]["figure_tasks"]) - set(config["tasks"])):
+    if unknown := sorted(set(x.sweep.figure_tasks) - set(x.tasks)):
         raise ValueError(f"sweep.figure_tasks: {', '.join(unknown)} are not among the config's tasks")
 
 
-def judge_tasks(config: dict) -> list[str]:
+def judge_tasks(x: Experiment) -> list[str]:
     """The tasks AutoJudge runs on where the config runs it: judge.tasks, by default every task with references."""
-    if "judge" not in config["methods"]:
+    if "judge" not in x.methods:
         return []
-    named = config["judge"]["tasks"]
-    return [t for t in config["tasks"] if t in named] if named is not None else [
-        t for t in config["tasks"] if not get_task(t).metric.fidelity]
+    named = x.judge.tasks
+    return [t for t in x.tasks if t in named] if named is not None else [
+        t for t in x.tasks if not get_task(t).metric.fidelity]

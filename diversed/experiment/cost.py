@@ -16,6 +16,7 @@ import dataclasses
 import sys
 from dataclasses import dataclass
 
+from diversed.experiment.config import Pair
 from diversed.experiment.plan import Plan, load
 from diversed.training.settings import TEXT_BATCH
 
@@ -140,14 +141,14 @@ def workloads(plan: Plan) -> dict[str, Workload]:
     """Each task's Workload in a plan: its longest prompt (LONGEST_PROMPT) and max_new_tokens, the config's K and
     quality-decode batch, head training's batch. Training prompts are cut at max_prompt_tokens (where set), decode
     prompts are not."""
-    c = plan.config
-    train = c["train_head"]  # every key filled in by the config's declarations (diversed.experiment)
+    x = plan.experiment
+    train = x.train_head
     loads = {}
     for task, t in plan.tasks.items():
-        longest, new = LONGEST_PROMPT.get(task, 512), t["max_new_tokens"]
-        cut = min(longest, train["max_prompt_tokens"] or longest)
-        loads[task] = Workload(tokens=longest + new, new_tokens=new, batch_size=train["batch_size"],
-                               K=max(c["K"]), decode_batch=c["batch_size"], train_tokens=cut + new)
+        longest, new = LONGEST_PROMPT.get(task, 512), t.max_new_tokens
+        cut = min(longest, train.max_prompt_tokens or longest)
+        loads[task] = Workload(tokens=longest + new, new_tokens=new, batch_size=train.batch_size,
+                               K=max(x.K), decode_batch=x.batch_size, train_tokens=cut + new)
     return loads
 
 
@@ -204,8 +205,8 @@ def job_ms(plan: Plan, pair: str) -> dict[str, list[float]]:
     share of their positions each continued for half the budget on average, batch_size rows at a time, through the
     target. Transfer runs count under decode, the lambda sweep's heads under train_head (PRICED_AS)."""
     p = plan.pairs[pair]
-    dtype = p.get("dtype", "bfloat16")
-    t, d = arch(p["target"]), arch(p["draft"])
+    dtype = p.dtype
+    t, d = arch(p.target), arch(p.draft)
     jobs: dict[str, list[float]] = {rule: [] for rule in RULES}
 
     def per_token(K, rows, ctx, model=None):
@@ -226,7 +227,7 @@ def job_ms(plan: Plan, pair: str) -> dict[str, list[float]]:
             continue
         rule, cfg = PRICED_AS.get(job.rule, job.rule), job.train
         if rule == "train_head":
-            ctx = context(cfg.task, plan.tasks[cfg.task]["max_new_tokens"])
+            ctx = context(cfg.task, plan.tasks[cfg.task].max_new_tokens)
             ms = cfg.n_train * cfg.epochs * cfg.max_new_tokens * (
                 per_token(None, cfg.batch_size, ctx, t) + per_token(None, cfg.batch_size, ctx, d))
         elif rule == "mine_judge":
@@ -234,7 +235,7 @@ def job_ms(plan: Plan, pair: str) -> dict[str, list[float]]:
             ctx = context(cfg.task, n)
             ms = cfg.n_train * n * (1 + MISMATCH * n / 2) * per_token(None, cfg.batch_size, ctx, t)
         elif rule == "distill_draft":
-            ctx = context(cfg.task, plan.tasks[cfg.task]["max_new_tokens"])
+            ctx = context(cfg.task, plan.tasks[cfg.task].max_new_tokens)
             ms = cfg.n_train * cfg.max_new_tokens * per_token(None, TEXT_BATCH, ctx, t)
         else:
             ms = sum(run_ms(r) for r in job.runs)
@@ -258,7 +259,7 @@ def disk_gb(plan: Plan, pair: str) -> float:
     """The pair's checkpoints in the Hugging Face cache, and the fine-tuned drafts its jobs save (in the pair's
     dtype), in GB."""
     p = plan.pairs[pair]
-    b, t, d = BYTES[p.get("dtype", "bfloat16")], arch(p["target"]), arch(p["draft"])
+    b, t, d = BYTES[p.dtype], arch(p.target), arch(p.draft)
     drafts = sum(job.pair == pair for job in plan.of("distill_draft"))
     return (t.params + (1 + drafts) * d.params) * b / GB
 
@@ -272,34 +273,34 @@ def cost_table(plan: Plan) -> str:
         rows.append(f"| {name} | " + " | ".join(f"{h[r]:.1f}" for r in RULES)
                     + f" | {sum(h.values()):.0f} | {disk_gb(plan, name):.0f} GB |")
     total_hours = sum(sum(gpu_hours(plan, name).values()) for name in plan.pairs)
-    return "\n".join(rows) + f"\n\nAll pairs: {total_hours:.0f} GPU-hours (batch size {plan.config['batch_size']})."
+    return "\n".join(rows) + f"\n\nAll pairs: {total_hours:.0f} GPU-hours (batch size {plan.experiment.batch_size})."
 
 
-def crossover_table(pairs: dict[str, dict], taus=(2.0, 3.0, 4.0), K: int = 5, context: int = 512) -> str:
+def crossover_table(pairs: dict[str, Pair], taus=(2.0, 3.0, 4.0), K: int = 5, context: int = 512) -> str:
     """Markdown: the computed batch size at which speculative decoding stops beating the target alone."""
     rows = ["| pair | " + " | ".join(f"tau = {tau:g}" for tau in taus) + " |", "|---|" + "---|" * len(taus)]
     for name, p in pairs.items():
-        cells = [crossover(p["target"], p["draft"], K=K, tau=tau, context=context) for tau in taus]
+        cells = [crossover(p.target, p.draft, K=K, tau=tau, context=context) for tau in taus]
         text = {None: "> 4096", 1: "never faster"}
         rows.append(f"| {name} | " + " | ".join(text.get(c, str(c)) for c in cells) + " |")
     return "\n".join(rows)
 
 
-def table(pairs: dict[str, dict], load: Workload | dict[str, Workload] | None = None) -> str:
-    """Markdown: the computed GB (10^9 bytes) of each pair's decode, head-training and distillation job; pairs as in
-    a config ({name: {target, draft, dtype, batch_size}}: a pair's own batch_size sets its decode rows). load: one
+def table(pairs: dict[str, Pair], load: Workload | dict[str, Workload] | None = None) -> str:
+    """Markdown: the computed GB (10^9 bytes) of each pair's decode, head-training and distillation job (a pair's own
+    batch_size sets its decode rows). load: one
     Workload, or one per task (workloads()), each job then at its largest task's, named."""
     loads = load if isinstance(load, dict) else {"": load}
     rows = ["| pair | target / draft | decode | train head | distill |", "|---|---|---|---|---|"]
     for name, p in pairs.items():
-        own = {task: w and dataclasses.replace(w, decode_batch=p.get("batch_size") or w.decode_batch)
+        own = {task: w and dataclasses.replace(w, decode_batch=p.batch_size or w.decode_batch)
                for task, w in loads.items()}  # the pair's own decode rows, where it sets them
         cells = []
         for job in JOBS:
-            gb, task = max(((total(estimate(p["target"], p["draft"], job, dtype=p.get("dtype", "bfloat16"),
+            gb, task = max(((total(estimate(p.target, p.draft, job, dtype=p.dtype,
                                             load=w)) / GB, task) for task, w in own.items()), key=lambda x: x[0])
             cells.append(f"{gb:.1f} GB" + (f" ({task})" if task else ""))
-        rows.append(f"| {name} | {p['target']} / {p['draft']} | " + " | ".join(cells) + " |")
+        rows.append(f"| {name} | {p.target} / {p.draft} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 

@@ -1,7 +1,8 @@
 """Config dataclasses read through their declarations (diversed.utils.option): from the fields alone, a JSON
 schema (`schema`), a parse of a nested mapping into plain data with every default filled and every value checked
-(`parse`, errors naming the key's path), the check of a built settings object (`check`), and the docs' key table
-(`rows`). A float field refuses NaN and inf wherever it is declared."""
+(`parse`, errors naming the key's path), the typed objects of a parsed mapping (`build`), the check of a built
+settings object (`check`), and the docs' key table (`rows`). A float field refuses NaN and inf wherever it is
+declared."""
 
 from __future__ import annotations
 
@@ -183,6 +184,27 @@ def _scalar(base, meta, x: Any, where: str) -> Any:
             raise ValueError(f"{where}: must be {says} {meta[key]:g}, got {x!r}")
     if meta.get("pattern") and not re.fullmatch(meta["pattern"], x):
         raise ValueError(f"{where}: {x!r} does not match {meta['pattern']}")
+    return x
+
+
+def build(cls: type, data: dict) -> Any:
+    """A parsed mapping (`parse`'s output) as the typed objects its declarations name: nested sections, lists and
+    mappings of sections built alike; a field the mapping omits keeps its dataclass default."""
+    hints = typing.get_type_hints(cls)
+    return cls(**{name: _built(hints[name], x) for name, x in data.items()})
+
+
+def _built(hint, x: Any) -> Any:
+    base, _ = _parts(hint)
+    if x is None:
+        return None
+    if dataclasses.is_dataclass(base):
+        return build(base, x)
+    origin, args = typing.get_origin(base), typing.get_args(base)
+    if origin in (list, tuple) and dataclasses.is_dataclass(args[0]):
+        return [build(args[0], v) for v in x]
+    if origin is dict and dataclasses.is_dataclass(args[1]):
+        return {k: build(args[1], v) for k, v in x.items()}
     return x
 
 

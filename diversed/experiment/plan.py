@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from diversed.decoding.settings import BASELINES, FAMILIES, GIVEN, Method
-from diversed.experiment.config import judge_tasks, validated
+from diversed.experiment.config import JOB_FIELDS, Experiment, experiment, judge_tasks
+from diversed.experiment.declared import declared
 from diversed.experiment.sources import Sources, hub_model, hub_sources, hub_task, load_config
 from diversed.runs.settings import Grid, RunConfig, point_name
 from diversed.training.settings import DistillConfig, DraftRecipe, HeadTrainConfig, JudgeConfig, JudgeFit
@@ -155,22 +156,21 @@ class Setup:
     """What every builder of the plan reads from a validated config: its pairs, tasks and methods in their groups,
     where each job's files lie, and the shell flags a config's keys become."""
 
-    def __init__(self, config: dict):
-        """config: validated (diversed.experiment.config.validated)."""
-        self.config = c = config
-        self.pairs, self.tasks, self.sweep = c["pairs"], c["tasks"], c["sweep"]
-        self.methods = c["methods"]
+    def __init__(self, x: Experiment):
+        self.experiment = x
+        self.pairs, self.tasks, self.sweep = x.pairs, x.tasks, x.sweep
+        self.methods = x.methods
         self.baselines = [m for m in BASELINES if m in self.methods]
         self.speculative = [m for m in self.methods if m not in BASELINES]
         self.families = [m for m in self.methods if m in FAMILIES]  # relaxed verifiers at their sweep's knob
         self.chosen = [m for m in self.speculative if m == "fixed" or m in FAMILIES]  # a sweep chooses their setting
-        self.given = {Method(v, x).label: v for v in GIVEN for x in c["given"].get(v, [])}  # method: verifier
-        self.lambda_tasks = c["lambda_sweep"]["tasks"]
-        self.judge_tasks = judge_tasks(c)
-        self.transfer_heads = sorted({t["head"] for t in c["transfer"]})
+        self.given = {Method(v, k).label: v for v in GIVEN for k in x.given.get(v, [])}  # method: verifier
+        self.lambda_tasks = x.lambda_sweep.tasks
+        self.judge_tasks = judge_tasks(x)
+        self.transfer_heads = sorted({t.head for t in x.transfer})
         self.sweep_head = "dynamic" in self.speculative  # the fronts' references each sweep decodes
         self.sweep_target = "autoregressive" in self.methods
-        self.hub: Sources = hub_sources(c)
+        self.hub: Sources = hub_sources(x)
 
     def outputs_at(self, rule: str, w: dict[str, str]) -> dict[str, str | list[str]]:
         """A rule's outputs at a job's wildcards w."""
@@ -186,16 +186,16 @@ class Setup:
         stems = ["acceptance_vs_weight", "weight_distribution"] + [
             f"{kind}_T{float(T):g}" for kind in ("quality_vs_time", "acceptance_by_position", "acceptance_vs_bias",
                                                  "acceptance_vs_kl")
-            for T in self.config["temperatures"]]
+            for T in self.experiment.temperatures]
         return [f"{FIGURES}/{stem}.{ext}" for stem in stems for ext in ("png", "pdf")]
 
     def models(self, pair: str, task: str) -> dict[str, str]:
         """What every job that loads a pair reads: its prepare_models record (a local pair), or the fetched hub
         sources (a hub model or a hub task)."""
         p = self.pairs[pair]
-        inputs = {"models": MODELS.format(pair=pair)} if p["prepare"] != "none" else {}
-        if any(hub_model(p[role], p["prepare"]) for role in ("target", "draft")) or \
-                hub_task(task, self.tasks[task]["data_files"]):
+        inputs = {"models": MODELS.format(pair=pair)} if p.prepare != "none" else {}
+        if hub_model(p.target, p.prepare) or hub_model(p.draft, p.prepare) or \
+                hub_task(task, self.tasks[task].data_files):
             inputs["sources"] = SOURCES
         return inputs
 
@@ -212,52 +212,61 @@ class Setup:
 
     def threads(self) -> int | None:
         """An untimed job's threads: config job_threads (None: every core)."""
-        return self.config["job_threads"]
+        return self.experiment.job_threads
 
     def batch(self, pair: str) -> int:
         """The rows a pair's quality decodes run in lockstep: its own batch_size, else the config's."""
-        return self.pairs[pair]["batch_size"] or self.config["batch_size"]
+        return self.pairs[pair].batch_size or self.experiment.batch_size
 
     def gpu(self, pair: str) -> int:
-        return 1 if self.pairs[pair]["device"].startswith("cuda") else 0
+        return 1 if self.pairs[pair].device.startswith("cuda") else 0
 
     def pair_flags(self, pair: str) -> str:
         p = self.pairs[pair]
-        return flags(RunConfig, target=p["target"], draft=p["draft"], draft_layers=p["draft_layers"],
-                     dtype=p["dtype"], device=p["device"])
+        return flags(RunConfig, target=p.target, draft=p.draft, draft_layers=p.draft_layers, dtype=p.dtype,
+                     device=p.device)
 
     def prompt_flags(self, task: str, split: str, n: int, limit: int | None = None) -> str:
-        return flags(RunConfig, task=task, data_files=self.tasks[task]["data_files"],
+        return flags(RunConfig, task=task, data_files=self.tasks[task].data_files,
                      split=None if split == "eval" else split, n=n, limit=limit)
 
     def decoding_flags(self, task: str, T, seed: int, K: int | None = None) -> str:
-        c = self.config
-        return flags(RunConfig, max_new_tokens=self.tasks[task]["max_new_tokens"], temperature=temperature(T),
-                     sampling=c["sampling"], prompt_format=c["prompt_format"], scoring=c["scoring"], stop=c["stop"],
+        x = self.experiment
+        return flags(RunConfig, max_new_tokens=self.tasks[task].max_new_tokens, temperature=temperature(T),
+                     sampling=x.sampling, prompt_format=x.prompt_format, scoring=x.scoring, stop=x.stop,
                      K=K, seed=seed)
 
     def execution(self, timed: bool = False) -> str:
         """The engine's flags; timed: a timing job's (batch 1), whose capture is execution.timed_capture if set."""
-        e = self.config["execution"]
-        capture = e["timed_capture"] if timed and e["timed_capture"] else e["capture"]
-        return flags(capture=capture, no_fastpath=not e["fastpath"])
+        e = self.experiment.execution
+        capture = e.timed_capture if timed and e.timed_capture else e.capture
+        return flags(capture=capture, no_fastpath=not e.fastpath)
 
     def labels(self, **labels) -> str:
-        return " ".join(f"--label {k}={v}" for k, v in {**labels, "experiment": self.config["experiment"]}.items())
+        return " ".join(f"--label {k}={v}" for k, v in {**labels, "experiment": self.experiment.experiment}.items())
 
-    def train_flags(self, cfg: HeadTrainConfig | DistillConfig, key: str) -> str:
-        """A training job's flags: its task's prompts, then every setting the config's `key` section holds."""
-        names = ["task", "data_files", "n_train", "prompt_format", "seed", *(["scoring"] * (key == "train_head")),
-                 *self.config[key]]
+    def job_fields(self, pair: str, task: str, cls: type = HeadTrainConfig) -> dict:
+        """The training settings a job takes from its pair, its task and the top-level keys (config.JOB_FIELDS,
+        those cls has)."""
+        p, t, x = self.pairs[pair], self.tasks[task], self.experiment
+        fields = {"target": p.target, "draft": p.draft, "draft_layers": p.draft_layers, "dtype": p.dtype,
+                  "device": p.device, "task": task, "data_files": t.data_files, "n_train": t.n_train, "seed": 0,
+                  "prompt_format": x.prompt_format, "scoring": x.scoring}
+        return {k: v for k, v in fields.items() if k in {f.name for f in dataclasses.fields(cls)}}
+
+    def train_flags(self, cfg: HeadTrainConfig | DistillConfig) -> str:
+        """A training job's flags: its task's prompts, then every setting of its config section."""
+        names = ["task", "data_files", "n_train", "prompt_format", "seed",
+                 *(["scoring"] * isinstance(cfg, HeadTrainConfig)), *(f.name for f in declared(type(cfg), JOB_FIELDS))]
         return flags(type(cfg), **{name: getattr(cfg, name) for name in names})
 
     def tolerance(self) -> str:
-        return flags(tolerance=self.sweep["tolerance"], select=self.sweep["select"])
+        return flags(tolerance=self.sweep.tolerance, select=self.sweep.select)
 
     @property
     def head_mixing(self) -> str:
         """The mixing the config's heads are trained with (train_head.mixing), which DIVERSED decodes with."""
-        return self.config["train_head"]["mixing"]
+        return self.experiment.train_head.mixing
 
     def head_changes(self, head: str) -> dict:
         """A DIVERSED run's changes: its head, and the mixing the head is trained with where it is not linear."""
@@ -265,19 +274,18 @@ class Setup:
 
     def sweep_points(self, head: str | None, task: str, judge: str | None) -> list[dict]:
         s = self.sweep
-        families = {f: s["families"][f] for f in self.families_of(task)}
-        return Grid(s["weights"], s["mixings"], families, s["deferrals"],
+        families = {f: s.families[f] for f in self.families_of(task)}
+        return Grid(s.weights, s.mixings, families, s.deferrals,
                     head=head if self.sweep_head else None, target_only=self.sweep_target,
                     head_mixing=self.head_mixing, judge=judge).points()
 
     def sweep_settings(self) -> list[tuple[str, str, str, int]]:
         """(pair, task, T, K) of every sweep: each setting whose fixed w or family knob the runs read, and the
         acceptance-vs-w figure's."""
-        c, s = self.config, self.sweep
-        read = set(itertools.product(self.pairs, self.tasks, map(temperature, c["temperatures"]), c["K"])) \
+        x, s = self.experiment, self.sweep
+        read = set(itertools.product(self.pairs, self.tasks, map(temperature, x.temperatures), x.K)) \
             if self.chosen else set()
-        figure = set(itertools.product(self.pairs, s["figure_tasks"], [temperature(s["figure_temperature"])],
-                                       s["figure_K"]))
+        figure = set(itertools.product(self.pairs, s.figure_tasks, [temperature(s.figure_temperature)], s.figure_K))
         return sorted(read | figure)
 
     def head_tasks(self) -> list[str]:
@@ -299,17 +307,17 @@ class RunLists:
         K, task = at.get("K"), at["task"]
         return PlannedRun(dir=dir, rule=rule, pair=at["pair"], task=task, temperature=float(at["T"]),
                           K=None if K is None else int(K), seed=int(at.get("seed", 0)),
-                          max_new_tokens=self.s.tasks[task]["max_new_tokens"],
+                          max_new_tokens=self.s.tasks[task].max_new_tokens,
                           batch_size=1 if run.get("timing") else self.s.batch(at["pair"]), **run)
 
     def decoding_runs(self, rule: str, w: dict[str, str]) -> list[PlannedRun]:
         """The runs of a decode, time or decode_transfer job at wildcards w: target only (and draft only) first,
         then each speculative method at each K."""
-        pair, task, T, K_list = w["pair"], w["task"], w["T"], self.s.config["K"]
+        pair, task, T, K_list = w["pair"], w["task"], w["T"], self.s.experiment.K
         timing = rule == "time"
-        seed = w.get("seed", str(self.s.config["seeds"][0]))
+        seed = w.get("seed", str(self.s.experiment.seeds[0]))
         t = self.s.tasks[task]
-        n = min(t["n_timing"], t["n_eval"]) if timing else t["n_eval"]
+        n = min(t.n_timing, t.n_eval) if timing else t.n_eval
         if rule == "decode_transfer":
             head = self.s.head(pair, w["head"])
             method = Method("dynamic", head_task=w["head"]).label
@@ -342,7 +350,7 @@ class RunLists:
                 {"weight_file": SWEEP.format(pair=pair, task=task, T=T, K=K) + "/choice.json"})
         if method in self.s.given:
             return {"weight": m.given, "mixing": "linear"} if m.base == "fixed" else \
-                {"knob": m.given} | ({"deferral": self.s.sweep["deferrals"][0]} if m.base == "cascade" else {})
+                {"knob": m.given} | ({"deferral": self.s.sweep.deferrals[0]} if m.base == "cascade" else {})
         if method == "finetuned":
             return {"draft": DRAFT.format(pair=pair, task=task)}
         if method in self.s.chosen:
@@ -354,7 +362,7 @@ class RunLists:
     def sweep_timing_runs(self, w: dict[str, str], head: str | None) -> list[PlannedRun]:
         """time_sweep's runs: each point of the sweep at its K (DIVERSED with the task's head), the target alone."""
         t = self.s.tasks[w["task"]]
-        n = min(self.s.sweep["n_timing"] or t["n_timing"], t["n_dev"])
+        n = min(self.s.sweep.n_timing or t.n_timing, t.n_dev)
         return [self.point_run("time_sweep", f"{SWEEP_TIMING.format(**w)}/{point_name(p)}", w, p, n, timing=True)
                 for p in self.s.sweep_points(head, w["task"], self.s.judge(w["pair"], w["task"]))]
 
@@ -386,51 +394,46 @@ class TrainingJobs:
 
     def prepare(self):
         for pair, p in self.s.pairs.items():
-            if p["prepare"] == "none":
+            if p.prepare == "none":
                 continue
-            recipe = DraftRecipe(layers=p["draft_layers"]).id if p["prepare"] == "embedded" else "none"
+            recipe = DraftRecipe(layers=p.draft_layers).id if p.prepare == "embedded" else "none"
             w = {"pair": pair}
             yield Job("prepare_models", w, {}, self.s.outputs_at("prepare_models", w),
-                      {"kind": p["prepare"], "draft_layers": str(p["draft_layers"]), "recipe": recipe}, threads=None)
+                      {"kind": p.prepare, "draft_layers": str(p.draft_layers), "recipe": recipe}, threads=None)
 
     def train_job(self, rule: str, pair: str, task: str, **changes) -> Job:
-        p = self.s.pairs[pair]
-        cfg = HeadTrainConfig(**{k: p[k] for k in ("target", "draft", "draft_layers", "dtype", "device")},
-                              task=task, data_files=self.s.tasks[task]["data_files"],
-                              n_train=self.s.tasks[task]["n_train"],
-                              prompt_format=self.s.config["prompt_format"], scoring=self.s.config["scoring"], seed=0,
-                              **self.s.config["train_head"] | changes)
+        cfg = dataclasses.replace(self.s.experiment.train_head, **self.s.job_fields(pair, task), **changes)
         w = {"pair": pair, "task": task} | ({"lam": temperature(changes["acceptance_weight"])} if changes else {})
         outputs = self.s.outputs_at(rule, w)
         return Job(rule, w, self.s.models(pair, task), outputs,
-                   {"pair": self.s.pair_flags(pair), "config": self.s.train_flags(cfg, "train_head"),
+                   {"pair": self.s.pair_flags(pair), "config": self.s.train_flags(cfg),
                     "execution": self.s.execution(), "out": _parent(outputs["head"])},
                    threads=self.s.threads(), gpu=self.s.gpu(pair), train=cfg)
 
     def heads(self):
-        lam = self.s.config["lambda_sweep"]
+        lam = self.s.experiment.lambda_sweep
         for pair, task in itertools.product(self.s.pairs, self.s.head_tasks()):
             if task not in self.s.lambda_tasks:
                 yield self.train_job("train_head", pair, task)
                 continue
-            for value in lam["values"]:
+            for value in lam.values:
                 yield self.train_job("train_head_lambda", pair, task, acceptance_weight=float(value))
             yield self.sweep_lambda(pair, task)
 
     def sweep_lambda(self, pair: str, task: str) -> Job:
-        lam, K, t = self.s.config["lambda_sweep"], self.s.config["K"][0], self.s.tasks[task]
-        heads = [LAMBDA_HEAD.format(pair=pair, task=task, lam=float(x)) + "/head.safetensors" for x in lam["values"]]
+        lam, K, t = self.s.experiment.lambda_sweep, self.s.experiment.K[0], self.s.tasks[task]
+        heads = [LAMBDA_HEAD.format(pair=pair, task=task, lam=float(x)) + "/head.safetensors" for x in lam.values]
         w = {"pair": pair, "task": task}
-        at = w | {"T": lam["temperature"], "K": K}
+        at = w | {"T": lam.temperature, "K": K}
         runs = [self.runs.run("sweep_lambda", f"{LAMBDA.format(**w)}/{name}", at, method=verifier, verifier=verifier,
-                          split="dev", prompts=t["n_dev"], changes=changes) for name, verifier, changes in
+                          split="dev", prompts=t.n_dev, changes=changes) for name, verifier, changes in
                 [(point_name({"verifier": "strict"}), "strict", {})]
                 + [(f"lambda{float(x)}", "dynamic", self.s.head_changes(h))
-                   for x, h in zip(lam["values"], heads, strict=True)]]
+                   for x, h in zip(lam.values, heads, strict=True)]]
         return Job("sweep_lambda", w, self.s.models(pair, task) | {"heads": heads},
                    self.s.outputs_at("sweep_lambda", w),
-                   {"pair": self.s.pair_flags(pair), "prompts": self.s.prompt_flags(task, "dev", t["n_dev"]),
-                    "decoding": self.s.decoding_flags(task, lam["temperature"], 0, K),
+                   {"pair": self.s.pair_flags(pair), "prompts": self.s.prompt_flags(task, "dev", t.n_dev),
+                    "decoding": self.s.decoding_flags(task, lam.temperature, 0, K),
                     "heads": flags(heads=heads), "tolerance": self.s.tolerance(),
                     "batch": str(self.s.batch(pair)),
                     "execution": self.s.execution(), "labels": self.s.labels(pair=pair), "out": LAMBDA.format(**w),
@@ -441,25 +444,19 @@ class TrainingJobs:
         if "finetuned" not in self.s.speculative:
             return
         for pair, task in itertools.product(self.s.pairs, self.s.tasks):
-            p = self.s.pairs[pair]
-            cfg = DistillConfig(**{k: p[k] for k in ("target", "draft", "draft_layers", "dtype", "device")},
-                                task=task, data_files=self.s.tasks[task]["data_files"],
-                                n_train=self.s.tasks[task]["n_train"], prompt_format=self.s.config["prompt_format"],
-                                seed=0, **self.s.config["distill"])
+            cfg = dataclasses.replace(self.s.experiment.distill, **self.s.job_fields(pair, task, DistillConfig))
             w = {"pair": pair, "task": task}
             yield Job("distill_draft", w, self.s.models(pair, task), self.s.outputs_at("distill_draft", w),
-                      {"pair": self.s.pair_flags(pair), "config": self.s.train_flags(cfg, "distill"),
+                      {"pair": self.s.pair_flags(pair), "config": self.s.train_flags(cfg),
                        "execution": self.s.execution()}, threads=self.s.threads(), gpu=self.s.gpu(pair), train=cfg)
 
     def judges(self):
         """AutoJudge per (pair, judge task): its labels mined on the train prompts, then its classifier (CPU)."""
-        fit = {k: self.s.config["judge"][k] for k in ("l2", "holdout", "iterations")}
+        fit = {k: getattr(self.s.experiment.judge, k) for k in ("l2", "holdout", "iterations")}
         for pair, task in itertools.product(self.s.pairs, self.s.judge_tasks):
-            p, t, w = self.s.pairs[pair], self.s.tasks[task], {"pair": pair, "task": task}
-            cfg = JudgeConfig(**{k: p[k] for k in ("target", "draft", "draft_layers", "dtype", "device")}, task=task,
-                              data_files=t["data_files"], n_train=t["n_train"], max_new_tokens=t["max_new_tokens"],
-                              prompt_format=self.s.config["prompt_format"], scoring=self.s.config["scoring"], seed=0,
-                              batch_size=self.s.batch(pair))
+            w = {"pair": pair, "task": task}
+            cfg = JudgeConfig(**self.s.job_fields(pair, task, JudgeConfig),
+                              max_new_tokens=self.s.tasks[task].max_new_tokens, batch_size=self.s.batch(pair))
             names = ("task", "data_files", "n_train", "max_new_tokens", "prompt_format", "scoring", "seed",
                      "batch_size")
             labels = self.s.outputs_at("mine_judge", w)["labels"]
@@ -489,20 +486,20 @@ class DecodingJobs:
             inputs = self.s.models(pair, task) | ({"head": self.s.head(pair, task)} if self.s.sweep_head else {}) | (
                 {"judge": judge} if (judge := self.s.judge(pair, task)) else {})
             points = self.s.sweep_points(inputs.get("head"), task, judge)
-            runs = [self.runs.point_run("sweep", f"{SWEEP.format(**w)}/{point_name(p)}", w, p, t["n_dev"])
+            runs = [self.runs.point_run("sweep", f"{SWEEP.format(**w)}/{point_name(p)}", w, p, t.n_dev)
                     for p in points]
-            grid = " ".join([flags(weights=s["weights"], mixings=s["mixings"])]
-                            + [flags(**{f: s["families"][f]}) for f in self.s.families_of(task)]
-                            + ([flags(deferrals=s["deferrals"])] if "cascade" in self.s.families else [])
+            grid = " ".join([flags(weights=s.weights, mixings=s.mixings)]
+                            + [flags(**{f: s.families[f]}) for f in self.s.families_of(task)]
+                            + ([flags(deferrals=s.deferrals)] if "cascade" in self.s.families else [])
                             + [flags(judge_file=judge)])
             yield Job("sweep", w, inputs, self.s.outputs_at("sweep", w),
-                      {"pair": self.s.pair_flags(pair), "prompts": self.s.prompt_flags(task, "dev", t["n_dev"]),
+                      {"pair": self.s.pair_flags(pair), "prompts": self.s.prompt_flags(task, "dev", t.n_dev),
                        "decoding": self.s.decoding_flags(task, T, 0, K), "grid": grid,
                        "references": flags(head=inputs.get("head"), target_only=self.s.sweep_target),
                        "tolerance": self.s.tolerance(), "batch": str(self.s.batch(pair)),
                        "execution": self.s.execution(), "labels": self.s.labels(pair=pair), "out": SWEEP.format(**w)},
                       threads=self.s.threads(), gpu=self.s.gpu(pair), runs=tuple(runs))
-            if read and K in self.s.config["K"] and float(T) in map(float, self.s.config["temperatures"]):
+            if read and K in self.s.experiment.K and float(T) in map(float, self.s.experiment.temperatures):
                 yield self.time_sweep(pair, task, T, K, inputs)
 
     def time_sweep(self, pair: str, task: str, T: str, K: int, inputs: dict) -> Job:
@@ -511,7 +508,7 @@ class DecodingJobs:
         t = self.s.tasks[task]
         return Job("time_sweep", w, inputs, self.s.outputs_at("time_sweep", w),
                    {"pair": self.s.pair_flags(pair),
-                    "prompts": self.s.prompt_flags(task, "dev", t["n_dev"], runs[0].prompts),
+                    "prompts": self.s.prompt_flags(task, "dev", t.n_dev, runs[0].prompts),
                     "decoding": self.s.decoding_flags(task, T, 0),
                     "labels": self.s.labels(pair=pair, task=task, timing=1), "execution": self.s.execution(timed=True),
                     "runs": " ".join(r.spec() for r in runs)},
@@ -525,7 +522,7 @@ class DecodingJobs:
             inputs["draft"] = DRAFT.format(pair=pair, task=task)
         if self.s.chosen:
             inputs["weights"] = [SWEEP.format(pair=pair, task=task, T=T, K=K) + "/choice.json"
-                                 for K in self.s.config["K"]]
+                                 for K in self.s.experiment.K]
         if "dynamic" in self.s.speculative:
             inputs["head"] = self.s.head(pair, task)
         if judge := self.s.judge(pair, task):
@@ -533,14 +530,14 @@ class DecodingJobs:
         return inputs
 
     def decodes(self):
-        c = self.s.config
-        for pair, task, T in itertools.product(self.s.pairs, self.s.tasks, map(temperature, c["temperatures"])):
-            for seed in c["seeds"]:
+        x = self.s.experiment
+        for pair, task, T in itertools.product(self.s.pairs, self.s.tasks, map(temperature, x.temperatures)):
+            for seed in x.seeds:
                 yield self.decode_job("decode", {"pair": pair, "task": task, "T": T, "seed": str(seed)})
             yield self.decode_job("time", {"pair": pair, "task": task, "T": T})
-        for pair, t, seed in itertools.product(self.s.pairs, c["transfer"], c["seeds"]):
-            yield self.decode_job("decode_transfer", {"pair": pair, "task": t["eval"], "head": t["head"],
-                                                       "T": temperature(c["transfer_temperature"]),
+        for pair, t, seed in itertools.product(self.s.pairs, x.transfer, x.seeds):
+            yield self.decode_job("decode_transfer", {"pair": pair, "task": t.eval, "head": t.head,
+                                                       "T": temperature(x.transfer_temperature),
                                                        "seed": str(seed)})
 
     def decode_job(self, rule: str, w: dict[str, str]) -> Job:
@@ -551,9 +548,9 @@ class DecodingJobs:
             inputs = self.decode_inputs(pair, task, w["T"])
         runs = self.runs.decoding_runs(rule, w)
         t = self.s.tasks[task]
-        seed = int(w.get("seed", self.s.config["seeds"][0]))
+        seed = int(w.get("seed", self.s.experiment.seeds[0]))
         job_flags = {"pair": self.s.pair_flags(pair),
-                     "prompts": self.s.prompt_flags(task, "eval", t["n_eval"], runs[0].prompts if timing else None),
+                     "prompts": self.s.prompt_flags(task, "eval", t.n_eval, runs[0].prompts if timing else None),
                      "decoding": self.s.decoding_flags(task, w["T"], seed),
                      "labels": self.s.labels(pair=pair, task=task, **({"timing": 1} if timing else {})),
                      "execution": self.s.execution(timed=timing), "runs": " ".join(r.spec() for r in runs)}
@@ -568,8 +565,8 @@ class Plan:
     output patterns (`outputs(rule)`, what Snakemake matches wildcards against), each job evaluated once."""
 
     def __init__(self, config: dict):
-        self.s = s = Setup(validated(config))
-        self.config, self.pairs, self.tasks, self.hub = s.config, s.pairs, s.tasks, s.hub
+        self.s = s = Setup(experiment(config))
+        self.experiment, self.pairs, self.tasks, self.hub = s.experiment, s.pairs, s.tasks, s.hub
         self.lambda_tasks, self.judge_tasks, self.transfer_heads = s.lambda_tasks, s.judge_tasks, s.transfer_heads
         self.jobs: list[Job] = []
         self._index: dict[tuple, Job] = {}
@@ -631,11 +628,11 @@ class Plan:
             "sweeps": flags(sweeps=inputs["sweeps"]), "sweep_timing_runs": flags(
                 sweep_timing_runs=scored["sweep_timing_scores"]), "lambda_sweeps": flags(
                 lambda_sweeps=inputs["lambda_sweeps"]),
-            "transfer_temperature": temperature(self.s.config["transfer_temperature"]), "out": TABLES}, threads=1)
+            "transfer_temperature": temperature(self.s.experiment.transfer_temperature), "out": TABLES}, threads=1)
         read = {name: tables[name] for name in ("runs", "prompts", "sweeps", "weights")}
         yield Job("plot", {}, read, self.s.outputs_at("plot", {}), {
-            "temperatures": " ".join(temperature(T) for T in self.s.config["temperatures"]),
-            "figure_temperature": temperature(self.s.sweep["figure_temperature"]), "tables": TABLES, "out": FIGURES},
+            "temperatures": " ".join(temperature(T) for T in self.s.experiment.temperatures),
+            "figure_temperature": temperature(self.s.sweep.figure_temperature), "tables": TABLES, "out": FIGURES},
             threads=1)
         audit = self.s.outputs_at("audit", {})
         yield Job("audit", {}, inputs, audit, {"results": RESULTS}, threads=1)

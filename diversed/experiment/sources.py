@@ -8,9 +8,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from diversed.decoding.settings import EMBEDDED_DRAFTS
 from diversed.tasks import SPLITS, get_task, registry
+
+if TYPE_CHECKING:
+    from diversed.experiment.config import Experiment
 
 MODEL_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]  # config, weights, tokenizer, templates
 SKIP_FILES = ["original/*"]  # Llama's second copy of the weights, for Meta's own code
@@ -38,11 +42,11 @@ def hub_task(name: str, data_files: str | dict | None = None) -> bool:
     return not data_files and get_task(name).hub is not None
 
 
-def hub_sources(config: dict) -> Sources:
+def hub_sources(x: Experiment) -> Sources:
     """The hub models and hub tasks of a workflow config (its `pairs` and `tasks`)."""
-    models = [pair[role] for pair in config.get("pairs", {}).values() for role in ("target", "draft")
-              if hub_model(pair[role], pair.get("prepare", "none"))]
-    tasks = [name for name, t in config.get("tasks", {}).items() if hub_task(name, (t or {}).get("data_files"))]
+    models = [getattr(pair, role) for pair in x.pairs.values() for role in ("target", "draft")
+              if hub_model(getattr(pair, role), pair.prepare)]
+    tasks = [name for name, t in x.tasks.items() if hub_task(name, t.data_files)]
     return Sources(tuple(dict.fromkeys(models)), tuple(tasks))
 
 

@@ -8,11 +8,13 @@ import torch
 import yaml
 from helpers import ROOT
 
+from diversed.experiment.config import Pair
 from diversed.experiment.cost import GB, JOBS, LONGEST_PROMPT, MODELS, estimate, table, total, workloads
 from diversed.experiment.plan import Plan, load
 
 PAPER = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
 PAIRS = PAPER["pairs"] | yaml.safe_load((ROOT / "config" / "paper-gemma.yaml").read_text())["pairs"]  # Gemma opt-in
+TYPED = {name: Pair(**p) for name, p in PAIRS.items()}
 
 
 def test_every_paper_pair_has_an_estimate_for_every_job():
@@ -20,7 +22,7 @@ def test_every_paper_pair_has_an_estimate_for_every_job():
     for p in PAIRS.values():
         sizes = [total(estimate(p["target"], p["draft"], job, dtype=p["dtype"])) / GB for job in JOBS]
         assert all(10 < s < 80 for s in sizes), sizes
-    text = table(PAIRS)
+    text = table(TYPED)
     assert len(text.splitlines()) == 2 + 3 and "| gemma | google/gemma-3-12b-it / google/gemma-3-4b-it |" in text
 
 
@@ -37,7 +39,7 @@ def test_each_task_is_estimated_at_its_longest_prompt():
     assert decode[0] > decode[1] + 20 * GB  # 32 rows of 3,128 tokens in two static caches
     assert estimate(qwen["target"], qwen["draft"], "train_head", load=cnndm) == estimate(
         qwen["target"], qwen["draft"], "train_head", load=loads["xsum"])  # both cut at 512
-    assert "GB (cnndm) |" in table(PAPER["pairs"], loads).splitlines()[3]
+    assert "GB (cnndm) |" in table({k: TYPED[k] for k in PAPER["pairs"]}, loads).splitlines()[3]
 
 
 def test_a_pair_with_its_own_batch_size_decodes_and_is_priced_at_it():

@@ -166,3 +166,29 @@ def test_the_plan_of_each_committed_config_is_unchanged(name):
         digests = json.loads(DIGESTS.read_text()) | {name: _digest(name)}
         DIGESTS.write_text(json.dumps(digests, indent=1) + "\n")
     assert _digest(name) == json.loads(DIGESTS.read_text())[name]
+
+
+def test_the_plan_reads_a_config_as_its_typed_sections():
+    """`experiment` builds every section as the dataclass that declares it, so the plan reads attributes; a training
+    section is the training settings object itself, and a job's training config is that section with the job's
+    pair and task."""
+    from diversed.experiment.config import Judging, Pair, Sweep, TaskSetup, Transfer, experiment
+    from diversed.experiment.plan import Plan
+    from diversed.training.settings import DistillConfig, HeadTrainConfig
+
+    config = SMOKE | {"transfer": [{"head": t, "eval": t} for t in SMOKE["tasks"]][:1],
+                      "train_head": {"epochs": 3}}
+    x = experiment(config)
+    assert all(isinstance(p, Pair) for p in x.pairs.values()) and all(
+        isinstance(t, TaskSetup) for t in x.tasks.values())
+    assert isinstance(x.sweep, Sweep) and isinstance(x.judge, Judging) and isinstance(x.transfer[0], Transfer)
+    assert isinstance(x.train_head, HeadTrainConfig) and isinstance(x.distill, DistillConfig)
+    assert x.train_head.epochs == 3 and x.train_head.task == HeadTrainConfig().task  # a job's field: not the section's
+    job = Plan(config).of("train_head")[0]
+    pair, task = x.pairs[job.pair], x.tasks[job.wildcards["task"]]
+    assert job.train == dataclasses.replace(x.train_head, target=pair.target, draft=pair.draft,
+                                            draft_layers=pair.draft_layers, dtype=pair.dtype, device=pair.device,
+                                            task=job.wildcards["task"], data_files=task.data_files,
+                                            n_train=task.n_train, seed=0, prompt_format=x.prompt_format,
+                                            scoring=x.scoring)
+    assert "--epochs 3" in job.flags["config"]

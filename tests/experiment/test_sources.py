@@ -15,6 +15,7 @@ from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError
 
 from diversed.cli import main
 from diversed.decoding.models import char_tokenizer
+from diversed.experiment.config import experiment
 from diversed.experiment.sources import Sources, check, fetch, hub_sources, load_config
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
@@ -80,15 +81,15 @@ def hub(monkeypatch):
 
 
 def test_the_paper_config_reads_four_models_and_four_datasets_from_the_hub():
-    sources = hub_sources(load_config(ROOT / "config" / "paper.yaml"))
+    sources = hub_sources(experiment(load_config(ROOT / "config" / "paper.yaml")))
     assert len(sources.models) == 4 and LLAMA in sources.models and "Qwen/Qwen3-0.6B" in sources.models
     assert sources.tasks == ("gsm8k", "cnndm", "xsum", "mbpp")
-    layered = hub_sources(load_config(ROOT / "config" / "paper.yaml", ROOT / "config" / "paper-gemma.yaml"))
+    layered = hub_sources(experiment(load_config(ROOT / "config" / "paper.yaml", ROOT / "config" / "paper-gemma.yaml")))
     assert len(layered.models) == 6 and "google/gemma-3-12b-it" in layered.models  # Gemma 3 opt-in, layered
     assert layered.tasks == sources.tasks
-    assert not hub_sources(load_config(ROOT / "config" / "smoke.yaml"))  # local models, built-in tasks
+    assert not hub_sources(experiment(load_config(ROOT / "config" / "smoke.yaml")))  # local models, built-in tasks
     local = {"pairs": {"p": {"target": str(ROOT), "draft": "embedded"}}, "tasks": {"gsm8k": {"data_files": "x"}}}
-    assert not hub_sources(local)
+    assert not hub_sources(experiment(local))
 
 
 def test_fetch_downloads_every_model_and_every_hub_split(hub):

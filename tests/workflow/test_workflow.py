@@ -217,18 +217,18 @@ def test_the_authors_protocol_gives_every_setting_theirs_and_a_key_the_config_se
         own = (SMOKE.get(section) or {}) if section else SMOKE
         expected = own.get(name, step.authors)  # the smoke config's own key wins (its rollouts sample)
         if name in ("sampling", "prompt_format"):  # the run's flags of these go with the pair's prompts
-            assert theirs.config[name] == expected
+            assert getattr(theirs.experiment, name) == expected
             continue
         assert all(flag(name, expected) in c for c in commands(theirs, rule, key)), (step.key, rule)
     assert all("--stop markers" in c for c in commands(smoke(protocol="authors", stop="markers"), "decode",
                                                         "decoding"))
     standard = smoke()
-    assert standard.config["protocol"] == "standard" and all("--stop markers" in c for c in commands(
+    assert standard.experiment.protocol == "standard" and all("--stop markers" in c for c in commands(
         standard, "decode", "decoding"))
     assert all("--schedule cosine" in c and "--acceptance-term fixed" in c for c in commands(standard, "train_head",
                                                                                               "config"))
     text = (ROOT / "config" / "paper.yaml").read_text()
-    assert "protocol: authors" in text and paper().config["stop"] == "length"
+    assert "protocol: authors" in text and paper().experiment.stop == "length"
     for step in protocol.STEPS:  # each named in the paper config itself, at the authors' value
         section, _, name = step.key.rpartition(".")
         written = yaml.safe_load(text)
