@@ -40,7 +40,7 @@ def main() -> None:
             cfg = RunConfig(task=task, K=a.K, temperature=a.temperature, seed=0, **TASKS[task], **kw)
             run = execute(cfg, task_prompts(cfg), out / "runs", labels={"task": task, "method": method})
             score_run(run)
-            rows.append(Run(run).record())
+            rows.append(Run(run).row())
             r = rows[-1]
             print(json.dumps({k: r[k] for k in COLUMNS}), flush=True)
     df = pd.DataFrame(rows)[COLUMNS]

@@ -29,7 +29,7 @@ from diversed.decoding.stats import summarize
 from diversed.decoding.stepper import Stepper
 from diversed.utils import option, provenance, write_json, write_text
 
-PROMPTS = [
+BENCH_PROMPTS = [
     "Explain in two sentences why the sky is blue.",
     "Write a Python function that returns the n-th Fibonacci number.",
     "Tom has 3 boxes with 12 apples each. He gives away 7 apples. How many apples does he have left?",
@@ -338,11 +338,11 @@ def hf_generate_batch(model: nn.Module, prompts: list[list[int]], *, max_new_tok
 def batch_bench(nets: Networks, prompts: list[list[int]], batch_sizes: list[int], config: BenchConfig = BenchConfig(),
                 *, execution: Execution | None = None, progress: bool = True) -> dict:
     """Total tokens/s of every prompt decoded at each batch size, greedy and to full length, in one process:
-    transformers' batched generate (target only) and ours: target only, strict, fixed w, dynamic (nets.head, or a
+    transformers' batched generate (target only) and ours: target only, strict, fixed w, dynamic (nets.trained, or a
     zero-initialised head: w = 0.5 with the head's cost). Each (method, batch size) is timed once after a warm-up
     (batch of the same size, 8 tokens)."""
     execution, target, draft = execution or Execution.here(), nets.target, nets.draft
-    head = nets.head or WeightHead(hidden_size(target), hidden_size(draft)).bind(target, draft)
+    head = nets.trained or WeightHead(hidden_size(target), hidden_size(draft)).bind(target, draft)
     device = target.get_output_embeddings().weight.device
     K, max_new_tokens, weight = config.K, config.max_new_tokens, config.weights[0]
     greedy = {"eos_token_id": (), "sampling": Sampling(temperature=0.0), "K": K}

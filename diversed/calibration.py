@@ -11,8 +11,8 @@ minima the simulations found, and below them an estimate is descriptive: no inte
 Each case draws (seed, prompt) rows the way a run records them and estimates through the statistics module's own
 code: seeds pooled within a prompt (statistics.pool_prompts), then the kind's estimate (statistics.prompt_estimate).
 
-The sweeps' selection rules are calibrated the same way (`selections`): over simulated dev sweeps of one family,
-how often the knob each rule chooses truly loses more than the margin against strict.
+The sweeps' selections are calibrated the same way (`selections`): over simulated dev sweeps of one family,
+how often the knob each selection chooses truly loses more than the margin against strict.
 """
 
 from __future__ import annotations
@@ -311,8 +311,8 @@ def sweep(rng, n: int, losses: tuple[float, ...], margin: float = ACCURACY_MARGI
 
 def selections(n_dev=N_DEV, runs: int = RUNS, seed: int = 0, margin: float = ACCURACY_MARGIN,
                chains: dict | None = None) -> pd.DataFrame:
-    """One row per (chain, selection rule, n_dev) over `runs` seeded simulated sweeps (`sweep`; every rule reads the
-    same sweeps): violations, how often the chosen knob truly loses at least the margin (strict, chosen when a rule
+    """One row per (chain, selection, n_dev) over `runs` seeded simulated sweeps (`sweep`; every selection reads the
+    same sweeps): violations, how often the chosen knob truly loses at least the margin (strict, chosen when a selection
     admits nothing, loses 0); relaxed, how often it chose a knob at all; mean_loss, the chosen knob's true loss in
     margins. The highest acceptance among the admitted knobs is the most lenient one (acceptance rises with
     leniency), as runs.sweep.pick chooses."""
@@ -320,29 +320,29 @@ def selections(n_dev=N_DEV, runs: int = RUNS, seed: int = 0, margin: float = ACC
     for c, (chain, losses) in enumerate((chains or CHAINS).items()):
         for n in n_dev:
             rng = np.random.default_rng([seed, c, n])
-            leads = {r: [] for r in st.SELECTION_RULES}  # the index of each sweep's chosen knob (None: strict)
+            leads = {r: [] for r in st.ADMIT}  # the index of each sweep's chosen knob (None: strict)
             for _ in range(runs):
                 tests, gains = sweep(rng, n, losses, margin)
-                for r in st.SELECTION_RULES:
+                for r in st.ADMIT:
                     leads[r].append(max((j for j, ok in enumerate(st.admitted(r, tests, gains, margin)) if ok),
                                         default=None))
             for r, lead in leads.items():
                 loss = np.array([0.0 if j is None else losses[j] for j in lead])
-                rows.append({"chain": chain, "rule": r, "n_dev": n, "runs": runs,
+                rows.append({"chain": chain, "selection": r, "n_dev": n, "runs": runs,
                              "violations": float(np.mean(loss >= 1)),
                              "relaxed": float(np.mean([j is not None for j in lead])), "mean_loss": float(loss.mean())})
     return pd.DataFrame(rows)
 
 
 def selections_markdown(table: pd.DataFrame) -> str:
-    """Per chain, selection rule and n_dev: 'violations / relaxed' in percent and the chosen knob's mean true loss
+    """Per chain, selection and n_dev: 'violations / relaxed' in percent and the chosen knob's mean true loss
     in margins."""
     grid = sorted(table["n_dev"].unique())
-    lines = ["| knobs' true losses (margins) | selection rule | " + " | ".join(f"n_dev = {n}" for n in grid) + " |",
+    lines = ["| knobs' true losses (margins) | selection | " + " | ".join(f"n_dev = {n}" for n in grid) + " |",
              "|---" * (2 + len(grid)) + "|"]
-    for (chain, rule), g in table.groupby(["chain", "rule"], sort=False):
+    for (chain, selection), g in table.groupby(["chain", "selection"], sort=False):
         losses = ", ".join(f"{x:g}" for x in CHAINS.get(chain, ())) or chain
         cells = [f"{100 * r.violations:.1f}% / {100 * r.relaxed:.0f}% / {r.mean_loss:.2f}"
                  for r in g.sort_values("n_dev").itertuples()]
-        lines.append(f"| {chain}: {losses} | {rule} | " + " | ".join(cells) + " |")
+        lines.append(f"| {chain}: {losses} | {selection} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -20,15 +20,14 @@ from diversed.decoding.settings import (
 )
 from diversed.experiment.config import Sweep
 from diversed.experiment.declared import default as declared_default
-from diversed.runs.settings import RunConfig
+from diversed.runs.settings import PROMPT_FIELDS, RunConfig
 from diversed.tasks import PROMPT_FORMATS, SCORINGS
 from diversed.training.settings import DistillConfig, HeadTrainConfig, JudgeConfig, JudgeFit
 from diversed.utils import BAD_INPUT, FAILED, check_writable, field_type, guarded, read_json, write_json, write_text
 
-PAIR = ("target", "draft", "draft_layers", "dtype", "device")  # RunConfig's fields that name the model pair
-PROMPTS = ("task", "data_files", "split", "n")  # RunConfig's fields that choose the prompts
-DECODING = ("K", "temperature", "sampling", "top_k", "top_p", "prompt_format", "scoring", "stop", "max_new_tokens",
-            "seed")
+PAIR_FIELDS = ("target", "draft", "draft_layers", "dtype", "device")  # RunConfig's fields that name the model pair
+DECODING_FIELDS = ("K", "temperature", "sampling", "top_k", "top_p", "prompt_format", "scoring", "stop",
+                   "max_new_tokens", "seed")
 
 
 def number(kind: type = float, low: float | None = None):
@@ -201,7 +200,7 @@ def cmd_bench(a: argparse.Namespace) -> None:
 
         texts = [ex.prompt for ex in get_task(a.task).examples("eval", a.num_prompts)]
     else:
-        texts = [r["prompt"] for r in load_prompts(a.prompts)] if a.prompts else bench.PROMPTS
+        texts = [r["prompt"] for r in load_prompts(a.prompts)] if a.prompts else bench.BENCH_PROMPTS
     texts = texts[: a.num_prompts]
     check_writable(Path(a.out) / "bench.json")
     try:
@@ -278,14 +277,15 @@ def cmd_train_judge(a: argparse.Namespace) -> None:
 
 def _sweep_base(a: argparse.Namespace):
     """The sweep's run config before a point sets its verifier, w and mixing; checked before any model loads."""
-    base = config_from_args(RunConfig, a, only=PAIR + PROMPTS + DECODING)
+    base = config_from_args(RunConfig, a, only=PAIR_FIELDS + PROMPT_FIELDS + DECODING_FIELDS)
     base.validate()
     return base
 
 
 def _sweep_args(p: argparse.ArgumentParser) -> None:
     """The arguments sweep-weight and sweep-lambda share: the pair, the task split and the decoding settings."""
-    add_config_args(p, RunConfig, only=PAIR + PROMPTS + DECODING, required=("task",), defaults={"split": "dev"})
+    add_config_args(p, RunConfig, only=PAIR_FIELDS + PROMPT_FIELDS + DECODING_FIELDS, required=("task",),
+                    defaults={"split": "dev"})
     add_config_args(p, Execution)
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="stored in each run's manifest")
     add_config_args(p, Sweep, only=("tolerance", "select"))
@@ -393,7 +393,7 @@ def cmd_calibrate(a: argparse.Namespace) -> None:
     table = calibration.calibrate(runs=a.runs or calibration.RUNS, seed=a.seed, floor=False)
     chosen = calibration.selections(runs=a.runs or calibration.RUNS, seed=a.seed)
     text = (f"{calibration.markdown(table)}\n\nCalibrated from (prompts): {calibration.minimum(table)}; "
-            f"statistics.MIN_PROMPTS: {MIN_PROMPTS}\n\nSelection rules over simulated dev sweeps (violations: "
+            f"statistics.MIN_PROMPTS: {MIN_PROMPTS}\n\nSelections over simulated dev sweeps (violations: "
             f"the chosen knob truly loses at least the margin / relaxed: a knob was chosen / its mean true loss, "
             f"margins):\n\n{calibration.selections_markdown(chosen)}\n")
     if a.out:
@@ -663,7 +663,7 @@ def _results_parsers(sub) -> None:
     p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser("calibrate", help="the report's tests on simulated prompts: false holds and coverage per n, "
-                       "and the sweeps' selection rules: how often the chosen knob loses more than the margin "
+                       "and the sweeps' selections: how often the chosen knob loses more than the margin "
                        "(diversed.calibration)")
     p.add_argument("--runs", type=COUNT, help="simulated reproductions per test and n (default: calibration.RUNS)")
     p.add_argument("--seed", type=int, default=0)
@@ -686,7 +686,7 @@ def _scoring_parsers(sub) -> None:
     p.set_defaults(func=cmd_score)
     sub.add_parser("lm-eval", help="lm-eval's command line with the `diversed` model registered", add_help=False)
     p = sub.add_parser("export-task", help="write a task split as JSONL + lm-eval task YAML (for `diversed lm-eval`)")
-    add_config_args(p, RunConfig, only=PROMPTS + ("max_new_tokens",), required=("task",),
+    add_config_args(p, RunConfig, only=PROMPT_FIELDS + ("max_new_tokens",), required=("task",),
                     defaults={"max_new_tokens": 256})
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_export_task)
@@ -696,7 +696,7 @@ def _bench_parser(sub) -> None:
     from diversed.bench import BenchConfig
 
     p = sub.add_parser("bench", help="time our engine against transformers on the same prompts")
-    add_config_args(p, RunConfig, only=PAIR)
+    add_config_args(p, RunConfig, only=PAIR_FIELDS)
     add_config_args(p, BenchConfig)
     add_config_args(p, Execution)  # warm-up and capture are not timed
     p.add_argument("--num-prompts", type=COUNT, default=6, help="prompts timed (default %(default)s)")

@@ -621,23 +621,26 @@ def percentile_estimate(values: np.ndarray, p: float) -> float:
     return float(x[n - t - 1]) if t else math.nan
 
 
-SELECTION_RULES = ("certified", "estimate", "noninferior")  # `admitted`'s rules (described: runs.settings.SELECTIONS)
-
-
 def admitted(select: str, tests: list[Test], gains: list[float], margin: float) -> list[bool]:
-    """Which points of a family a selection rule (runs.settings.SELECTIONS) lets a sweep choose. tests: each
-    point's non-inferiority test against strict at margin, in the family's sequence (least lenient first); gains:
-    each point's estimated quality over strict's, signed so that higher is better. certified: the lead of the
-    sequence fixed_sequence rejects at RISK; noninferior: each whose test holds on its own; estimate: each whose
-    gain is at least -margin."""
-    if select == "certified":
-        lead = fixed_sequence([t.p for t in tests])
-        return [i < lead for i in range(len(tests))]
-    if select == "noninferior":
-        return [t.verdict() == HOLDS for t in tests]
-    if select == "estimate":
-        return [bool(g >= -margin) for g in gains]  # nan: unscored, never admitted
-    raise ValueError(f"unknown selection {select!r}; allowed: {', '.join(SELECTION_RULES)}")
+    """Which points of a family a selection (runs.settings.SELECTIONS describes each) lets a sweep choose. tests:
+    each point's non-inferiority test against strict at margin, in the family's sequence (least lenient first);
+    gains: each point's estimated quality over strict's, signed so that higher is better."""
+    if select not in ADMIT:
+        raise ValueError(f"unknown selection {select!r}; allowed: {', '.join(ADMIT)}")
+    return ADMIT[select](tests, gains, margin)
+
+
+def _certified(tests: list[Test], gains: list[float], margin: float) -> list[bool]:
+    """The lead of the sequence that fixed_sequence rejects at RISK."""
+    lead = fixed_sequence([t.p for t in tests])
+    return [i < lead for i in range(len(tests))]
+
+
+ADMIT = {  # each selection's admitted points, in the order runs.settings.SELECTIONS lists them
+    "certified": _certified,
+    "estimate": lambda tests, gains, margin: [bool(g >= -margin) for g in gains],  # nan: unscored, never admitted
+    "noninferior": lambda tests, gains, margin: [t.verdict() == HOLDS for t in tests],  # each test on its own
+}
 
 
 def holm(ps: list[float]) -> list[float]:

@@ -98,9 +98,9 @@ class Owner:
             return False
 
 
-RUN = Owner("run folder", "manifest.json", "run_id")  # diversed.runs.run
-DRAFT = Owner("fine-tuned draft", "distill_manifest.json", "config_id")  # diversed.training.finetune
-MODEL = Owner("model folder", "built.json", "built_by")  # diversed prepare-models
+RUN_OWNER = Owner("run folder", "manifest.json", "run_id")  # diversed.runs.run
+DRAFT_OWNER = Owner("fine-tuned draft", "distill_manifest.json", "config_id")  # diversed.training.finetune
+MODEL_OWNER = Owner("model folder", "built.json", "built_by")  # diversed prepare-models
 
 
 def protected(path: Path) -> str | None:

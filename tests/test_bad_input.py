@@ -59,10 +59,10 @@ def test_corrupted_results_files(tiny_dir, tmp_path):
     cfg = RunConfig(target=str(tiny_dir / "tiny-target"), draft=str(tiny_dir / "tiny-draft-l1"), max_new_tokens=4)
     run = execute(cfg, [{"id": "0", "prompt": "hi"}], tmp_path, launch=Launch(progress=False))
     with pytest.raises(FileNotFoundError, match="not scored yet"):
-        Run(run).record()
+        Run(run).row()
     corrupt(run / "scores.json")
     with pytest.raises(ValueError, match="scores.json is corrupt"):
-        Run(run).record()
+        Run(run).row()
     corrupt(run / "generations.jsonl", '{"ok": 1}\n{broken\n')
     with pytest.raises(ValueError, match="generations.jsonl:2: not valid JSON"):
         read_jsonl(run / "generations.jsonl")

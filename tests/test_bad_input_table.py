@@ -46,7 +46,7 @@ CASES = [
     ("mixing unknown", [*G, *P, "--verifier", "fixed", "--weight", "0.5", "--mixing", "cubic"],
      "unknown mixing 'cubic'; allowed: linear, logit"),
     ("deferral unknown", [*G, *P, "--verifier", "cascade", "--knob", "0.5", "--deferral", "max"],
-     "unknown deferral rule 'max'; allowed: chow, diff, opt, token"),
+     "unknown deferral 'max'; allowed: chow, diff, opt, token"),
     ("deferral without cascade", [*G, *P, "--deferral", "opt"], "deferral is only used by the 'cascade' verifier"),
     ("dtype unknown", [*G, *P, "--dtype", "int4"], "unknown dtype 'int4'"),
     ("task unknown", [*G, "--task", "mmlu"], "unknown task 'mmlu'; allowed:"),

@@ -75,7 +75,7 @@ def test_the_jackknife_of_a_mean_is_the_t_interval():
 
 
 def selection_violations(runs: int) -> pd.DataFrame:
-    return calibration.selections(runs=runs).set_index(["chain", "rule", "n_dev"])["violations"]
+    return calibration.selections(runs=runs).set_index(["chain", "selection", "n_dev"])["violations"]
 
 
 def test_the_default_selection_rarely_chooses_a_knob_that_loses_the_margin():
@@ -86,13 +86,13 @@ def test_the_default_selection_rarely_chooses_a_knob_that_loses_the_margin():
     from diversed.runs.sweep import choose
 
     default = choose.__defaults__[0]
-    assert default == next(iter(SELECTIONS)) == "certified" and tuple(SELECTIONS) == st.SELECTION_RULES
+    assert default == next(iter(SELECTIONS)) == "certified" and tuple(SELECTIONS) == tuple(st.ADMIT)
     violations = selection_violations(runs=400)
-    assert (violations.xs(default, level="rule") <= st.RISK).all(), violations.to_string()
-    assert (violations.xs("estimate", level="rule") > 0.5).all(), violations.to_string()
+    assert (violations.xs(default, level="selection") <= st.RISK).all(), violations.to_string()
+    assert (violations.xs("estimate", level="selection") > 0.5).all(), violations.to_string()
 
 
 @pytest.mark.slow  # 2,000 sweeps of each chain at each n_dev: about a minute
 def test_certified_selection_is_calibrated_over_two_thousand_sweeps():
     violations = selection_violations(runs=calibration.RUNS)
-    assert (violations.xs("certified", level="rule") <= st.RISK).all(), violations.to_string()
+    assert (violations.xs("certified", level="selection") <= st.RISK).all(), violations.to_string()

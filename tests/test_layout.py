@@ -115,3 +115,18 @@ def test_the_tests_mirror_the_package_and_import_no_other_test():
             [node.module] if isinstance(node, ast.ImportFrom) and node.module else
             [a.name for a in node.names] if isinstance(node, ast.Import) else [])]
         assert not [n for n in names if n.split(".")[-1].startswith("test_")], path
+
+
+def test_no_two_modules_define_one_name():
+    """One meaning per name: a module-level constant of the package (an upper-case name) is defined in one module
+    only, so that an import never brings in a namesake with another meaning (decoding's models alone and head
+    training's reward baselines were both BASELINES)."""
+    where: dict[str, list[str]] = {}
+    for name, tree in modules():
+        for node in tree.body:
+            targets = [t for t in (node.targets if isinstance(node, ast.Assign) else
+                                   [node.target] if isinstance(node, ast.AnnAssign) else [])]
+            for t in targets:
+                if isinstance(t, ast.Name) and t.id.isupper() and not t.id.startswith("_"):
+                    where.setdefault(t.id, []).append(name)
+    assert {k: v for k, v in where.items() if len(v) > 1} == {}

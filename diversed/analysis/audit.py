@@ -30,8 +30,9 @@ from pathlib import Path
 import pandas as pd
 
 from diversed import statistics
+from diversed.decoding.settings import ALONE
 from diversed.decoding.stats import Generation, summarize
-from diversed.runs.run import BASELINES, Run
+from diversed.runs.run import Run
 from diversed.tasks import metric_spec
 
 TIMED_IS_SCORED, SAME_SETTING, TIMED_EQUALS_SCORED, ACCOUNTING, WHOLE = (
@@ -100,7 +101,7 @@ def accounting(run: Run) -> list[Finding]:
     except (OSError, ValueError) as e:
         return [Finding(WHOLE, str(run.path), False, str(e))]
     c = run.config
-    K = 0 if c["verifier"] in BASELINES else c["K"]
+    K = 0 if c["verifier"] in ALONE else c["K"]
     gens = [steps(g, K) for g in rows]
     problems = [p for g, gen in zip(rows, gens, strict=True) for p in row_problems(g, gen, c["max_new_tokens"])]
     eos = {g["tokens"][-1] for g in rows if g.get("stop") == "eos" and g["tokens"]}
@@ -120,7 +121,7 @@ def setting_key(run: Run) -> tuple:
     """What a timed run and its scored run share: pair, task, method, T, K, seed."""
     c = run.config
     return (run.labels.get("pair"), c["task"], run.method, float(c["temperature"]),
-            None if c["verifier"] in BASELINES else c["K"], c["seed"])
+            None if c["verifier"] in ALONE else c["K"], c["seed"])
 
 
 def pairs(results: Path) -> tuple[list[tuple[Run, Run | None]], list[Run]]:
@@ -140,7 +141,7 @@ def pairs(results: Path) -> tuple[list[tuple[Run, Run | None]], list[Run]]:
 def recorded(run: Run, key: str):
     """A manifest's record of what decoded (decoding) or what it loaded (trained), K left out of one model's alone."""
     value = run.manifest.get(key)
-    if key == "decoding" and isinstance(value, dict) and value.get("verifier") in BASELINES:
+    if key == "decoding" and isinstance(value, dict) and value.get("verifier") in ALONE:
         value = {k: v for k, v in value.items() if k != "K"}
     return value
 

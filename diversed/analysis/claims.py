@@ -22,8 +22,8 @@ import pandas as pd
 
 from diversed import statistics
 from diversed.analysis import rivals
-from diversed.analysis.tables import FRONT_METHODS, METHOD_NAMES, quality_units, select, timed_units
-from diversed.decoding.settings import RULES, Method
+from diversed.analysis.tables import FRONT_METHODS, quality_units, select, timed_units
+from diversed.decoding.settings import METHODS, RULES, Method
 from diversed.statistics import FAILS, HOLDS, INCONCLUSIVE, Estimate, Test, both, equivalent, noninferior, superior
 from diversed.tasks import metric_spec
 
@@ -390,7 +390,7 @@ def beyond_front(units: pd.DataFrame, T: float, family: str = "fixed") -> Claim:
     if family == "fixed":
         return Claim("DIVERSED lies beyond the static front on some task (more acceptance than the fixed w at "
                      "non-inferior quality)", T, False, settings)
-    return Claim(f"DIVERSED lies beyond the {METHOD_NAMES[family]} front on some task (more acceptance than "
+    return Claim(f"DIVERSED lies beyond the {METHODS[family]} front on some task (more acceptance than "
                  f"{family} at its dev-chosen setting, at non-inferior quality)", T, False, settings)
 
 

@@ -22,7 +22,6 @@ from diversed.tasks import metric_spec
 from diversed.training.settings import DistillConfig, HeadTrainConfig
 from diversed.utils import write_text
 
-METHOD_NAMES = METHODS  # every method's name in tables, figures and the report (settings.RULES' labels)
 FRONT_METHODS = ("fixed", *FAMILIES)  # each family, at its setting chosen on dev
 TABLE1_METHODS = ("strict", "finetuned", "dynamic")
 SPEEDUP_KEYS = ["pair", "task", "temperature", "seed", "timing"]  # what a run shares with its target-only baseline
@@ -60,15 +59,15 @@ def paper_pair(runs: pd.DataFrame | None, units: pd.DataFrame) -> tuple[str, str
     return pair if ((paper["target"] == pair[0]) & (paper["draft"] == pair[1])).any() else None
 
 
-# what a run's prompt rows carry of its record: the keys every table and claim selects on
+# what a run's prompt rows carry of its tidy row: the keys every table and claim selects on
 UNIT_KEYS = ["pair", "task", "method", "head_task", "temperature", "K", "weight", "mixing", "knob",
-             "deferral", "hardware", "capture",
+             "deferral", "hardware", "device", "capture",
              "metric", "timing", "batch_size"]
 
 
 def collect(run_dirs: list[str | Path]) -> pd.DataFrame:
-    """All runs as a tidy frame (Run.record), with each run's speedup over its target-only baseline."""
-    df = pd.DataFrame([Run(d).record() for d in run_dirs])
+    """All runs as a tidy frame (Run.row), with each run's speedup over its target-only baseline."""
+    df = pd.DataFrame([Run(d).row() for d in run_dirs])
     df["K"] = df["K"].astype("Int64")  # empty for the baselines
     df["speedup"] = speedup(df)
     return df
@@ -210,10 +209,10 @@ def table1(units: pd.DataFrame, temperature: float, runs: pd.DataFrame | None = 
             g = d[(d["pair"] == pair) & (d["method"] == method)]
             if g.empty:
                 continue
-            rows.append({"pair": pair, "method": METHOD_NAMES.get(method, method)}
+            rows.append({"pair": pair, "method": METHODS.get(method, method)}
                         | {t: cell(g[g["task"] == t], runs) for t in tasks})
             if (ids := paper_pair(runs, g)) is not None and temperature in set(paper["temperature"].dropna()):
-                rows.append({"pair": pair, "method": METHOD_NAMES.get(method, method) + " (paper)"}
+                rows.append({"pair": pair, "method": METHODS.get(method, method) + " (paper)"}
                             | {t: paper_cell(paper, _metric(g, t), table=1 if temperature == 1.0 else 2,
                                              target=ids[0], draft=ids[1], method=method, head_task="", task=t)
                                for t in tasks})
@@ -302,20 +301,41 @@ def speed_table(units: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.Dat
     return pd.DataFrame(rows)
 
 
+# MLPerf Inference's Llama-3.1-8B limits at P99 (LoadGen's mlperf.conf: llama3_1-8b.Server and
+# llama3_1-8b-interactive.Server, ttft_latency and tpot_latency), in ms
+MLPERF_LIMITS = {"server": (2000.0, 100.0), "interactive": (500.0, 30.0)}
+
+
 def latency_columns(g: pd.DataFrame) -> dict:
-    """Percentiles over the timed requests (each (seed, prompt)) of the request latency (prefill + decode, s) and
-    the decode time per output token (ms), as MLPerf LoadGen's early stopping estimates them (99% confidence);
-    '–' where the requests are fewer than it needs (statistics.requests_needed: 11 for p50, 64 for p90, 662 for
-    p99)."""
-    series = {"latency": (g["seconds"] + g.get("prefill_seconds", 0.0), "s", 1.0),
-              "TPOT": (g["seconds"] / g["new_tokens"], "ms", 1e3)}
-    out = {"requests": len(g)}
+    """Percentiles over the timed requests (each (seed, prompt)) of the request latency (prefill + decode, s), the
+    time to first token (TTFT = prefill + first token on the host, ms) and the time per output token after it
+    (TPOT = (latency - TTFT) / (tokens - 1), MLPerf's, ms), as MLPerf LoadGen's early stopping estimates them
+    (99% confidence; '–' where the requests are fewer than it needs, statistics.requests_needed: 11 for p50, 64 for
+    p90, 662 for p99); and on a GPU, MLPerf's Llama-3.1-8B server and interactive limits (MLPERF_LIMITS) at P99,
+    pass or fail."""
+    first, prefill = g.get("first_token_seconds", pd.Series(np.nan, index=g.index)), g.get("prefill_seconds", 0.0)
+    series = {"latency": (g["seconds"] + prefill, "s", 1.0), "TTFT": (prefill + first, "ms", 1e3),
+              "TPOT": ((g["seconds"] - first) / (g["new_tokens"] - 1).where(g["new_tokens"] > 1), "ms", 1e3)}
+    out: dict = {"requests": len(g)}
     for name, (x, unit, scale) in series.items():
         for p in statistics.PERCENTILES:
             key = f"{name}_p{round(100 * p)}_{unit}"
             out[key] = statistics.percentile_estimate(x.to_numpy(dtype=float) * scale, p)
             out[f"{key}_text"] = "–" if np.isnan(out[key]) else f"{out[key]:.3g}"
+    for scenario, (ttft, tpot) in MLPERF_LIMITS.items():
+        out[f"mlperf_{scenario}"] = mlperf_verdict(g, out["TTFT_p99_ms"], out["TPOT_p99_ms"], ttft, tpot)
     return out
+
+
+def mlperf_verdict(g: pd.DataFrame, ttft_p99: float, tpot_p99: float, ttft_limit: float, tpot_limit: float) -> str:
+    """pass / fail (what exceeds) against one scenario's P99 limits; '–' off a GPU or under the requests P99 needs."""
+    if not g.get("device", pd.Series("cpu", index=g.index)).str.startswith("cuda").all():
+        return "– (not on a GPU)"
+    if np.isnan(ttft_p99) or np.isnan(tpot_p99):
+        return f"– ({len(g)} of {statistics.requests_needed(0.99)} requests)"
+    over = [f"{name} {x:.3g} ms" for name, x, limit in (("TTFT", ttft_p99, ttft_limit), ("TPOT", tpot_p99, tpot_limit))
+            if x > limit]
+    return f"fail ({', '.join(over)})" if over else "pass"
 
 
 def setting_text(units: pd.DataFrame) -> str:
@@ -396,7 +416,7 @@ def eval_check(units: pd.DataFrame, family: str, chosen: pd.Series | None, key: 
 
 
 def knobs_table(sweeps: pd.DataFrame, units: pd.DataFrame) -> pd.DataFrame:
-    """Per dev sweep (pair, task, T, K) and family: the setting each selection rule chose (runs.settings.SELECTIONS:
+    """Per dev sweep (pair, task, T, K) and family: the setting each selection chose (runs.settings.SELECTIONS:
     knob_certified beside knob_estimate and knob_noninferior), how far the fixed sequence certified, the dev
     prompts it would need where it certified nothing, and the certified setting's check on the eval prompts."""
     points = sweeps[sweeps["sequence"].notna()] if "sequence" in sweeps else sweeps.iloc[:0]
@@ -521,7 +541,7 @@ def sweep_speed(sweeps: pd.DataFrame, timing_dirs: list[str | Path]) -> pd.DataF
     timed = {}
     for d in map(Path, timing_dirs):
         run = Run(d)
-        timed[(run.record()["pair"], run.config["task"], d.parent.name, d.name)] = pd.DataFrame(run.prompt_rows())
+        timed[(run.row()["pair"], run.config["task"], d.parent.name, d.name)] = pd.DataFrame(run.prompt_rows())
     out = sweeps.reset_index(drop=True).assign(timed_tokens_per_s=np.nan, speedup=np.nan, speedup_ci95=np.nan,
                                                timed_prompts=np.nan)
     for i, r in out.iterrows():
@@ -567,14 +587,17 @@ def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str 
     paths += write_table(speed_table(units, runs), out / "speed", "Speed (timed at batch 1): tokens/s, speedup over "
                                                                 "target-only, correct answers/s (0/1 metrics), "
                                                                 "acceptance %, tau, bias TV, quality, fidelity, "
-                                                                "latency and TPOT percentiles (MLPerf LoadGen's early "
-                                                                "stopping, 99% confidence; –: too few requests)")
+                                                                "latency, TTFT and TPOT percentiles (MLPerf LoadGen's "
+                                                                "early stopping, 99% confidence; –: too few requests) "
+                                                                "and, on a GPU, MLPerf's Llama-3.1-8B server (P99 TTFT "
+                                                                "<= 2 s, TPOT <= 100 ms) and interactive (500 ms, 30 "
+                                                                "ms) limits")
     paths += write_table(families_table(quality, runs), out / "families", "Relaxed verifiers, each at the setting "
                          "its dev sweep chose (the largest acceptance its rule admits against strict on dev) and at "
                          "the settings the config gives, on the eval prompts: acceptance %, quality, quality minus "
                          "the target's")
     paths += write_table(knobs_table(sweeps, quality), out / "knobs", "Each relaxed family's setting as each "
-                         "selection rule chose it on dev (certified: Learn-then-Test's fixed sequence from the least "
+                         "selection chose it on dev (certified: Learn-then-Test's fixed sequence from the least "
                          "lenient point, at most a 5% chance that it loses more than the tolerance; estimate: the "
                          "largest acceptance whose estimate is within the tolerance, no guarantee), and the "
                          "certified setting checked on the eval prompts against strict")

@@ -4,8 +4,8 @@ draft-only baselines, for B sequences advancing in lockstep (B = 1 for timing).
 Each model keeps a KV cache of B rows (diversed.decoding.stepper.Stepper), each row at its own length, holding
 every token of its sequence but the newest. A speculative step, over the live rows at once: draft_block (the draft
 proposes k tokens per row), score_block (one target forward over [newest, d_1..d_k] per row), the rule's weight (w
-at each drafted position: settings.RULES, verifiers.WEIGHTS), verify_step (verifiers.verify_rows, then the step's
-one host transfer for the whole batch), Generation.record per row, roll_back (each row's caches cropped to its own
+at each drafted position: settings.RULES, verifiers.WEIGHT_SOURCES), verify_step (verifiers.verify_rows, then the step's
+one host transfer for the whole batch), Generation.append per row, roll_back (each row's caches cropped to its own
 accepted prefix: accepted tokens are never re-encoded). A row that ends (EOS, its token budget) leaves the batch
 and the next prompt takes its slot. What the host sends a step (tokens, positions, lengths) goes through
 transfer.to_device: on CUDA pinned and non-blocking, so the step's one read is its only synchronisation (counted on
@@ -39,7 +39,7 @@ from diversed.decoding.stats import Generation, Step
 from diversed.decoding.stepper import Stepper
 from diversed.decoding.transfer import index, to_device
 from diversed.decoding.verifiers import (
-    WEIGHTS,
+    WEIGHT_SOURCES,
     Criterion,
     Logits,
     fly_window,
@@ -65,30 +65,30 @@ def draw(sampling: Sampling, scores: torch.Tensor, draws: Draws, lane: int) -> t
 
 @dataclass
 class Networks:
-    """The modules a decode runs: the target p, the draft q (None: the target alone), DIVERSED's weight head or
-    AutoJudge's classifier (head.Judge), and the pair's common logit width where the two differ by padding
-    (models.Pair.vocab_size)."""
+    """The modules a decode runs: the target p, the draft q (None: the target alone), the trained module its
+    verifier reads (settings.TRAINED: DIVERSED's weight head or AutoJudge's classifier), and the pair's common logit
+    width where the two differ by padding (models.Pair.vocab_size)."""
 
     target: nn.Module
     draft: nn.Module | None = None
-    head: nn.Module | None = None
+    trained: nn.Module | None = None
     vocab_size: int | None = None
 
     @classmethod
-    def of(cls, pair, head: nn.Module | None = None) -> Networks:
-        """A loaded pair's (models.Pair) target, draft and logit width, with a head."""
-        return cls(pair.target, pair.draft, head, pair.vocab_size)
+    def of(cls, pair, trained: nn.Module | None = None) -> Networks:
+        """A loaded pair's (models.Pair) target, draft and logit width, with a trained module."""
+        return cls(pair.target, pair.draft, trained, pair.vocab_size)
 
 
 def check_request(nets: Networks, prompt_len: int, decoding: Decoding, execution: Execution) -> None:
-    """Every check that can fail, before any compute: the head a verifier needs, then the models (prompt_len:
-    the longest prompt's)."""
-    target, draft, head, vocab_size = nets.target, nets.draft, nets.head, nets.vocab_size
+    """Every check that can fail, before any compute: the trained module a verifier needs, then the models
+    (prompt_len: the longest prompt's)."""
+    target, draft, trained, vocab_size = nets.target, nets.draft, nets.trained, nets.vocab_size
     verifier = decoding.verifier
     needs = trained_module(verifier)
     kind = MODULES.get(needs)
-    if kind is not None and not isinstance(head, kind):
-        raise ValueError(f"verifier {verifier!r} needs --{needs}, a trained {kind.WHAT} (head= in Python)")
+    if kind is not None and not isinstance(trained, kind):
+        raise ValueError(f"verifier {verifier!r} needs --{needs}, a trained {kind.WHAT} (trained= in Python)")
     models = [("target", target)]
     if verifier != "autoregressive":
         if draft is None:
@@ -100,7 +100,7 @@ def check_request(nets: Networks, prompt_len: int, decoding: Decoding, execution
             raise ValueError(f"vocabulary mismatch: target has {v_t} logits, draft has {v_d} (load the pair with "
                              "diversed.decoding.models.load_pair to pad provably identical tokenizers)")
     if kind is not None:
-        head.check_pair(target, draft)
+        trained.check_pair(target, draft)
     for role, model in models:
         fastpath.check_capture(execution.capture, model, role, enabled=execution.fastpath)
         ctx = context_length(model)
@@ -192,7 +192,7 @@ def eos_set(model: nn.Module, eos_token_id: int | tuple[int, ...] | list[int] | 
 
 @dataclass
 class Row:
-    """A sequence in the batch: its prompt's index, its record, its newest token (in neither cache), what the draft
+    """A sequence in the batch: its prompt's index, its Generation, its newest token (in neither cache), what the draft
     has not seen, its step marks (draft start, verify start, done) and its start."""
 
     index: int
@@ -343,19 +343,19 @@ def _padded(seqs: list[list[int]], device: torch.device) -> tuple[torch.Tensor, 
     return to_device([s + [0] * (width - len(s)) for s in seqs], device), [len(s) for s in seqs]
 
 
-def draft_block(D: Stepper, slots: list[int], rows: list[Row], ks: list[int], sampling: Sampling,
+def draft_block(Q: Stepper, slots: list[int], rows: list[Row], ks: list[int], sampling: Sampling,
                 draws: Draws) -> Block:
     """The draft proposes k_r tokens for each row r, one forward per position for all rows, fed each row's
     pending tokens first; rows that need fewer than the longest k draft on (their extra tokens are discarded)."""
     kmax, R = max(ks), len(rows)
     if not kmax:
-        return Block(torch.zeros(R, 0, dtype=torch.long, device=D.device), torch.full(
-            (R, 0, D.vocab), -torch.inf, device=D.device), D.empty_hidden[:R],
-            torch.ones(R, 0, dtype=torch.bool, device=D.device), draws)
-    x, lengths = _padded([r.pending for r in rows], D.device)  # [R, 1 or 2]
+        return Block(torch.zeros(R, 0, dtype=torch.long, device=Q.device), torch.full(
+            (R, 0, Q.vocab), -torch.inf, device=Q.device), Q.empty_hidden[:R],
+            torch.ones(R, 0, dtype=torch.bool, device=Q.device), draws)
+    x, lengths = _padded([r.pending for r in rows], Q.device)  # [R, 1 or 2]
     tokens, log_q, h, ok = [], [], [], []
     for j in range(kmax):
-        logits, h_j = D(x, slots, lengths, last_only=True)  # [R, 1, V], [R, 1, h_d]
+        logits, h_j = Q(x, slots, lengths, last_only=True)  # [R, 1, V], [R, 1, h_d]
         logits, ok_j = _finite(logits[:, 0])  # [R, V], [R]
         log_q_j = logprobs(sampling, logits)  # [R, V]
         x = draw(sampling, log_q_j, draws, DRAFT + j)[:, None]  # [R, 1]
@@ -364,11 +364,11 @@ def draft_block(D: Stepper, slots: list[int], rows: list[Row], ks: list[int], sa
     return Block(torch.cat(tokens, 1), torch.stack(log_q, 1), torch.cat(h, 1), torch.stack(ok, 1), draws)
 
 
-def score_block(T: Stepper, slots: list[int], rows: list[Row], block: Block, ks: list[int],
+def score_block(P: Stepper, slots: list[int], rows: list[Row], block: Block, ks: list[int],
                 sampling: Sampling) -> Scored:
     """One target forward over [last, d_1..d_k] per row: position i predicts draft token i + 1 (k, the bonus)."""
-    last = to_device([[r.last] for r in rows], T.device)  # [R, 1]
-    logits, h = T(torch.cat([last, block.tokens], 1), slots, [k + 1 for k in ks])  # [R, kmax + 1, V], [.., h_t]
+    last = to_device([[r.last] for r in rows], P.device)  # [R, 1]
+    logits, h = P(torch.cat([last, block.tokens], 1), slots, [k + 1 for k in ks])  # [R, kmax + 1, V], [.., h_t]
     logits, ok = _finite(logits)
     return Scored(logits, logprobs(sampling, logits), h, ok)
 
@@ -413,38 +413,41 @@ def verify_step(block: Block, scored: Scored, w: torch.Tensor, ks: list[int], ro
     return steps, emitted
 
 
-def roll_back(T: Stepper, D: Stepper, slot: int, row: Row, candidates: list[int], m: int) -> None:
+def roll_back(P: Stepper, Q: Stepper, slot: int, row: Row, candidates: list[int], m: int) -> None:
     """Keep the step's first m candidates [k + 1]: both caches keep the sequence but its newest token, which
     becomes row.last; row.pending is what the draft has not seen of it."""
-    start = T.held[slot] - (len(candidates) - 1)  # sequence position of candidates[0]: T holds all of them but one
-    T.crop(start + m - 1, slot)
-    D.crop(start + m - 1, slot)
-    row.last, row.pending = candidates[m - 1], candidates[D.held[slot] - start:m]
+    start = P.held[slot] - (len(candidates) - 1)  # sequence position of candidates[0]: P holds all of them but one
+    P.crop(start + m - 1, slot)
+    Q.crop(start + m - 1, slot)
+    row.last, row.pending = candidates[m - 1], candidates[Q.held[slot] - start:m]
 
 
-def speculative_step(T: Stepper, D: Stepper, batch: Batch, head: nn.Module | None, clock: _Clock) -> None:
-    """One draft-score-verify step for every live row, then each row's record and rollback."""
+def speculative_step(P: Stepper, Q: Stepper, batch: Batch, trained: nn.Module | None, clock: _Clock) -> None:
+    """One draft-score-verify step for every live row, then each row's Generation appended and its rollback."""
     decoding = batch.decoding
     slots, rows = batch.rows()
     ks = [min(decoding.K, decoding.max_new_tokens - len(r.out.tokens) - 1) for r in rows]  # k + 1 tokens at most
     t_draft = clock()
-    block = draft_block(D, slots, rows, ks, decoding.sampling, batch.draws(slots))  # tokens [R, kmax], log_q [.., V]
+    block = draft_block(Q, slots, rows, ks, decoding.sampling, batch.draws(slots))  # tokens [R, kmax], log_q [.., V]
     t_verify = clock()
-    scored = score_block(T, slots, rows, block, ks, decoding.sampling)  # log_p [R, kmax + 1, V]
+    scored = score_block(P, slots, rows, block, ks, decoding.sampling)  # log_p [R, kmax + 1, V]
     rule = RULES[decoding.verifier]
     p, q = scored.log_p.exp(), block.log_q.exp()  # [R, kmax + 1, V], [R, kmax, V]: once a step
-    w = WEIGHTS[rule.weight or "ones"](p=p, q=q, weight=decoding.weight, head=head, h_target=scored.h,
+    w = WEIGHT_SOURCES[rule.weight or "ones"](p=p, q=q, weight=decoding.weight, trained=trained, h_target=scored.h,
                                        h_draft=block.h, knob=decoding.knob, deferral=decoding.deferral)  # [R, kmax]
     steps, candidates = verify_step(block, scored, w, ks, rows, decoding, p, q)
     t_done = clock()
     for slot, row, step, cand in zip(slots, rows, steps, candidates, strict=True):
         row.marks.append((t_draft, t_verify, t_done))
-        m = row.out.record(step, batch.eos)
+        first = not row.out.tokens
+        m = row.out.append(step, batch.eos)
+        if first:  # verify_step's one transfer put the step's tokens on the host
+            row.out.time_first = time.perf_counter() - row.started
         batch.check_stop(row)
         if row.out.stop != "length" or len(row.out.tokens) >= decoding.max_new_tokens:
             batch.finish(slot, clock)
         else:
-            roll_back(T, D, slot, row, cand, m)
+            roll_back(P, Q, slot, row, cand, m)
 
 
 def alone_step(M: Stepper, batch: Batch, fidelity: bool) -> None:
@@ -460,6 +463,8 @@ def alone_step(M: Stepper, batch: Batch, fidelity: bool) -> None:
     for r, (slot, row) in enumerate(zip(slots, rows, strict=True)):
         _raise_if_broken([ok[r]], "model", len(row.out.tokens))
         token = int(tokens[r])
+        if not row.out.tokens:  # the transfer above put it on the host
+            row.out.time_first = time.perf_counter() - row.started
         row.out.tokens.append(token)
         if fidelity:
             row.out.target_logprob.append(logprob[r])
@@ -504,15 +509,15 @@ def generate(nets: Networks, prompts: list, decoding: Decoding, *,
     target, draft, vocab_size = nets.target, nets.draft, nets.vocab_size
     shared = shared_width(target, draft)
     # the target verifies K + 1 tokens (fewer at the end: padded); the draft takes 1, or 2 after a full acceptance
-    T = Stepper(target, vocab_size, shared, max_len, execution, buckets=(decoding.K + 1,), rows=B)
+    P = Stepper(target, vocab_size, shared, max_len, execution, buckets=(decoding.K + 1,), rows=B)
     # a row whose step needs fewer than K drafts drafts on with the others (untouched draws, rolled back): K more
-    D = Stepper(draft, vocab_size, shared, max_len + decoding.K, execution, buckets=(1, 2), rows=B)
-    head = nets.head.to(T.device) if nets.head is not None else None
-    clock = _Clock(T.device)
-    synchronize(T.device)
-    batch = Batch(prompts, [T, D], decoding, seeds, B, ends)
+    Q = Stepper(draft, vocab_size, shared, max_len + decoding.K, execution, buckets=(1, 2), rows=B)
+    trained = nets.trained.to(P.device) if nets.trained is not None else None
+    clock = _Clock(P.device)
+    synchronize(P.device)
+    batch = Batch(prompts, [P, Q], decoding, seeds, B, ends)
     while batch.live:  # one host sync per step, in verify_step
-        speculative_step(T, D, batch, head, clock)
+        speculative_step(P, Q, batch, trained, clock)
     return batch.done
 
 
@@ -538,8 +543,8 @@ def _alone(nets: Networks, prompts: list[list[int]], decoding: Decoding, seeds: 
 
 
 def speculative_generate(target: nn.Module, draft: nn.Module | None, input_ids, decoding: Decoding, *,
-                         head: nn.Module | None = None, seed: int = 0,
+                         trained: nn.Module | None = None, seed: int = 0,
                          vocab_size: int | None = None, execution: Execution = Execution()) -> Generation:
     """Decode one prompt (generate with a batch of one): the new tokens and per-step statistics."""
-    return generate(Networks(target, draft, head, vocab_size), [input_ids], decoding, seeds=[seed],
+    return generate(Networks(target, draft, trained, vocab_size), [input_ids], decoding, seeds=[seed],
                     execution=execution)[0]

@@ -53,7 +53,7 @@ def supported(model: nn.Module) -> bool:
 
 
 class Proj:
-    """x [T, in] -> x @ [W_1; W_2; ...]^T [T, sum out]: one GEMM against a fused transposed copy on CPU in
+    """x [S, in] -> x @ [W_1; W_2; ...]^T [S, sum out]: one GEMM against a fused transposed copy on CPU in
     float32 (2x faster GEMVs there), else the weights' own linear calls (no copy of a GPU model's weights)."""
 
     def __init__(self, *weights: torch.Tensor):
@@ -170,7 +170,7 @@ class FastDecoder:
     own length (`n`).
 
     capture: "none", "graph" or "compile" (see the module docstring); buckets: the step lengths to
-    capture (a step of T tokens runs in the smallest bucket >= T); post: h [N, h] -> logits [N, V],
+    capture (a step of S tokens runs in the smallest bucket >= S); post: h [N, h] -> logits [N, V],
     the output head, captured with the step.
     """
 
@@ -208,31 +208,31 @@ class FastDecoder:
     @torch.inference_mode()
     def __call__(self, ids: torch.Tensor, rows: list[int] | None = None, lengths: list[int] | None = None,
                  last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids [R, T] for the cache rows `rows` (default: all, in order) -> (post(h) [R, T or 1, V], h [R, T or
-        1, h]): hidden states after the final norm and their logits. Row r takes lengths[r] tokens (default T):
+        """ids [R, S] for the cache rows `rows` (default: all, in order) -> (post(h) [R, S or 1, V], h [R, S or
+        1, h]): hidden states after the final norm and their logits. Row r takes lengths[r] tokens (default S):
         ids[r, :lengths[r]] at its next positions; the rest is padding, written past its end and never attended
         to. last_only: each row's last real position."""
-        R, T = ids.shape
+        R, S = ids.shape
         rows = list(range(self.rows)) if rows is None else rows
-        lengths = [T] * R if lengths is None else lengths
+        lengths = [S] * R if lengths is None else lengths
         n = [self.n[r] for r in rows]
         if max(a + b for a, b in zip(n, lengths, strict=True)) > self.max_len:
-            raise ValueError(f"static KV cache of {self.max_len} positions is full ({max(n)} + {T})")
+            raise ValueError(f"static KV cache of {self.max_len} positions is full ({max(n)} + {S})")
         device = self.embed.device
-        pos = (to_device(n, device)[:, None] + torch.arange(T, device=device)).clamp_max(self.capacity - 1)
-        P = next((b for b in self.buckets if b >= T), None)
+        pos = (to_device(n, device)[:, None] + torch.arange(S, device=device)).clamp_max(self.capacity - 1)
+        P = next((b for b in self.buckets if b >= S), None)
         if P is None or rows != list(range(self.rows)):  # eager: attend over the filled positions only
             index = None if self.rows == R and rows == list(range(R)) else transfer.index(tuple(rows), device)
             if self.bucket_eager:  # a few window lengths, the positions past each row's own masked
-                h = forward(self, ids, pos, index, window_bucket(max(n) + T, self.capacity), masked=True)
+                h = forward(self, ids, pos, index, window_bucket(max(n) + S, self.capacity), masked=True)
             else:  # a padded row's tail is clamped to the last position
-                h = forward(self, ids, pos, index, min(max(n) + T, self.capacity), masked=T > 1 or R > 1)  # [R, T, h]
+                h = forward(self, ids, pos, index, min(max(n) + S, self.capacity), masked=S > 1 or R > 1)  # [R, S, h]
             logits = None
         else:  # every row, in the bucket's fixed shape, over the live length's window
             W = window_bucket(max(n) + P, self.capacity)
             step = self.steps.get((P, W)) or self.steps.setdefault((P, W), CapturedStep(self, P, W))
             logits, h = step(ids, pos)  # [B, P, V], [B, P, h]: static buffers, reused by the next call
-            logits, h = logits[:, :T], h[:, :T]
+            logits, h = logits[:, :S], h[:, :S]
         if last_only:
             at = transfer.index(tuple(k - 1 for k in lengths), device)[:, None, None]  # [R, 1, 1]
             h = h.gather(1, at.expand(R, 1, h.shape[-1]))  # [R, 1, h]
@@ -273,20 +273,20 @@ class FastDecoder:
 
 def forward(dec: FastDecoder, ids: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor | None, window: int,
             masked: bool, layer: Callable | None = None) -> torch.Tensor:
-    """ids [R, T] at positions pos [R, T] of cache rows `rows` [R] (None: every row) -> h [R, T, h] after the final
+    """ids [R, S] at positions pos [R, S] of cache rows `rows` [R] (None: every row) -> h [R, S, h] after the final
     norm. Writes the keys/values into the cache at pos and attends over cache positions [0, window), keys at or
     before each query's position when masked (else all of them). Only tensors change between calls, so a fixed
     shape and window can be captured. layer: decoder_layer, or its compiled form (one compilation serves every
     layer: they share shapes)."""
     layer = layer or decoder_layer
-    x = F.embedding(ids, dec.embed)  # [R, T, h]
-    cos, sin = dec.cos[pos][:, :, None], dec.sin[pos][:, :, None]  # [R, T, 1, d]
-    R, T = ids.shape
+    x = F.embedding(ids, dec.embed)  # [R, S, h]
+    cos, sin = dec.cos[pos][:, :, None], dec.sin[pos][:, :, None]  # [R, S, 1, d]
+    R, S = ids.shape
     group = dec.n_q // dec.n_kv  # query heads per key/value head
     mask = None
-    if masked:  # [R, 1, group T, window]: query row g T + t of head group g sees the keys at or before pos[r, t]
-        mask = (dec.key_pos[:window] <= pos[:, :, None])[:, None].expand(R, group, T, window)
-        mask = mask.reshape(R, 1, group * T, window)
+    if masked:  # [R, 1, group S, window]: query row g S + t of head group g sees the keys at or before pos[r, t]
+        mask = (dec.key_pos[:window] <= pos[:, :, None])[:, None].expand(R, group, S, window)
+        mask = mask.reshape(R, 1, group * S, window)
     at = Where(rows, pos, cos, sin, mask, window)
     for w, k_cache, v_cache in zip(dec.layers, dec.k, dec.v, strict=True):
         x = layer(dec, w, k_cache, v_cache, x, at)
@@ -295,7 +295,7 @@ def forward(dec: FastDecoder, ids: torch.Tensor, pos: torch.Tensor, rows: torch.
 
 class Where(NamedTuple):
     """Where a step's tokens sit, the same for every layer: cache rows `rows` [R] (None: every row), positions pos
-    [R, T] with their rotary cos, sin [R, T, 1, d], the attention mask [R, 1, group T, window] (None: every key)
+    [R, S] with their rotary cos, sin [R, S, 1, d], the attention mask [R, 1, group S, window] (None: every key)
     over cache positions [0, window)."""
 
     rows: torch.Tensor | None
@@ -308,29 +308,29 @@ class Where(NamedTuple):
 
 def decoder_layer(dec: FastDecoder, w: LayerWeights, k_cache: torch.Tensor, v_cache: torch.Tensor, x: torch.Tensor,
                   at: Where) -> torch.Tensor:
-    """One pre-norm decoder layer: x [R, T, h] -> [R, T, h]; k_cache, v_cache [B, n_kv, capacity, d] get the new
-    positions of rows at.rows (None: all B). Attention runs as n_kv heads over group * T query rows: query head
+    """One pre-norm decoder layer: x [R, S, h] -> [R, S, h]; k_cache, v_cache [B, n_kv, capacity, d] get the new
+    positions of rows at.rows (None: all B). Attention runs as n_kv heads over group * S query rows: query head
     j group + i attends with key/value head j, as transformers' repeat_kv, without expanding the cache."""
-    R, T, _ = x.shape
+    R, S, _ = x.shape
     nq, nkv, d = dec.n_q, dec.n_kv, dec.d
     rows, pos, cos, sin, mask, window = at
     h = rms_norm(x, w.ln1, dec.eps)
-    q, k, v = w.qkv(h).split([nq * d, nkv * d, nkv * d], dim=-1)  # [R, T, nq d], [R, T, nkv d] x 2
-    q, k, v = q.view(R, T, nq, d), k.view(R, T, nkv, d), v.view(R, T, nkv, d)
+    q, k, v = w.qkv(h).split([nq * d, nkv * d, nkv * d], dim=-1)  # [R, S, nq d], [R, S, nkv d] x 2
+    q, k, v = q.view(R, S, nq, d), k.view(R, S, nkv, d), v.view(R, S, nkv, d)
     if w.q_norm is not None:
         q, k = rms_norm(q, w.q_norm, dec.eps), rms_norm(k, w.k_norm, dec.eps)
-    q = (q * cos + rotate_half(q) * sin).transpose(1, 2)  # [R, nq, T, d]
-    k = k * cos + rotate_half(k) * sin  # [R, T, nkv, d]
+    q = (q * cos + rotate_half(q) * sin).transpose(1, 2)  # [R, nq, S, d]
+    k = k * cos + rotate_half(k) * sin  # [R, S, nkv, d]
     index = (torch.arange(R, device=x.device) if rows is None else rows)[:, None]  # [R, 1]
-    k_cache[index, :, pos] = k  # [R, T, nkv, d] into [B, nkv, cap, d]
+    k_cache[index, :, pos] = k  # [R, S, nkv, d] into [B, nkv, cap, d]
     v_cache[index, :, pos] = v
     keys, values = k_cache[:, :, :window], v_cache[:, :, :window]  # [B, nkv, window, d]
     if rows is not None:
         keys, values = keys.index_select(0, rows), values.index_select(0, rows)  # [R, nkv, window, d]
-    attn = F.scaled_dot_product_attention(q.reshape(R, nkv, nq // nkv * T, d), keys, values,
-                                          attn_mask=mask)  # [R, nkv, group T, d]
-    x = x + w.o(attn.reshape(R, nq, T, d).transpose(1, 2).reshape(R, T, nq * d))
-    gate, up = w.gate_up(rms_norm(x, w.ln2, dec.eps)).chunk(2, dim=-1)  # [R, T, I] each
+    attn = F.scaled_dot_product_attention(q.reshape(R, nkv, nq // nkv * S, d), keys, values,
+                                          attn_mask=mask)  # [R, nkv, group S, d]
+    x = x + w.o(attn.reshape(R, nq, S, d).transpose(1, 2).reshape(R, S, nq * d))
+    gate, up = w.gate_up(rms_norm(x, w.ln2, dec.eps)).chunk(2, dim=-1)  # [R, S, I] each
     return x + w.down(F.silu(gate) * up)
 
 
@@ -392,7 +392,7 @@ class CapturedStep:
     def __init__(self, dec: FastDecoder, P: int, W: int):
         self.dec, self.window = dec, W
         device = dec.embed.device
-        self.ids = torch.zeros(dec.rows, P, dtype=torch.long, device=device)  # [B, P] (the tail past T: padding)
+        self.ids = torch.zeros(dec.rows, P, dtype=torch.long, device=device)  # [B, P] (the tail past S: padding)
         self.pos = torch.zeros(dec.rows, P, dtype=torch.long, device=device)  # [B, P]
         self.layer = _compiled(decoder_layer) if dec.capture == "compile" else decoder_layer
         self.use_graph = device.type == "cuda"
@@ -402,9 +402,9 @@ class CapturedStep:
         return _step(self.dec, self.ids, self.pos, self.window, self.layer)
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids, pos [B, T <= P]: the padding's positions continue each row's (clamped to the cache)."""
-        T = ids.shape[1]
-        self.ids[:, :T].copy_(ids)
+        """ids, pos [B, S <= P]: the padding's positions continue each row's (clamped to the cache)."""
+        S = ids.shape[1]
+        self.ids[:, :S].copy_(ids)
         self.pos.copy_((pos[:, :1] + torch.arange(self.pos.shape[1], device=pos.device)).clamp_max(
             self.dec.capacity - 1))
         if not self.use_graph:

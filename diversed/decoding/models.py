@@ -13,14 +13,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, EMBEDDED_DRAFTS
-from diversed.utils import MODEL, atomic_dir, check_output, sha256_file, write_json
+from diversed.decoding.settings import DEFAULT_DRAFT_LAYERS, DTYPES, EMBEDDED_DRAFTS
+from diversed.utils import MODEL_OWNER, atomic_dir, check_output, sha256_file, write_json
 
 # The embedded default: SmolLM2-135M-Instruct (built by diversed.training.embedded).
 EMBEDDED_TARGET = "smollm2-135m-instruct"
-# the embedded drafts, by name: distilled from the target (diversed.training.draft), or its first N layers as they are
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
 
 def resources_dir() -> Path:
@@ -152,7 +149,7 @@ def load_model(name: str, *, dtype: str = "float32", device: str = "cpu", role: 
     check_weights(path)
     try:
         config = AutoConfig.from_pretrained(path)
-        model = model_class(config).from_pretrained(path, config=config, dtype=DTYPES[dtype])
+        model = model_class(config).from_pretrained(path, config=config, dtype=getattr(torch, dtype))
     except OSError as e:
         raise ValueError(
             f"cannot load {role} model {name!r}: not a local checkpoint and not reachable on the hub "
@@ -302,7 +299,7 @@ def prepare_tiny(root: str | os.PathLike, *, seed: int = 0, hidden: int = 64, la
     if (target_dir / "config.json").is_file() and (draft_dir / "config.json").is_file():
         return target_dir, draft_dir
     for path in (target_dir, draft_dir):
-        check_output(path, MODEL)
+        check_output(path, MODEL_OWNER)
     tok = char_tokenizer()
     cfg = LlamaConfig(vocab_size=128, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
@@ -311,8 +308,8 @@ def prepare_tiny(root: str | os.PathLike, *, seed: int = 0, hidden: int = 64, la
     target = LlamaForCausalLM(cfg).eval()
     draft = truncated_draft(target, draft_layers)
     for model, path in ((target, target_dir), (draft, draft_dir)):
-        with atomic_dir(path, MODEL) as tmp:
+        with atomic_dir(path, MODEL_OWNER) as tmp:
             model.save_pretrained(tmp)
             tok.save_pretrained(tmp)
-            write_json(tmp / MODEL.marker, {MODEL.key: "diversed prepare-models --kind tiny"})
+            write_json(tmp / MODEL_OWNER.marker, {MODEL_OWNER.key: "diversed prepare-models --kind tiny"})
     return target_dir, draft_dir

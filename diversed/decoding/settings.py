@@ -3,7 +3,7 @@ is added), the sampling filters (`Sampling`), a decode's settings (`Decoding`), 
 (`Execution`) and the names of the models and dtypes a pair may take. Imports no torch, so that the workflow's
 plan (diversed.experiment.plan), the config schema and the command line read them without loading the ML stack.
 
-A rule names its math (an ensemble weight of verifiers.WEIGHTS, or another test of verifiers.TESTS); everything
+A rule names its math (an ensemble weight of verifiers.WEIGHT_SOURCES, or another test of verifiers.TESTS); everything
 else that lists verifiers reads this table: the command line's choices, the config schema's methods and sweep
 families, the sweep grid, the figures' legends and the report's names. The baselines (the target alone, the
 draft alone) and the fine-tuned draft are methods, not rules.
@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from diversed.utils import finite, option, safetensors_metadata
 
 MIXINGS = ("linear", "logit")  # nu = w p + (1 - w) q, or the softmax of w log p + (1 - w) log q
-DEFERRALS = ("chow", "diff", "opt", "token")  # speculative cascades' deferral rules (verifiers.defer, token_cascade)
+DEFERRALS = ("chow", "diff", "opt", "token")  # speculative cascades' deferrals (verifiers.defer, token_cascade)
 DEFERRAL = DEFERRALS[0]  # the default: Chow's rule (a run of another verifier records it too, unused)
 CAPTURES = ("none", "graph", "compile")  # the fast path's fixed-shape steps: eager, CUDA graphs, torch.compile
-DTYPES = ("float32", "bfloat16", "float16", "float64")  # a pair's weights (models.DTYPES: the torch dtypes)
+DTYPES = ("float32", "bfloat16", "float16", "float64")  # a pair's weights: torch dtypes by name
 EMBEDDED_DRAFTS = {"embedded": "distilled", "embedded-weak": "truncated"}  # the embedded pair's drafts
 DEFAULT_DRAFT_LAYERS = 2  # the embedded draft's decoder layers, chosen by measurement: README "The embedded pair"
 
@@ -30,7 +30,7 @@ class Rule:
     """A speculative verifier.
 
     label: its name in tables, figures and the report; weight: the ensemble weight w [R, k] it verifies against,
-    by name in verifiers.WEIGHTS (None: it tests drafts another way); test: how verifiers.verify_rows tests a
+    by name in verifiers.WEIGHT_SOURCES (None: it tests drafts another way); test: how verifiers.verify_rows tests a
     draft (verifiers.TESTS); knob: what Decoding.knob sets (None: no knob; a rule with a knob is a sweep family,
     its setting chosen on dev) with the range it must lie in; knob2: what Decoding.knob2 sets, a second setting
     (None: none; a sweep leaves it at its default) with its range; relaxes: the way the knob (fixed's: w) moves to
@@ -96,7 +96,7 @@ RULES: dict[str, Rule] = {
     # w(h_target, h_draft)
     "dynamic": Rule("DIVERSED", "head", marker="*", source="Wang et al. 2026",
                  checked="the authors' `train/models.py`, `rl_train.py` (docs/AUTHORS.md)"),
-    # speculative cascades: w = delta(q, p) in {0, 1}, the deferral rule (Decoding.deferral) at threshold alpha;
+    # speculative cascades: w = delta(q, p) in {0, 1}, the deferral (Decoding.deferral) at threshold alpha;
     # chow from 0 (strict) to 1 (the draft), opt unbounded
     "cascade": Rule("Speculative cascade", "deferral", knob="alpha", low=-INF, high=INF, marker="P",
                     source="Narasimhan et al., ICLR 2025",
@@ -173,12 +173,12 @@ def trained_module(verifier: str) -> str | None:
 
 
 # one model decoding alone (no draft length K), by label
-BASELINES: dict[str, str] = {"autoregressive": "Target only", "draft": "Draft only"}
-VERIFIERS = (*BASELINES, *RULES)
+ALONE: dict[str, str] = {"autoregressive": "Target only", "draft": "Draft only"}
+VERIFIERS = (*ALONE, *RULES)
 FAMILIES = tuple(v for v, rule in RULES.items() if rule.knob)  # swept by their knob, beside the fixed w
 # the methods a workflow config runs, by label, in the order of every table and legend: every verifier, and
 # strict with the fine-tuned draft
-METHODS: dict[str, str] = {**BASELINES, "strict": RULES["strict"].label, "finetuned": "SD with fine-tuned draft",
+METHODS: dict[str, str] = {**ALONE, "strict": RULES["strict"].label, "finetuned": "SD with fine-tuned draft",
                            **{v: r.label for v, r in RULES.items()}}
 GIVEN = ("fixed", *FAMILIES)  # the verifiers a config may also run at a setting it gives (workflow key `given`)
 
@@ -261,7 +261,7 @@ class Decoding:
     verifier: one of VERIFIERS; K: draft length; weight: w of the fixed verifier; mixing: how nu mixes p and q;
     knob: the setting of a verifier whose rule has one (RULES: cascade's alpha, lenient's l, typical's epsilon,
     topk's k, EARS' beta, ...); knob2: a rule's second setting (topk's margin r, threshold's t_single; None: its
-    default); deferral: cascade's deferral rule (DEFERRALS);
+    default); deferral: cascade's deferral (DEFERRALS);
     eos_token_id: the ids that end a sequence (None: the target's generation config's; () never stops);
     synthetic_acceptance = a replaces verification by accepting each draft with probability a (timing at real
     sizes with random weights: verifiers.synthetic_rows)."""
@@ -305,7 +305,7 @@ class Decoding:
         if v == "fly" and isinstance(self.K, int) and self.K < 2:
             raise ValueError(f"verifier 'fly' needs K >= 2 (its window is min(6, K - 1)), got K = {self.K}")
         if self.deferral not in DEFERRALS:
-            raise ValueError(f"unknown deferral rule {self.deferral!r}; allowed: {', '.join(DEFERRALS)}")
+            raise ValueError(f"unknown deferral {self.deferral!r}; allowed: {', '.join(DEFERRALS)}")
         if self.deferral != DEFERRAL and v != "cascade":
             raise ValueError(f"deferral is only used by the 'cascade' verifier, not {v!r}")
         a = self.synthetic_acceptance
@@ -322,7 +322,7 @@ class Decoding:
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w <= 1:
                 raise ValueError(f"weight w must be in [0, 1], got {w!r}")
 
-    def record(self) -> dict:
+    def manifest(self) -> dict:
         """The settings as a manifest records them."""
         return dataclasses.asdict(self) | {"eos_token_id": None if self.eos_token_id is None
                                            else list(self.eos_token_id)}

@@ -69,9 +69,10 @@ class Generation:
     time_verify: float = 0.0
     time_total: float = 0.0  # its decode: from the end of its prefill to its last token (synchronised at both ends)
     time_prefill: float = 0.0  # the prefill forward(s) of the group it joined with (its own at batch 1)
+    time_first: float = 0.0  # from the end of its prefill to its first token on the host (TTFT = prefill + this)
     stop: str = "length"  # "eos", "stop" (a stop string: engine.Ends) or "length"
 
-    def record(self, step: Step, eos: set[int]) -> int:
+    def append(self, step: Step, eos: set[int]) -> int:
         """Append one speculative step, its tokens cut after the first EOS (then stop = "eos"); returns m, the
         number of tokens kept."""
         cut = next((j for j, t in enumerate(step.tokens) if t in eos), None)
@@ -154,7 +155,8 @@ def pool(gens: list[Generation]) -> Generation:
         target_logprob=[x for g in gens for x in g.target_logprob],
         target_argmax=[a for g in gens for a in g.target_argmax],
         time_draft=sum(g.time_draft for g in gens), time_verify=sum(g.time_verify for g in gens),
-        time_total=sum(g.time_total for g in gens), time_prefill=sum(g.time_prefill for g in gens))
+        time_total=sum(g.time_total for g in gens), time_prefill=sum(g.time_prefill for g in gens),
+        time_first=sum(g.time_first for g in gens))
 
 
 def summarize(gens: list[Generation]) -> dict:

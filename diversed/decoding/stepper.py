@@ -115,12 +115,12 @@ def _row_layer_class() -> type:
                 self.values = torch.nn.functional.pad(self.values, (0, 0, 0, pad))
 
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-            """key_states [R, heads, T, d] at the owner's rows and positions -> keys, values [R, heads, window, d]."""
+            """key_states [R, heads, S, d] at the owner's rows and positions -> keys, values [R, heads, window, d]."""
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
             o = self.owner
             at = (torch.arange(key_states.shape[0], device=self.device) if o.rows is None else o.rows)[:, None]
-            self.keys[at, :, o.pos] = key_states.transpose(1, 2)  # [R, T, heads, d]
+            self.keys[at, :, o.pos] = key_states.transpose(1, 2)  # [R, S, heads, d]
             self.values[at, :, o.pos] = value_states.transpose(1, 2)
             keys, values = self.keys[:, :, :o.window], self.values[:, :, :o.window]
             if o.rows is not None:
@@ -174,16 +174,16 @@ class Stepper:
     @torch.inference_mode()
     def __call__(self, ids: list[int] | torch.Tensor, rows: list[int] | None = None, lengths: list[int] | None = None,
                  last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids [R, T] (long, on the model's device) for the cache rows `rows` (default: all, in order) -> logits
-        [R, T or 1, V] (float32) and hidden states [R, T or 1, h]. Row r takes lengths[r] tokens (default T),
+        """ids [R, S] (long, on the model's device) for the cache rows `rows` (default: all, in order) -> logits
+        [R, S or 1, V] (float32) and hidden states [R, S or 1, h]. Row r takes lengths[r] tokens (default S),
         ids[r, :lengths[r]], at its next positions; the rest is padding. last_only: each row's last real one.
 
-        A one-row cache also takes ids [T] (a list or a tensor) and returns logits [T or 1, V], hidden [T or 1, h]."""
+        A one-row cache also takes ids [S] (a list or a tensor) and returns logits [S or 1, V], hidden [S or 1, h]."""
         single = not isinstance(ids, torch.Tensor) or ids.dim() == 1
         if single:
             x = (ids.to(self.device) if isinstance(ids, torch.Tensor) else to_device(ids, self.device)).view(1, -1)
         else:
-            x = ids  # [R, T]
+            x = ids  # [R, S]
         if self.fast is not None:
             logits, h = self.fast(x, rows, lengths, last_only)
         else:
@@ -193,16 +193,16 @@ class Stepper:
     def _forward(self, x: torch.Tensor, rows: list[int] | None, lengths: list[int] | None,
                  last_only: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """transformers' modules over a RowCache, with each row's positions and a mask of its own."""
-        R, T = x.shape
+        R, S = x.shape
         rows = list(range(self.rows)) if rows is None else rows
-        lengths = [T] * R if lengths is None else lengths
+        lengths = [S] * R if lengths is None else lengths
         n = [self.held[r] for r in rows]
-        pos = to_device(n, self.device)[:, None] + torch.arange(T, device=self.device)  # [R, T]
-        window = max(n) + T
+        pos = to_device(n, self.device)[:, None] + torch.arange(S, device=self.device)  # [R, S]
+        window = max(n) + S
         index = None if rows == list(range(self.rows)) else transfer.index(tuple(rows), self.device)
         self.cache.at(index, pos, window)
         h = self.decoder(input_ids=x, attention_mask=self._masks(pos, window), position_ids=pos, use_cache=True,
-                         **{cache_kwarg(self.decoder): self.cache.cache}).last_hidden_state  # [R, T, h]
+                         **{cache_kwarg(self.decoder): self.cache.cache}).last_hidden_state  # [R, S, h]
         if last_only:
             at = transfer.index(tuple(k - 1 for k in lengths), self.device)[:, None, None]  # [R, 1, 1]
             h = h.gather(1, at.expand(R, 1, h.shape[-1]))  # [R, 1, h]
@@ -211,12 +211,12 @@ class Stepper:
         return self.post(h.reshape(-1, h.shape[-1])).view(*h.shape[:2], -1), h
 
     def _masks(self, pos: torch.Tensor, window: int):
-        """Each row's attention mask [R, 1, T, window] over its cache positions: keys at or before the query's
+        """Each row's attention mask [R, 1, S, window] over its cache positions: keys at or before the query's
         position (and within the sliding window on sliding layers); one per layer type where the model has
         several, in the form its attention takes (boolean for SDPA, additive for eager)."""
         cfg = self.decoder.config
         keys = torch.arange(window, device=self.device)
-        causal = keys <= pos[:, :, None]  # [R, T, window]
+        causal = keys <= pos[:, :, None]  # [R, S, window]
         allowed = {"full_attention": causal}
         if getattr(cfg, "sliding_window", None):
             allowed["sliding_attention"] = causal & (pos[:, :, None] - keys < cfg.sliding_window)

@@ -96,7 +96,7 @@ def entropy(p: torch.Tensor) -> torch.Tensor:
     return -(p * torch.where(p > 0, p.log(), 0.0)).sum(dim=-1)
 
 
-def defer(p: torch.Tensor, q: torch.Tensor, alpha: float, rule: str = DEFERRAL) -> torch.Tensor:
+def defer(p: torch.Tensor, q: torch.Tensor, alpha: float, deferral: str = DEFERRAL) -> torch.Tensor:
     """Speculative cascades' deferral delta(q, p) in {0, 1} at each position: p, q [..., V] -> [...] float, 1 where
     the cascade defers to the target (Narasimhan et al., "Faster Cascades via Speculative Decoding", ICLR 2025,
     section 4). chow: max q < 1 - alpha; diff: max q < max p - alpha; opt: max q < max p - alpha TV(p, q).
@@ -104,16 +104,16 @@ def defer(p: torch.Tensor, q: torch.Tensor, alpha: float, rule: str = DEFERRAL) 
     token-specific cascade): the draft mass deferred, sum_v q(v) [p(v) < (1 - alpha) max p], recorded as w; its pi
     is token_cascade's."""
     q_max, p_max = q.max(dim=-1).values, p.max(dim=-1).values
-    if rule == "token":
+    if deferral == "token":
         return (q * token_deferred(p, alpha)).sum(-1)
-    if rule == "chow":
+    if deferral == "chow":
         bar = 1 - alpha
-    elif rule == "diff":
+    elif deferral == "diff":
         bar = p_max - alpha
-    elif rule == "opt":
+    elif deferral == "opt":
         bar = p_max - alpha * total_variation(p, q)
     else:
-        raise ValueError(f"unknown deferral rule {rule!r}; allowed: {', '.join(DEFERRALS)}")
+        raise ValueError(f"unknown deferral {deferral!r}; allowed: {', '.join(DEFERRALS)}")
     return (q_max < bar).float()
 
 
@@ -209,13 +209,13 @@ def typical_threshold(p: torch.Tensor, epsilon: float) -> torch.Tensor:
 # The ensemble weight w [R, k] each rule of settings.RULES verifies against (Rule.weight names it), from what a
 # speculative step holds: p [R, k + 1, V], q [R, k, V], the head's inputs h_target [R, k + 1, h_t], h_draft
 # [R, k, h_d], and the decode's weight, knob and deferral.
-WEIGHTS = {
+WEIGHT_SOURCES = {
     "ones": lambda p, q, **_: q.new_ones(q.shape[:2]),  # w = 1: strict
     "constant": lambda q, weight, **_: q.new_full(q.shape[:2], float(weight)),  # one w: the static ensemble
-    "head": lambda q, head, h_target, h_draft, **_: head(h_target[:, :q.shape[1]], h_draft).float(),  # DIVERSED
+    "head": lambda q, trained, h_target, h_draft, **_: trained(h_target[:, :q.shape[1]], h_draft).float(),  # DIVERSED
     "deferral": lambda p, q, knob, deferral, **_: defer(p[:, :q.shape[1]], q, knob, deferral),  # cascades' delta
     # AutoJudge: not a weight but the judge's P(a mismatch matters) at each position, which its test reads
-    "judge": lambda q, head, h_target, h_draft, **_: head(h_target[:, :q.shape[1]], h_draft).float(),
+    "judge": lambda q, trained, h_target, h_draft, **_: trained(h_target[:, :q.shape[1]], h_draft).float(),
 }
 
 

@@ -22,7 +22,7 @@ from diversed.decoding.settings import (
     RULES,
 )
 from diversed.experiment.declared import build, parse
-from diversed.runs.settings import SAMPLINGS, SELECTIONS, STOPS, WEIGHTS
+from diversed.runs.settings import SAMPLINGS, SELECTIONS, STOPS, WEIGHT_GRID
 from diversed.tasks import PROMPT_FORMATS, SCORINGS, get_task, registry
 from diversed.training.settings import DistillConfig, HeadTrainConfig, JudgeFit
 from diversed.utils import option
@@ -121,9 +121,9 @@ class Sweep:
     families: dict[str, list[float]] = option({}, "Knob values swept for each relaxed family that methods runs; a "
                                                   "family in methods needs its values here.",
                                               keys={f: _knobs(f, "values") for f in FAMILIES})
-    deferrals: list[str] = option([DEFERRAL], "Cascade deferral rules swept (each at every alpha of families.cascade).",
+    deferrals: list[str] = option([DEFERRAL], "Cascade deferrals swept (each at every alpha of families.cascade).",
                                   choices=DEFERRALS, nonempty=True)
-    weights: list[float] = option(list(WEIGHTS), "Grid of w (weight on the target); strict (w = 1) is always "
+    weights: list[float] = option(list(WEIGHT_GRID), "Grid of w (weight on the target); strict (w = 1) is always "
                                                  "added.",
                                   low=0, high=1, nonempty=True)
     mixings: list[str] = option(list(MIXINGS), "Ensemble forms swept.", choices=MIXINGS, nonempty=True)

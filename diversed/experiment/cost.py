@@ -189,7 +189,7 @@ def crossover(target: str, draft: str, *, K: int = 5, tau: float = 3.0, context:
     return None
 
 
-RULES = ("decode", "time", "sweep", "time_sweep", "sweep_lambda", "train_head", "distill_draft", "mine_judge")
+GPU_RULES = ("decode", "time", "sweep", "time_sweep", "sweep_lambda", "train_head", "distill_draft", "mine_judge")
 MISMATCH = 0.3  # the share of a greedy answer's positions where the draft would choose otherwise (assumed)
 # rules priced under another's column
 PRICED_AS = {"decode_transfer": "decode", "train_head_lambda": "train_head"}
@@ -207,7 +207,7 @@ def job_ms(plan: Plan, pair: str) -> dict[str, list[float]]:
     p = plan.pairs[pair]
     dtype = p.dtype
     t, d = arch(p.target), arch(p.draft)
-    jobs: dict[str, list[float]] = {rule: [] for rule in RULES}
+    jobs: dict[str, list[float]] = {rule: [] for rule in GPU_RULES}
 
     def per_token(K, rows, ctx, model=None):
         if model is not None:  # one model alone
@@ -223,7 +223,7 @@ def job_ms(plan: Plan, pair: str) -> dict[str, list[float]]:
         return r.prompts * r.max_new_tokens * per_token(r.K, r.batch_size, ctx, alone)
 
     for job in plan.jobs:
-        if job.pair != pair or PRICED_AS.get(job.rule, job.rule) not in RULES:
+        if job.pair != pair or PRICED_AS.get(job.rule, job.rule) not in GPU_RULES:
             continue
         rule, cfg = PRICED_AS.get(job.rule, job.rule), job.train
         if rule == "train_head":
@@ -252,7 +252,7 @@ def longest_job_minutes(plan: Plan) -> dict[str, float]:
     """GPU minutes of the longest job of each GPU rule over every pair of a workflow plan (computed): what a
     cluster profile's time limit per rule must cover."""
     return {rule: max((max(job_ms(plan, name)[rule], default=0.0) for name in plan.pairs), default=0.0)
-            / 6e4 for rule in RULES}
+            / 6e4 for rule in GPU_RULES}
 
 
 def disk_gb(plan: Plan, pair: str) -> float:
@@ -270,7 +270,7 @@ def cost_table(plan: Plan) -> str:
             "GPU-hours | disk |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in plan.pairs:
         h = gpu_hours(plan, name)
-        rows.append(f"| {name} | " + " | ".join(f"{h[r]:.1f}" for r in RULES)
+        rows.append(f"| {name} | " + " | ".join(f"{h[r]:.1f}" for r in GPU_RULES)
                     + f" | {sum(h.values()):.0f} | {disk_gb(plan, name):.0f} GB |")
     total_hours = sum(sum(gpu_hours(plan, name).values()) for name in plan.pairs)
     return "\n".join(rows) + f"\n\nAll pairs: {total_hours:.0f} GPU-hours (batch size {plan.experiment.batch_size})."

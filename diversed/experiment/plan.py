@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diversed.decoding.settings import BASELINES, FAMILIES, GIVEN, Method
+from diversed.decoding.settings import ALONE, FAMILIES, GIVEN, Method
 from diversed.experiment.config import JOB_FIELDS, Experiment, experiment, judge_tasks
 from diversed.experiment.declared import declared
 from diversed.experiment.sources import Sources, hub_model, hub_sources, hub_task, load_config
@@ -38,23 +38,23 @@ HEAD = "results/heads/{pair}/{task}"  # the task's head: trained at the config's
 DRAFT = "resources/drafts/{pair}/{task}"  # the fine-tuned draft
 JUDGE = "results/judges/{pair}/{task}"  # AutoJudge's classifier (judge.safetensors, manifest.json)
 JUDGE_LABELS = "results/judges/{pair}/{task}/labels"  # its mined labels (shards/, mismatches.jsonl, manifest.json)
-MODELS = "resources/models/{pair}.json"  # prepare_models' record of a local pair
+MODELS_RECORD = "resources/models/{pair}.json"  # prepare_models' record of a local pair
 SOURCES = "resources/sources.json"  # fetch_sources' record: every hub source is in the Hugging Face cache
 KEPT = "results/kept"  # finished quality runs of a failed decode job (generate --keep)
-TABLES = "results/tables"
+TABLES_DIR = "results/tables"
 TABLE_NAMES = ("table1", "table2", "table3", "speed", "families", "knobs", "retention", "lambda")
 TIDY = ("runs", "prompts", "sweeps", "sweep_prompts", "weights", "trained")  # aggregate's tidy CSVs
-FIGURES = "figures"
+FIGURES_DIR = "figures"
 REPORT = "results/REPORT.md"
-RESULTS = "results"
+RESULTS_DIR = "results"
 AUDIT = "results/audit.txt"  # diversed audit's outcome: timed = scored, accounting
-JOBS = "results/jobs"  # a decoding job's manifest: its runs' folders and ids (generate --job), its one output
+JOBS_DIR = "results/jobs"  # a decoding job's manifest: its runs' folders and ids (generate --job), its one output
 NUMBER = r"\d+(\.\d+)?(e-\d+)?"  # a float as str() writes it (0.1, 1.0, 1e-05): the T and lambda wildcards
 
 # every rule's outputs, as templates of its wildcards (what Snakemake matches; a job's are them filled in); plot's
 # figures, named by the config's temperatures, are the plan's (Plan.outputs)
 OUTPUTS: dict[str, dict[str, str]] = {
-    "fetch_sources": {"record": SOURCES}, "prepare_models": {"record": MODELS},
+    "fetch_sources": {"record": SOURCES}, "prepare_models": {"record": MODELS_RECORD},
     "train_head": {"head": HEAD + "/head.safetensors", "log_csv": HEAD + "/train_log.csv"},
     "train_head_lambda": {"head": LAMBDA_HEAD + "/head.safetensors", "log_csv": LAMBDA_HEAD + "/train_log.csv"},
     "distill_draft": {"draft": DRAFT}, "mine_judge": {"labels": JUDGE_LABELS + "/manifest.json"},
@@ -63,11 +63,11 @@ OUTPUTS: dict[str, dict[str, str]] = {
     "sweep_lambda": {"head": HEAD + "/head.safetensors", "log_csv": HEAD + "/train_log.csv",
                      "choice": LAMBDA + "/choice.json", "table": LAMBDA + "/lambda.csv",
                      "markdown": LAMBDA + "/lambda.md"},
-    "decode": {"job": JOBS + "/decode/{pair}/{task}/T{T}-s{seed}.json"},
-    "time": {"job": JOBS + "/time/{pair}/{task}/T{T}.json"},
-    "decode_transfer": {"job": JOBS + "/decode_transfer/{pair}/{task}/dynamic@{head}/T{T}-s{seed}.json"},
-    "time_sweep": {"job": JOBS + "/time_sweep/{pair}/{task}/T{T}-K{K}.json"},
-    "aggregate": {name: f"{TABLES}/{name}.csv" for name in TIDY},
+    "decode": {"job": JOBS_DIR + "/decode/{pair}/{task}/T{T}-s{seed}.json"},
+    "time": {"job": JOBS_DIR + "/time/{pair}/{task}/T{T}.json"},
+    "decode_transfer": {"job": JOBS_DIR + "/decode_transfer/{pair}/{task}/dynamic@{head_task}/T{T}-s{seed}.json"},
+    "time_sweep": {"job": JOBS_DIR + "/time_sweep/{pair}/{task}/T{T}-K{K}.json"},
+    "aggregate": {name: f"{TABLES_DIR}/{name}.csv" for name in TIDY},
     "audit": {"audit": AUDIT}, "report": {"report": REPORT}, "plot": {},
 }
 RUN_RULES = ("decode", "time", "decode_transfer", "time_sweep")  # the decoding jobs: `diversed generate` --run runs
@@ -160,14 +160,14 @@ class Setup:
         self.experiment = x
         self.pairs, self.tasks, self.sweep = x.pairs, x.tasks, x.sweep
         self.methods = x.methods
-        self.baselines = [m for m in BASELINES if m in self.methods]
-        self.speculative = [m for m in self.methods if m not in BASELINES]
+        self.alone = [m for m in ALONE if m in self.methods]
+        self.speculative = [m for m in self.methods if m not in ALONE]
         self.families = [m for m in self.methods if m in FAMILIES]  # relaxed verifiers at their sweep's knob
         self.chosen = [m for m in self.speculative if m == "fixed" or m in FAMILIES]  # a sweep chooses their setting
         self.given = {Method(v, k).label: v for v in GIVEN for k in x.given.get(v, [])}  # method: verifier
         self.lambda_tasks = x.lambda_sweep.tasks
         self.judge_tasks = judge_tasks(x)
-        self.transfer_heads = sorted({t.head for t in x.transfer})
+        self.transfer_head_tasks = sorted({t.head for t in x.transfer})
         self.sweep_head = "dynamic" in self.speculative  # the fronts' references each sweep decodes
         self.sweep_target = "autoregressive" in self.methods
         self.hub: Sources = hub_sources(x)
@@ -176,7 +176,7 @@ class Setup:
         """A rule's outputs at a job's wildcards w."""
         out: dict[str, str | list[str]] = {k: t.format(**w) for k, t in OUTPUTS[rule].items()}
         if rule == "aggregate":
-            out["tables"] = [f"{TABLES}/{n}.{ext}" for n in TABLE_NAMES for ext in ("csv", "md", "tex")]
+            out["tables"] = [f"{TABLES_DIR}/{n}.{ext}" for n in TABLE_NAMES for ext in ("csv", "md", "tex")]
         if rule == "plot":
             out["figures"] = self.figures()
         return out
@@ -187,13 +187,13 @@ class Setup:
             f"{kind}_T{float(T):g}" for kind in ("quality_vs_time", "acceptance_by_position", "acceptance_vs_bias",
                                                  "acceptance_vs_kl")
             for T in self.experiment.temperatures]
-        return [f"{FIGURES}/{stem}.{ext}" for stem in stems for ext in ("png", "pdf")]
+        return [f"{FIGURES_DIR}/{stem}.{ext}" for stem in stems for ext in ("png", "pdf")]
 
     def models(self, pair: str, task: str) -> dict[str, str]:
         """What every job that loads a pair reads: its prepare_models record (a local pair), or the fetched hub
         sources (a hub model or a hub task)."""
         p = self.pairs[pair]
-        inputs = {"models": MODELS.format(pair=pair)} if p.prepare != "none" else {}
+        inputs = {"models": MODELS_RECORD.format(pair=pair)} if p.prepare != "none" else {}
         if hub_model(p.target, p.prepare) or hub_model(p.draft, p.prepare) or \
                 hub_task(task, self.tasks[task].data_files):
             inputs["sources"] = SOURCES
@@ -290,7 +290,7 @@ class Setup:
 
     def head_tasks(self) -> list[str]:
         """The tasks whose head some job reads: every task when DIVERSED runs, and each transfer's head task."""
-        return [t for t in self.tasks if "dynamic" in self.speculative or t in self.transfer_heads]
+        return [t for t in self.tasks if "dynamic" in self.speculative or t in self.transfer_head_tasks]
 
 
 class RunLists:
@@ -319,8 +319,8 @@ class RunLists:
         t = self.s.tasks[task]
         n = min(t.n_timing, t.n_eval) if timing else t.n_eval
         if rule == "decode_transfer":
-            head = self.s.head(pair, w["head"])
-            method = Method("dynamic", head_task=w["head"]).label
+            head = self.s.head(pair, w["head_task"])
+            method = Method("dynamic", head_task=w["head_task"]).label
             return [self.run(rule, RUN.format(pair=pair, task=task, method=method, T=T, K=K, seed=seed), w | {"K": K},
                               method=method, verifier="dynamic", split="eval", prompts=n,
                               changes=self.s.head_changes(head))
@@ -328,7 +328,7 @@ class RunLists:
         runs = []
         methods = [m for m in [*self.s.speculative, *self.s.given]
                    if Method.parse(m).base != "judge" or task in self.s.judge_tasks]
-        for method, K in [(b, None) for b in self.s.baselines] + [(m, K) for m in methods for K in K_list]:
+        for method, K in [(b, None) for b in self.s.alone] + [(m, K) for m in methods for K in K_list]:
             if timing:
                 template = TIMING_BASELINE if K is None else TIMING_RUN
             else:
@@ -370,7 +370,7 @@ class RunLists:
                    timing: bool = False) -> PlannedRun:
         """A sweep point's run (Grid.points' changes): on the dev split, at the sweep's K (the target alone: none)."""
         v = point["verifier"]
-        return self.run(rule, dir, w | {"K": None if v in BASELINES else w["K"], "seed": 0}, method=v, verifier=v,
+        return self.run(rule, dir, w | {"K": None if v in ALONE else w["K"], "seed": 0}, method=v, verifier=v,
                          split="dev", prompts=prompts, timing=timing,
                          changes={k: x for k, x in point.items() if k != "verifier"})
 
@@ -536,14 +536,14 @@ class DecodingJobs:
                 yield self.decode_job("decode", {"pair": pair, "task": task, "T": T, "seed": str(seed)})
             yield self.decode_job("time", {"pair": pair, "task": task, "T": T})
         for pair, t, seed in itertools.product(self.s.pairs, x.transfer, x.seeds):
-            yield self.decode_job("decode_transfer", {"pair": pair, "task": t.eval, "head": t.head,
+            yield self.decode_job("decode_transfer", {"pair": pair, "task": t.eval, "head_task": t.head,
                                                        "T": temperature(x.transfer_temperature),
                                                        "seed": str(seed)})
 
     def decode_job(self, rule: str, w: dict[str, str]) -> Job:
         pair, task, timing = w["pair"], w["task"], rule == "time"
         if rule == "decode_transfer":
-            inputs = self.s.models(pair, task) | {"head": self.s.head(pair, w["head"])}
+            inputs = self.s.models(pair, task) | {"head": self.s.head(pair, w["head_task"])}
         else:
             inputs = self.decode_inputs(pair, task, w["T"])
         runs = self.runs.decoding_runs(rule, w)
@@ -567,7 +567,8 @@ class Plan:
     def __init__(self, config: dict):
         self.s = s = Setup(experiment(config))
         self.experiment, self.pairs, self.tasks, self.hub = s.experiment, s.pairs, s.tasks, s.hub
-        self.lambda_tasks, self.judge_tasks, self.transfer_heads = s.lambda_tasks, s.judge_tasks, s.transfer_heads
+        self.lambda_tasks, self.judge_tasks = s.lambda_tasks, s.judge_tasks
+        self.transfer_head_tasks = s.transfer_head_tasks
         self.jobs: list[Job] = []
         self._index: dict[tuple, Job] = {}
         runs = RunLists(s)
@@ -628,18 +629,18 @@ class Plan:
             "sweeps": flags(sweeps=inputs["sweeps"]), "sweep_timing_runs": flags(
                 sweep_timing_runs=scored["sweep_timing_scores"]), "lambda_sweeps": flags(
                 lambda_sweeps=inputs["lambda_sweeps"]),
-            "transfer_temperature": temperature(self.s.experiment.transfer_temperature), "out": TABLES}, threads=1)
+            "transfer_temperature": temperature(self.s.experiment.transfer_temperature), "out": TABLES_DIR}, threads=1)
         read = {name: tables[name] for name in ("runs", "prompts", "sweeps", "weights")}
         yield Job("plot", {}, read, self.s.outputs_at("plot", {}), {
             "temperatures": " ".join(temperature(T) for T in self.s.experiment.temperatures),
-            "figure_temperature": temperature(self.s.sweep.figure_temperature), "tables": TABLES, "out": FIGURES},
-            threads=1)
+            "figure_temperature": temperature(self.s.sweep.figure_temperature), "tables": TABLES_DIR,
+            "out": FIGURES_DIR}, threads=1)
         audit = self.s.outputs_at("audit", {})
-        yield Job("audit", {}, inputs, audit, {"results": RESULTS}, threads=1)
+        yield Job("audit", {}, inputs, audit, {"results": RESULTS_DIR}, threads=1)
         yield Job("report", {}, {name: tables[name] for name in ("runs", "prompts", "sweeps", "sweep_prompts",
                                                                  "trained", "tables")} | {
-            "figures": self.s.figures()} | audit, self.s.outputs_at("report", {}), {"tables": TABLES,
-                                                                                   "figures": FIGURES}, threads=1)
+            "figures": self.s.figures()} | audit, self.s.outputs_at("report", {}), {"tables": TABLES_DIR,
+                                                                                   "figures": FIGURES_DIR}, threads=1)
 
 
 def _parent(path: str) -> str:

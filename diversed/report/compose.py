@@ -12,12 +12,11 @@ import pandas as pd
 
 from diversed.analysis.claims import claims, frame, markdown
 from diversed.analysis.tables import read_units
+from diversed.experiment.plan import TABLE_NAMES
 from diversed.report.deviations import section as deviations
 from diversed.tasks import SPLITS
 from diversed.tracking import Tracker
 from diversed.utils import provenance, write_text
-
-TABLES = ("table1", "table2", "table3", "speed", "families", "knobs", "retention", "lambda")
 
 STATISTICS = ("Every ± is the half-width of a 95% interval over prompts: each eval prompt is one unit, its seeds "
               "pooled (counts summed, quality averaged), since every seed decodes the same prompts. Acceptance, "
@@ -134,7 +133,7 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path, audit
     if off := sorted(set(sweeps["split"]) - {"dev"}):
         parts += [f"**Warning**: the fixed w was chosen on the {', '.join(off)} split, not on dev.", ""]
     parts += ["## Tables", ""]
-    for name in TABLES:
+    for name in TABLE_NAMES:
         if (tables / f"{name}.md").is_file():
             parts += [(tables / f"{name}.md").read_text(), ""]
     rel = Path("..") / figures if not figures.is_absolute() else figures
@@ -161,7 +160,7 @@ def log_report(tables: Path, figures: list[Path], name: str, claims: pd.DataFram
     tracker = Tracker(name=f"report-{name}", group=name, job_type="report")
     tracker.frame("claims", claims)
     tracker.frame("heads", heads)
-    for table in TABLES:
+    for table in TABLE_NAMES:
         if (tables / f"{table}.csv").is_file() and (tables / f"{table}.csv").stat().st_size > 1:
             tracker.frame(table, pd.read_csv(tables / f"{table}.csv"))
     tracker.images(figures)

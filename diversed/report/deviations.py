@@ -34,7 +34,7 @@ class Row:
     this_run: str
     agrees: bool | str | None
 
-    def record(self) -> dict:
+    def cells(self) -> dict:
         verdict = self.agrees if isinstance(self.agrees, str) else SILENT if self.agrees is None else \
             "yes" if self.agrees else "**no**"
         return {"setting": self.setting, "source": self.source, "authors": self.authors,
@@ -166,7 +166,7 @@ def settings(runs: pd.DataFrame, trained: pd.DataFrame) -> list[dict]:
     tables = {"runs": own, "heads": heads, "drafts": drafts}
     rows = [*_run_rows(own, quality), *(protocol_row(step, tables) for step in STEPS),
             *_training_rows(heads, cross), *_given_rows(own)]
-    return [row.record() for row in rows]
+    return [row.cells() for row in rows]
 
 
 def section(runs: pd.DataFrame, trained: pd.DataFrame) -> list[str]:

@@ -16,11 +16,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from diversed.analysis.tables import METHOD_NAMES, is_timing, quality, quality_units, read_units, timed_units
-from diversed.decoding.settings import RULES, Method
+from diversed.analysis.tables import is_timing, quality, quality_units, read_units, timed_units
+from diversed.decoding.settings import ALONE, METHODS, RULES, Method
 from diversed.utils import atomic_path
 
-METHODS = tuple(METHOD_NAMES)  # the order of every legend (settings.METHODS)
 MARKERS = {"autoregressive": "s", "draft": "v", "finetuned": "D"} | {v: r.marker for v, r in RULES.items()}
 COLORS = {m: f"C{i}" for i, m in enumerate(METHODS)}  # one colour per method in every panel and figure
 
@@ -116,7 +115,7 @@ def acceptance_vs_bias(sweeps: pd.DataFrame, stem: Path, temperature: float, x: 
         for verifier, r in g.groupby("verifier"):
             ax.scatter(r[x], 100 * r["draft_acceptance_rate"], marker=MARKERS.get(verifier, "o"),
                        c=COLORS.get(verifier, "k"), s=28, zorder=2,
-                       label=RULES[verifier].swept() if verifier in RULES else METHOD_NAMES.get(verifier, verifier))
+                       label=RULES[verifier].swept() if verifier in RULES else METHODS.get(verifier, verifier))
         ax.set(xlabel=BIAS[x], ylabel="acceptance rate (%)", ylim=(0, 100))
         ax.grid(alpha=0.3)
     _legend(fig)
@@ -185,7 +184,7 @@ def _dev_panel(ax, s: pd.DataFrame) -> None:
         ax.plot(-front["x"], front["quality"], c=colour, lw=1, ls="--")
     for method in ("dynamic", "autoregressive"):
         r = s[s["verifier"] == method]
-        label = f"{METHOD_NAMES[method]} (dev split)"
+        label = f"{METHODS[method]} (dev split)"
         if r.empty:
             continue
         if r["x"].notna().any():
@@ -199,7 +198,7 @@ def _dev_panel(ax, s: pd.DataFrame) -> None:
 def _legend_order(method: str) -> tuple[int, str]:
     """Methods in the order of METHODS, a given setting (fixed-0.7) after its verifier's chosen one."""
     v = Method.parse(method).base
-    return (METHODS.index(v) if v in METHODS else len(METHODS), method)
+    return (list(METHODS).index(v) if v in METHODS else len(METHODS), method)
 
 
 def quality_vs_time(units: pd.DataFrame, runs: pd.DataFrame, sweeps: pd.DataFrame, stem: Path,
@@ -229,7 +228,7 @@ def acceptance_by_position_bars(runs: pd.DataFrame, temperature: float) -> pd.Da
     """What the acceptance-by-position figure plots: per (pair, task, method, position i) at one temperature,
     P(draft token i accepted | 1..i-1 accepted), the mean over runs."""
     d = runs[(runs["temperature"] == temperature) & runs["head_task"].isna()
-             & ~is_timing(runs) & runs["method"].isin([m for m in METHODS if m not in ("autoregressive", "draft")])]
+             & ~is_timing(runs) & runs["method"].isin([m for m in METHODS if m not in ALONE])]
     keys = ["pair", "task", "method", "position"]
     rows = [(r.pair, r.task, r.method, i + 1, a) for r in d.itertuples()
             for i, a in enumerate(json.loads(r.acceptance_by_position))]
@@ -246,7 +245,7 @@ def acceptance_by_position(runs: pd.DataFrame, stem: Path, temperature: float) -
         for j, method in enumerate(methods):
             b = g[g["method"] == method]
             ax.bar(b["position"] + (j - (len(methods) - 1) / 2) * width, 100 * b["acceptance"], width,
-                   color=COLORS[method], label=METHOD_NAMES.get(method, method))
+                   color=COLORS[method], label=METHODS.get(method, method))
         ax.set(xlabel="draft position i", ylabel="acceptance (%)", xticks=sorted(set(g["position"])), ylim=(0, 100))
         ax.grid(alpha=0.3, axis="y")
     _legend(fig)

@@ -26,13 +26,13 @@ from diversed.decoding.fastpath import pooled_decoders
 from diversed.decoding.head import MODULES, load_head
 from diversed.decoding.models import encode_prompt, load_pair
 from diversed.decoding.rng import stream_seed
-from diversed.decoding.settings import DEFERRAL, TRAINED, Decoding, Execution, trained_module
+from diversed.decoding.settings import ALONE, DEFERRAL, TRAINED, Decoding, Execution, trained_module
 from diversed.decoding.stats import Generation, summarize
-from diversed.runs.settings import Launch, RunConfig
+from diversed.runs.settings import PROMPT_FIELDS, Launch, RunConfig
 from diversed.tasks import get_task
 from diversed.tracking import decode_tracker
 from diversed.utils import (
-    RUN,
+    RUN_OWNER,
     atomic_dir,
     check_output,
     check_writable,
@@ -179,7 +179,7 @@ class PreparedRun:
         if not timed:  # a batch's wall clock is shared by its rows: no tokens/s
             summary |= {k: None for k in ("tokens_per_s", "time_total", "time_draft", "time_verify", "time_prefill")}
         text = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in rows)
-        manifest = {"run_id": rid, "config": dataclasses.asdict(cfg), "decoding": self.decoding.record(),
+        manifest = {"run_id": rid, "config": dataclasses.asdict(cfg), "decoding": self.decoding.manifest(),
                     "generations_sha256": hashlib.sha256(text.encode()).hexdigest(), "prompts": len(rows),
                     "trained": trained_hashes(cfg),
                     "labels": labels, "seed": cfg.seed, "batch_size": batch_size,
@@ -188,6 +188,7 @@ class PreparedRun:
                     # its decode steps, and its prefill apart
                     "prompt_seconds": [g.time_total for g in gens] if timed else None,
                     "prefill_seconds": [g.time_prefill for g in gens] if timed else None,
+                    "first_token_seconds": [g.time_first for g in gens] if timed else None,  # after the prefill
                     "warmup_seconds": warmup,  # the warm-up and captures before a timed decode (PreparedRun.warm_up)
                     "finished": time.time(), "code": code_hash(), **provenance()}
         tracker = decode_tracker(rid, cfg.task, cfg.verifier, labels,
@@ -196,7 +197,7 @@ class PreparedRun:
         tracker.table("generations", ["id", "prompt", "completion"],
                       [[r["id"], r["prompt"][:1000], r["completion"][:1000]] for r in rows[:20]])
         tracker.finish()
-        with atomic_dir(run_dir, RUN) as tmp:
+        with atomic_dir(run_dir, RUN_OWNER) as tmp:
             write_text(tmp / "generations.jsonl", text)
             write_json(tmp / "manifest.json", manifest)  # last: its presence marks a complete run
         return run_dir
@@ -208,7 +209,7 @@ def copy_run(source: Path, run_dir: str | Path, labels: dict) -> Path:
     (decode-{run_id})."""
     manifest = _read_json(Path(source) / "manifest.json") | {"labels": labels, "copied_from": str(source)}
     print(f"run {manifest['run_id']}: {run_dir} is {source} (the same config), copied")
-    with atomic_dir(Path(run_dir), RUN) as tmp:
+    with atomic_dir(Path(run_dir), RUN_OWNER) as tmp:
         link_or_copy(Path(source) / "generations.jsonl", tmp / "generations.jsonl")
         write_json(tmp / "manifest.json", manifest)  # last: its presence marks a complete run
     return Path(run_dir)
@@ -219,7 +220,7 @@ def keep_run(run_dir: str | Path, keep: str | Path) -> Path:
     workflow job deletes its outputs, these links survive, and its rerun takes them back (restore_run)."""
     run_dir = Path(run_dir)
     rid = json.loads((run_dir / "manifest.json").read_text())["run_id"]
-    with atomic_dir(Path(keep) / rid, RUN) as tmp:
+    with atomic_dir(Path(keep) / rid, RUN_OWNER) as tmp:
         for name in ("generations.jsonl", "manifest.json"):
             link_or_copy(run_dir / name, tmp / name)
     return Path(keep) / rid
@@ -241,7 +242,7 @@ def restore_run(rid: str, run_dir: str | Path, labels: dict, keep: str | Path) -
     except (OSError, ValueError) as e:
         print(f"warning: not taking the kept run {kept.path}: {e}", file=sys.stderr)
         return False
-    with atomic_dir(run_dir, RUN) as tmp:
+    with atomic_dir(run_dir, RUN_OWNER) as tmp:
         for name in ("generations.jsonl", "manifest.json"):  # the manifest last: it marks a complete run
             link_or_copy(kept.path / name, tmp / name)
     return True
@@ -265,9 +266,9 @@ def execute(cfg: RunConfig, prompts: list[dict], out: str | Path = "results/runs
     check_prompts(prompts)
     rid = run_id(cfg, prompts)
     target = Path(run_dir) if run_dir is not None else Path(out) / rid
-    check_output(target, RUN)  # before any model loads
+    check_output(target, RUN_OWNER)  # before any model loads
     if keep is not None:
-        check_output(Path(keep) / rid, RUN)
+        check_output(Path(keep) / rid, RUN_OWNER)
         if restore_run(rid, target, labels, keep):
             print(f"run {rid}: taken from {Path(keep) / rid} (decoded before by the same code)")
             return target
@@ -292,7 +293,7 @@ def run_configs(base: RunConfig, specs: list[RunSpec]) -> list[RunConfig]:
     configs = [dataclasses.replace(base, **spec.changes) for spec in specs]
     for cfg, spec in zip(configs, specs, strict=True):
         cfg.validate()
-        check_output(spec.run_dir, RUN)
+        check_output(spec.run_dir, RUN_OWNER)
     if len({spec.run_dir.resolve() for spec in specs}) != len(specs):
         raise ValueError("two runs of a batch write the same folder")
     return configs
@@ -320,9 +321,6 @@ def execute_interleaved(base: RunConfig, prompts: list[dict], specs: list[RunSpe
             first.setdefault(rid, prepared[rid].write(gens[rid], spec.run_dir, (labels or {}) | spec.labels, 1,
                                                       started, warmup[rid]))
             for rid, spec in zip(ids, specs, strict=True)]
-
-
-PROMPT_FIELDS = ("task", "split", "n", "data_files")  # what the runs of one batch must share
 
 
 @dataclass
@@ -472,9 +470,6 @@ def write_job(path: str | Path, run_dirs: list[Path]) -> None:
     write_json(path, {"format": JOB_FORMAT, "runs": runs})
 
 
-BASELINES = ("autoregressive", "draft")  # one model decoding alone: no draft length K
-
-
 @dataclass(frozen=True)
 class Run:
     """A run folder as `execute` writes it, and everything read from it.
@@ -572,7 +567,7 @@ class Run:
         except (OSError, ValueError, KeyError):
             return False
 
-    def record(self) -> dict:
+    def row(self) -> dict:
         """One tidy row: the run's labels and config, its pooled summary, its scores."""
         c, s, labels, scores = self.config, self.manifest["summary"], self.labels, self.scores
         sampling = self.manifest.get("decoding", {}).get("sampling", {})  # the filters applied (sampling: model)
@@ -582,7 +577,7 @@ class Run:
             "split": c.get("split", "eval"), "method": self.method, "head_task": labels.get("head_task"),
             "timing": labels.get("timing") == "1",  # a timing run (batch 1, interleaved), not a quality run
             "verifier": c["verifier"], "temperature": c["temperature"],
-            "K": None if c["verifier"] in BASELINES else c["K"], "seed": c["seed"], "target": c["target"],
+            "K": None if c["verifier"] in ALONE else c["K"], "seed": c["seed"], "target": c["target"],
             "draft": c["draft"], "weight": 1.0 if c["verifier"] == "strict" else c.get("weight"), "mixing": c["mixing"],
             "knob": c.get("knob"), "deferral": c.get("deferral", DEFERRAL) if c["verifier"] == "cascade" else None,
             "head": c.get("head"), "sampling": c.get("sampling", "full"),
@@ -596,6 +591,7 @@ class Run:
             "batch_size": self.batch_size,
             "seconds_per_sample": math.nan if s["time_total"] is None else s["time_total"] / max(s["prompts"], 1),
             "hardware": hardware_label(self.manifest.get("hardware"), c.get("device", "cpu")),
+            "device": c.get("device", "cpu"),
             "capture": self.manifest.get("execution", {}).get("capture", "none"),  # how its steps ran (timing)
             "metric": scores["metric"], "quality": scores["quality"], "scoring": scores.get("scoring", "standard"),
             "stop": c.get("stop", "markers"),
@@ -608,19 +604,20 @@ class Run:
         """One row per prompt: the run_id, seed and prompt hash, and the per-prompt values the statistics pool
         (diversed.analysis.statistics.METRICS): sums over the prompt's tokens and steps, its quality (a task
         metric per example; nan for a corpus or fidelity metric), its decode seconds (manifest prompt_seconds) and
-        its prefill's (prefill_seconds)."""
+        its prefill's (prefill_seconds) and its first token's after the prefill (first_token_seconds)."""
         metric = self.scores["metric"]
         quality = {e["prompt_hash"]: e.get(metric) for e in self.scores.get("per_example", [])}
         seconds = self.manifest.get("prompt_seconds") or [math.nan] * len(self.generations)
         prefill = self.manifest.get("prefill_seconds") or [math.nan] * len(self.generations)
+        first = self.manifest.get("first_token_seconds") or [math.nan] * len(self.generations)
         rows, exact = [], self.config["verifier"] == "autoregressive"  # the target alone: no bias by definition
-        for g, sec, pre in zip(self.generations, seconds, prefill, strict=True):
+        for g, sec, pre, first_s in zip(self.generations, seconds, prefill, first, strict=True):
             weights, n = [w for step in g.get("weights") or [] for w in step], len(g["tokens"])
             rows.append({
                 "run_id": self.manifest["run_id"], "seed": self.config["seed"], "prompt": g["prompt_hash"],
                 "accepted": sum(g.get("accepted", [])), "drafted": sum(g.get("drafted", [])),
                 "new_tokens": n, "length": n, "steps": g.get("steps", len(g.get("drafted", [])) or len(g["tokens"])),
-                "seconds": sec, "prefill_seconds": pre, "weight_sum": sum(weights),
+                "seconds": sec, "prefill_seconds": pre, "first_token_seconds": first_s, "weight_sum": sum(weights),
                 "bias_tv_sum": 0.0 if exact else token_sum(g.get("bias_tv_per_token"), n),
                 "kl_sum": 0.0 if exact else token_sum(g.get("kl_per_token"), n),
                 "target_logprob_sum": token_sum(g.get("target_logprobs"), n),

@@ -32,6 +32,9 @@ SAMPLINGS = ("full", "model")  # RunConfig.sampling
 STOPS = ("markers", "length")  # RunConfig.stop
 
 
+PROMPT_FIELDS = ("task", "data_files", "split", "n")  # RunConfig's fields that choose the prompts (one batch's)
+
+
 @dataclass
 class RunConfig:
     """Everything that determines a run's output (its hash is the run_id)."""
@@ -48,7 +51,7 @@ class RunConfig:
     knob: float | None = option(None, "the setting of " + ", ".join(f"{v} ({RULES[v].knob})" for v in FAMILIES))
     knob2: float | None = option(None, "a second setting: " + ", ".join(
         f"{v} ({r.knob2})" for v, r in RULES.items() if r.knob2) + " (default: topk 0, threshold t_single = t_acc)")
-    deferral: str = option(DEFERRAL, "cascade's deferral rule: " + " | ".join(DEFERRALS))
+    deferral: str = option(DEFERRAL, "cascade's deferral: " + " | ".join(DEFERRALS))
     K: int = option(5, "draft length", flag="-K")
     temperature: float = option(1.0, "temperature of p and q; 0 = greedy")
     sampling: str = option("full", "full (--top-k / --top-p as given) | model (the top-k and top-p of the target's "
@@ -132,16 +135,16 @@ def model_filters(generation_config: typing.Any) -> tuple[int, float]:
     return int(top_k), float(top_p)
 
 
-WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)  # the paper's grid of w; strict (w = 1) is always added
+WEIGHT_GRID = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)  # the paper's grid of w; strict (w = 1) is always added
 
 
 @dataclass(frozen=True)
 class Grid:
     """A sweep's grid: each w of `weights` with each mixing, each family's knobs (families: {verifier: knobs};
-    cascade's at each deferral rule; judge's with the classifier `judge`), and as references DIVERSED with `head`
+    cascade's at each deferral; judge's with the classifier `judge`), and as references DIVERSED with `head`
     and the target alone (target_only)."""
 
-    weights: tuple[float, ...] = WEIGHTS
+    weights: tuple[float, ...] = WEIGHT_GRID
     mixings: tuple[str, ...] = MIXINGS
     families: dict | None = None
     deferrals: tuple[str, ...] = (DEFERRAL,)

@@ -28,7 +28,7 @@ from diversed.runs.evaluate import score_run
 from diversed.runs.run import Run, execute, run_id, task_prompts
 from diversed.runs.settings import SELECTIONS, Grid, Launch, RunConfig, dynamic_point, point_name
 from diversed.tasks import get_task, metric_spec
-from diversed.utils import RUN, atomic_path, check_output, check_writable, provenance, write_json, write_text
+from diversed.utils import RUN_OWNER, atomic_path, check_output, check_writable, provenance, write_json, write_text
 
 COLUMNS = ["pair", "task", "split", "prompts", "temperature", "K", "verifier", "weight", "mixing", "knob", "deferral",
            "draft_acceptance_rate", "mean_acceptance_length", "tokens_per_s", "seconds_per_sample", "bias_tv", "kl",
@@ -38,12 +38,12 @@ COLUMNS = ["pair", "task", "split", "prompts", "temperature", "K", "verifier", "
 
 def run_row(run: Run) -> dict:
     """One line of a frontier table from a scored run."""
-    return {k: v for k, v in run.record().items() if k in COLUMNS}
+    return {k: v for k, v in run.row().items() if k in COLUMNS}
 
 
 def sequence(rows: list[dict], family: str) -> list[dict]:
     """A family's points in the order a certified selection tests them, fixed before the data: least lenient first
-    (settings.Rule.relaxes), fixed's by w with its mixings in turn at each w, cascade's deferral rules in turn at
+    (settings.Rule.relaxes), fixed's by w with its mixings in turn at each w, cascade's deferrals in turn at
     each alpha."""
     knob = "weight" if family == "fixed" else "knob"
     sign = 1 if RULES[family].relaxes == "up" else -1
@@ -70,7 +70,7 @@ def pick(points: list[dict], admitted: list[bool], strict: dict) -> dict:
 def choose_family(points: list[dict], strict: dict, units: dict[str, pd.DataFrame], spec, tolerance: float,
                   select: str) -> dict:
     """One family's setting under `select` from its points in sequence (`sequence`). Each point's row gains its place
-    in the sequence, its dev test's p-value, whether it is certified and, per selection rule, whether that rule
+    in the sequence, its dev test's p-value, whether it is certified and, per selection, whether that rule
     chose it (chosen_{rule}: the columns the tables read). Returns the setting, each point's dev evidence, the
     setting each rule chooses, and the dev prompts certifying the least lenient point would need where none is
     certified and the prompts were too few (80% power if it loses nothing)."""
@@ -149,7 +149,7 @@ def check_points(base: RunConfig, points: dict[Path, dict], out: Path) -> None:
     check_writable(out / "choice.json")
     for run_dir, point in points.items():
         point_config(base, point)
-        check_output(run_dir, RUN)
+        check_output(run_dir, RUN_OWNER)
 
 
 def sweep_point(base: RunConfig, point: dict, run_dir: str | Path, *, labels: dict | None = None,
@@ -259,9 +259,9 @@ def choose_lambda(rows: list[dict], units: dict[str, pd.DataFrame], tolerance: f
 
 def lambda_row(run: Run, units: pd.DataFrame, training: dict | None = None) -> dict:
     """One line of a lambda table from a scored run: strict's, or a head's with its training manifest's lambda."""
-    record = run.record()
-    row = {k: v for k, v in record.items() if k in LAMBDA_COLUMNS}
-    column = metric_spec(record["metric"]).statistic
+    tidy = run.row()
+    row = {k: v for k, v in tidy.items() if k in LAMBDA_COLUMNS}
+    column = metric_spec(tidy["metric"]).statistic
     acceptance, quality = statistics.estimate(units, "draft_acceptance_rate"), statistics.estimate(units, column)
     row |= {"draft_acceptance_rate_ci95": acceptance.half, "quality_ci95": quality.half, "chosen": False}
     if training is not None:

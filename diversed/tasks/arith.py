@@ -17,7 +17,7 @@ from diversed.tasks.common import ACCURACY, answer_number, check_number_referenc
 
 NAMES = ["Tom", "Anna", "Sam", "Lily", "Ben", "Mia", "Leo", "Emma", "Max", "Zoe"]
 ITEMS = ["apples", "books", "marbles", "stickers", "pencils", "cookies", "cards", "shells"]
-INSTRUCTION = "Answer with the final number.\n\n"
+ARITH_INSTRUCTION = "Answer with the final number.\n\n"
 
 
 def problem(rng: random.Random, steps: int, top: int) -> tuple[str, int]:
@@ -68,7 +68,7 @@ class Arith(Task):
     fields = ("question", "answer")
 
     def to_example(self, row: dict, id: str) -> Example:
-        return Example(id, INSTRUCTION + row["question"], str(row["answer"]))
+        return Example(id, ARITH_INSTRUCTION + row["question"], str(row["answer"]))
 
     def score(self, completion: str, example: Example) -> dict[str, float]:
         return {"accuracy": float(answer_number(completion) == example.reference)}

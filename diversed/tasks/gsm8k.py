@@ -7,7 +7,7 @@ from typing import ClassVar
 from diversed.tasks.base import Example, Task
 from diversed.tasks.common import ACCURACY, answer_number, authors_number, check_number_reference, normalize_number
 
-INSTRUCTION = "Solve the problem step by step. End with a line of the form \"The answer is N\".\n\n"
+GSM8K_INSTRUCTION = "Solve the problem step by step. End with a line of the form \"The answer is N\".\n\n"
 
 
 class GSM8K(Task):
@@ -24,7 +24,7 @@ class GSM8K(Task):
 
     def to_example(self, row: dict, id: str) -> Example:
         answer = row["answer"].split("####")[-1]
-        return Example(id, INSTRUCTION + row["question"].strip(), normalize_number(answer))
+        return Example(id, GSM8K_INSTRUCTION + row["question"].strip(), normalize_number(answer))
 
     def score(self, completion: str, example: Example) -> dict[str, float]:
         return {"accuracy": float(answer_number(completion) == example.reference)}

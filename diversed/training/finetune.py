@@ -21,7 +21,7 @@ from diversed.tasks import get_task
 from diversed.tracking import Tracker
 from diversed.training.settings import TEXT_BATCH, DistillConfig
 from diversed.training.train import encode_examples, write_log_csv
-from diversed.utils import DRAFT, atomic_dir, check_output, config_hash, provenance, write_json
+from diversed.utils import DRAFT_OWNER, atomic_dir, check_output, config_hash, provenance, write_json
 
 
 def kl_loss(target_logits: torch.Tensor, draft_logits: torch.Tensor) -> torch.Tensor:
@@ -168,7 +168,7 @@ def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True,
     activation checkpointing where the model supports it. Memory per pair: diversed.experiment.cost."""
     cfg.validate()
     out, execution = Path(out), execution or Execution.here()
-    check_output(out, DRAFT)  # before the models load
+    check_output(out, DRAFT_OWNER)  # before the models load
     cid = config_hash(dataclasses.asdict(cfg))
     pair = load_pair(cfg.target, cfg.draft, dtype=cfg.dtype, device=cfg.device, draft_layers=cfg.draft_layers)
     task = get_task(cfg.task, cfg.data_files)
@@ -189,7 +189,7 @@ def distill_draft(cfg: DistillConfig, out: str | Path, *, progress: bool = True,
     t_start = time.perf_counter()
     log_rows = fit_draft(student, pair.target, seqs, cfg, progress=progress, tracker=tracker)
     student.eval().requires_grad_(False)
-    with atomic_dir(out, DRAFT) as tmp:
+    with atomic_dir(out, DRAFT_OWNER) as tmp:
         student.save_pretrained(tmp)
         pair.tokenizer.save_pretrained(tmp)
         write_log_csv(tmp / "train_log.csv", log_rows)

@@ -21,7 +21,7 @@ SCHEDULES = ("cosine", "authors")  # HeadTrainConfig.schedule
 PROMPT_KEEPS = ("last", "first")  # TaskPairConfig.prompt_keep
 # the reward baseline b of the advantage R - b: a running mean, none (b = 1: R - 1), or the authors' choice per task
 # (none where the reward is 0/1, GSM8K and MBPP; the running mean on the others)
-BASELINES = ("mean", "none", "authors")
+REWARD_BASELINES = ("mean", "none", "authors")
 FINETUNES = ("distill", "sft")
 TEXT_BATCH = 16  # prompts the target decodes together for a fine-tuned draft's text
 
@@ -90,7 +90,7 @@ class HeadTrainConfig(TrainConfig):
     acceptance_weight: float = option(0.1, "lambda: the acceptance term's weight (fixed) or fraction (relative)",
                                        low=0)
     baseline: str = option("mean", "the reward baseline b in R - b: mean (running) | none (b = 1) | authors (none for "
-                                   "0/1 rewards, GSM8K and MBPP; mean on the others)", choices=BASELINES)
+                                   "0/1 rewards, GSM8K and MBPP; mean on the others)", choices=REWARD_BASELINES)
     baseline_momentum: float = option(0.9, "momentum of the running-mean reward baseline", low=0, below=1)
     relative_at_zero: float = option(5.0, "the relative term's lambda on a step whose reward loss is 0 (the "
                                           "authors' run script: 10)", low=0)

@@ -48,11 +48,11 @@ from diversed.utils import atomic_path, config_hash, provenance, sha256_file, wr
 class Rollout:
     """One completion sampled from nu, with everything the loss needs (no graph attached)."""
 
-    tokens: torch.Tensor  # [T] long
-    log_p: torch.Tensor  # [T, V] target log-probabilities
-    log_q: torch.Tensor  # [T, V] draft log-probabilities
-    h_target: torch.Tensor  # [T, h_t]
-    h_draft: torch.Tensor  # [T, h_d]
+    tokens: torch.Tensor  # [S] long
+    log_p: torch.Tensor  # [S, V] target log-probabilities
+    log_q: torch.Tensor  # [S, V] draft log-probabilities
+    h_target: torch.Tensor  # [S, h_t]
+    h_draft: torch.Tensor  # [S, h_d]
 
     @property
     def p(self) -> torch.Tensor:
@@ -70,30 +70,30 @@ ROLLOUT_CHECK = 16  # tokens between the rollouts' one look at whether every row
 def rollouts(nets: Networks, prompts: list[list[int]], cfg: HeadTrainConfig, *,
              seeds: list[int], eos: set[int],
              execution: Execution | None = None) -> list[Rollout]:
-    """Decode every prompt from nu_t = ensemble(p_t, q_t, nets.head(h_t)) one token at a time (cfg's rollout,
+    """Decode every prompt from nu_t = ensemble(p_t, q_t, nets.trained(h_t)) one token at a time (cfg's rollout,
     temperature, mixing and max_new_tokens), all prompts together with KV caches, row r drawing from its own stream
     (rng, from seeds[r]) and ending at its own EOS: a rollout's draws do not depend on its batch. Every row steps
     until all have ended, its tokens and their terms kept on the device (a row past its EOS decodes on, its tokens
     cut afterwards), so a token costs no host synchronisation: whether all have ended is read every ROLLOUT_CHECK
     tokens. Its tensors live on the target's device."""
-    target, draft, head, vocab_size = nets.target, nets.draft, nets.head, nets.vocab_size
+    target, draft, head, vocab_size = nets.target, nets.draft, nets.trained, nets.vocab_size
     max_new_tokens, temperature, mixing = cfg.max_new_tokens, cfg.temperature, cfg.mixing
     shared = shared_width(target, draft)
     B, execution = len(prompts), execution or Execution()
     max_len = max(len(ids) for ids in prompts) + max_new_tokens
-    T = Stepper(target, vocab_size, shared, max_len, execution=execution, rows=B)
-    D = Stepper(draft, vocab_size, shared, max_len, execution=execution, rows=B)
-    streams, every = Streams(B, T.device), index(tuple(range(B)), T.device)
+    P = Stepper(target, vocab_size, shared, max_len, execution=execution, rows=B)
+    Q = Stepper(draft, vocab_size, shared, max_len, execution=execution, rows=B)
+    streams, every = Streams(B, P.device), index(tuple(range(B)), P.device)
     streams.start(list(range(B)), seeds)
-    stop = torch.tensor(sorted(eos), dtype=torch.long, device=T.device)  # [E]
+    stop = torch.tensor(sorted(eos), dtype=torch.long, device=P.device)  # [E]
     width = max(len(ids) for ids in prompts)
-    x = torch.tensor([ids + [0] * (width - len(ids)) for ids in prompts], device=T.device)  # [B, L]
+    x = torch.tensor([ids + [0] * (width - len(ids)) for ids in prompts], device=P.device)  # [B, L]
     lengths = [len(ids) for ids in prompts]
-    ended = torch.zeros(B, dtype=torch.bool, device=T.device)  # [B]: its EOS emitted
+    ended = torch.zeros(B, dtype=torch.bool, device=P.device)  # [B]: its EOS emitted
     steps: dict[str, list[torch.Tensor]] = {"tokens": [], "log_p": [], "log_q": [], "h_target": [], "h_draft": []}
     for t in range(max_new_tokens):
-        lt, h_t = T(x, None, lengths, last_only=True)  # [B, 1, V], [B, 1, h_t]
-        ld, h_d = D(x, None, lengths, last_only=True)
+        lt, h_t = P(x, None, lengths, last_only=True)  # [B, 1, V], [B, 1, h_t]
+        ld, h_d = Q(x, None, lengths, last_only=True)
         lp, lq = logits_to_logprobs(lt, temperature), logits_to_logprobs(ld, temperature)  # [B, 1, V]
         w = head(h_t, h_d).float()  # [B, 1]
         nu = ensemble(lp.exp(), lq.exp(), w, mixing, log_p=lp, log_q=lq, check=False)[:, 0]  # [B, V]: w a softmax
@@ -114,10 +114,10 @@ def rollouts(nets: Networks, prompts: list[list[int]], cfg: HeadTrainConfig, *,
 
 
 def sequence_terms(head: WeightHead, r: Rollout, mixing: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(sum_t log nu_t(y_t), sum_t sum_v min(q_t, nu_t), w [T]) with gradients into the head."""
-    w = head(r.h_target, r.h_draft).float()  # [T]
+    """(sum_t log nu_t(y_t), sum_t sum_v min(q_t, nu_t), w [S]) with gradients into the head."""
+    w = head(r.h_target, r.h_draft).float()  # [S]
     q = r.q
-    nu = ensemble(r.p, q, w, mixing, log_p=r.log_p, log_q=r.log_q)  # [T, V]
+    nu = ensemble(r.p, q, w, mixing, log_p=r.log_p, log_q=r.log_q)  # [S, V]
     log_nu = torch.log(nu.gather(-1, r.tokens[:, None])[:, 0].clamp_min(1e-30)).sum()
     acceptance = torch.minimum(q, nu).sum()
     return log_nu, acceptance, w

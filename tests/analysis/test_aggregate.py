@@ -417,18 +417,18 @@ def test_the_authors_given_settings_sit_beside_the_dev_choices():
 
     own = pd.DataFrame({"method": ["fixed", "cascade", "fixed-0.7", "cascade-0.5"], "weight": [0.9, None, 0.7, None],
                         "knob": [None, 0.1, None, 0.5], "mixing": ["linear", "linear", "linear", "linear"]})
-    static, cascade = (row.record() for row in _given_rows(own))
+    static, cascade = (row.cells() for row in _given_rows(own))
     # #47 item 7: never "yes": their static path is not released (their only static code mixes logits) and their
     # cascade rule is not public
     assert static["agrees"] == "**no**" and static["this run"] == "w 0.7, linear"
     assert cascade["agrees"] == "not public"
     logit = own.assign(mixing="logit")
-    assert _given_rows(logit)[0].record()["agrees"] == "not public"
-    assert [row.record()["agrees"] for row in _given_rows(own.iloc[:2])] == ["the paper is silent"] * 2
+    assert _given_rows(logit)[0].cells()["agrees"] == "not public"
+    assert [row.cells()["agrees"] for row in _given_rows(own.iloc[:2])] == ["the paper is silent"] * 2
 
 
 def test_knobs_table_sets_each_selection_beside_the_certified_one_and_checks_it_on_eval():
-    """Per family: the setting each selection rule chose on dev, how far the fixed sequence certified, the dev
+    """Per family: the setting each selection chose on dev, how far the fixed sequence certified, the dev
     prompts certifying would need where it certified nothing, and the certified setting against strict on eval."""
     from diversed.analysis.tables import knobs_table
 
@@ -481,11 +481,38 @@ def test_the_measured_cost_sums_each_rules_benchmark_files(tmp_path):
 
 
 def test_latency_percentiles_are_loadgens_early_stopping_estimates():
-    """12 timed requests: p50 is the 11th smallest latency (LoadGen's early stopping at 99% confidence: 10 within
-    and 1 over it pass); p90 and p99 need 64 and 662 requests, so they are not given."""
+    """12 timed requests: p50 is the 11th smallest (LoadGen's early stopping at 99% confidence: 10 within and 1 over
+    it pass); p90 and p99 need 64 and 662 requests, so they are not given. TTFT is the prefill and the first token,
+    TPOT MLPerf's (latency - TTFT) / (tokens - 1)."""
     from diversed.analysis.tables import latency_columns
 
-    g = pd.DataFrame({"seconds": np.arange(1.0, 13.0), "prefill_seconds": 0.5, "new_tokens": 10})
+    g = pd.DataFrame({"seconds": np.arange(1.0, 13.0), "prefill_seconds": 0.5, "first_token_seconds": 0.1,
+                      "new_tokens": 10})
     row = latency_columns(g)
-    assert row["requests"] == 12 and row["latency_p50_s"] == 11.5 and row["TPOT_p50_ms"] == pytest.approx(1100)
+    assert row["requests"] == 12 and row["latency_p50_s"] == 11.5 and row["TTFT_p50_ms"] == pytest.approx(600)
+    assert row["TPOT_p50_ms"] == pytest.approx((11.0 - 0.1) / 9 * 1e3)
     assert np.isnan(row["latency_p90_s"]) and row["latency_p90_s_text"] == row["TPOT_p99_ms_text"] == "–"
+    assert row["mlperf_server"] == row["mlperf_interactive"] == "– (not on a GPU)"
+    one = latency_columns(g.assign(new_tokens=1))  # one token: no time per output token after the first
+    assert np.isnan(one["TPOT_p50_ms"]) and one["TTFT_p50_ms"] == pytest.approx(600)
+
+
+def test_mlperf_limits_pass_or_fail_at_p99_on_a_gpu():
+    """MLPerf's Llama-3.1-8B limits (LoadGen's mlperf.conf): server P99 TTFT <= 2000 ms and TPOT <= 100 ms,
+    interactive 500 ms and 30 ms. 700 GPU requests with TTFT 0.3-0.6 s and TPOT 40 ms pass server and fail
+    interactive on TPOT (and on TTFT once it passes 500 ms); 20 requests are too few for a P99."""
+    from diversed.analysis.tables import MLPERF_LIMITS, latency_columns
+
+    assert MLPERF_LIMITS == {"server": (2000.0, 100.0), "interactive": (500.0, 30.0)}
+    n, rng = 700, np.random.default_rng(0)
+    first = rng.uniform(0.2, 0.45, n)  # + 0.1 s prefill: TTFT 0.3-0.55 s
+    g = pd.DataFrame({"prefill_seconds": 0.1, "first_token_seconds": first, "new_tokens": 101,
+                      "seconds": first + 100 * 0.04, "device": "cuda:0"})
+    row = latency_columns(g)
+    assert row["mlperf_server"] == "pass" and row["mlperf_interactive"].startswith("fail (TTFT 5")
+    assert "TPOT 40 ms" in row["mlperf_interactive"]
+    fast = latency_columns(g.assign(first_token_seconds=0.2, seconds=0.2 + 100 * 0.02))
+    assert fast["mlperf_interactive"] == fast["mlperf_server"] == "pass"
+    slow = latency_columns(g.assign(first_token_seconds=2.5, seconds=2.5 + 100 * 0.02))
+    assert slow["mlperf_server"] == "fail (TTFT 2.6e+03 ms)"
+    assert latency_columns(g.head(20))["mlperf_server"] == "– (20 of 662 requests)"

@@ -105,7 +105,7 @@ def test_dynamic_head_runs_and_weights_are_recorded(target, draft):
     torch.nn.init.normal_(head.proj.weight, std=0.5)
     out = speculative_generate(target, draft, PROMPTS[0],
                                Decoding(verifier="dynamic", K=3, max_new_tokens=30,
-                                        sampling=Sampling(1.0)), head=head, seed=0)
+                                        sampling=Sampling(1.0)), trained=head, seed=0)
     ws = [w for step in out.weights for w in step]
     assert len(out.tokens) == 30 and len(ws) == sum(out.drafted)
     assert all(0 < w < 1 for w in ws) and len({round(w, 6) for w in ws}) > 1  # per-position, not constant
@@ -118,7 +118,7 @@ def test_dynamic_weight_uses_the_hidden_states_that_predict_each_draft(target, d
     torch.nn.init.normal_(head.proj.weight, std=0.5)
     ids = PROMPTS[2]
     out = speculative_generate(target, draft, ids, Decoding(verifier="dynamic", K=3, max_new_tokens=3,
-                                                            sampling=Sampling(0)), head=head)
+                                                            sampling=Sampling(0)), trained=head)
     # first step drafts k = 2 tokens (max_new_tokens - 1); recompute their weights without caches
     drafts = []
     for _ in range(2):
@@ -133,7 +133,7 @@ def test_a_verifier_is_one_weight_rule(target, other_draft, monkeypatch):
     """A verifier is one RULES entry: a rule giving w = 0.4 decodes as the fixed verifier at w = 0.4."""
     from diversed.decoding import settings, verifiers
 
-    monkeypatch.setitem(verifiers.WEIGHTS, "two_fifths", lambda q, **_: q.new_full(q.shape[:2], 0.4))
+    monkeypatch.setitem(verifiers.WEIGHT_SOURCES, "two_fifths", lambda q, **_: q.new_full(q.shape[:2], 0.4))
     monkeypatch.setitem(settings.RULES, "two_fifths", settings.Rule("Two fifths", "two_fifths"))
     monkeypatch.setattr(settings, "VERIFIERS", (*settings.VERIFIERS, "two_fifths"))
     outs = [speculative_generate(target, other_draft, PROMPTS[1], Decoding(K=3, max_new_tokens=40,
@@ -272,7 +272,8 @@ def test_padded_vocabulary_when_declared_identical(target):
 def test_head_for_another_pair_is_refused(target, draft, other_draft):
     head = WeightHead(target.config.hidden_size, draft.config.hidden_size).bind(target, draft)
     with pytest.raises(ValueError, match="trained for another draft model"):
-        speculative_generate(target, other_draft, PROMPTS[0], Decoding(verifier="dynamic", max_new_tokens=5), head=head)
+        speculative_generate(target, other_draft, PROMPTS[0], Decoding(verifier="dynamic", max_new_tokens=5),
+                             trained=head)
 
 
 def test_nan_logits_are_reported_with_the_step(target, draft):
@@ -434,3 +435,29 @@ def test_the_prefill_is_timed_apart_from_the_decode_steps(target, draft, monkeyp
     assert gen.time_prefill >= 0.6 and gen.time_total < 0.3  # two models prefilled; the decode alone after
     assert len(synced) >= 3  # before the prefill, after it, at the row's end
     assert gen.stats()["time_prefill"] == gen.time_prefill
+
+
+@pytest.mark.parametrize("verifier", ["strict", "autoregressive"])
+def test_the_first_token_is_timed_from_the_end_of_the_prefill(target, draft, monkeypatch, verifier):
+    """TTFT's second part: a row's first token is timed when it reaches the host, from the end of its prefill; a
+    slow first step shows in it, a slow later step does not."""
+    import time
+
+    from diversed.decoding import engine
+
+    step = {"strict": engine.speculative_step, "autoregressive": engine.alone_step}[verifier]
+    calls = []
+
+    def slow_first(*args, **kw):
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(0.3)
+        elif len(calls) == 2:
+            time.sleep(1.0)
+        return step(*args, **kw)
+
+    monkeypatch.setattr(engine, {"strict": "speculative_step", "autoregressive": "alone_step"}[verifier], slow_first)
+    d = Decoding(verifier, K=3, max_new_tokens=12, sampling=Sampling(temperature=0.0), eos_token_id=())
+    (gen,) = engine.generate(engine.Networks(target, draft), [list(range(3, 20))], d)
+    assert len(calls) >= 2 and 0.3 <= gen.time_first < 1.0 and gen.time_total >= gen.time_first + 1.0, (
+        len(calls), gen.time_first, gen.time_total)

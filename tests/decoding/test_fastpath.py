@@ -106,14 +106,14 @@ def test_one_host_sync_per_speculative_step(monkeypatch, capture):
         out = engine.speculative_generate(target, draft, [1, 5, 7], Decoding(verifier=verifier, K=4, max_new_tokens=40,
                                                                              sampling=Sampling(1.0),
                                                    **{k: v for k, v in kw.items() if k != "head"}),
-                                          head=kw.get("head"), seed=0,
+                                          trained=kw.get("head"), seed=0,
                                           execution=Execution(capture=capture))
         assert syncs == ["tolist"] * out.steps, (verifier, kw, syncs[:10])
         copies.clear()
         out = engine.speculative_generate(target, draft, [1, 5, 7], Decoding(verifier=verifier, K=4, max_new_tokens=40,
                                                                              sampling=Sampling(1.0),
                                                    **{k: v for k, v in kw.items() if k != "head"}),
-                                          head=kw.get("head"), seed=0,
+                                          trained=kw.get("head"), seed=0,
                                           execution=Execution(capture=capture))
         made_elsewhere = [m for m in copies if m != "diversed.decoding.transfer"]
         assert not made_elsewhere, made_elsewhere  # every host-to-device copy: pinned and non-blocking on CUDA

@@ -82,7 +82,7 @@ def test_gemma3_head_and_dynamic_decoding(gemma, gemma_draft):
         head.proj.weight.normal_()  # w varies with the hidden states
     out = speculative_generate(gemma, gemma_draft, PROMPT,
                                Decoding(verifier="dynamic", K=3, max_new_tokens=30,
-                                        sampling=Sampling(1.0)), head=head, seed=0)
+                                        sampling=Sampling(1.0)), trained=head, seed=0)
     assert len(out.tokens) == 30 and len({w for step in out.weights for w in step}) > 1
 
 
@@ -134,7 +134,7 @@ def test_gemma3_pair_trains_a_head_and_distils_from_checkpoints(gemma_dir, tmp_p
                           max_new_tokens=8, rollout="sample", reward="fidelity")
     head = load_head(train_head(cfg, tmp_path / "head", pair=pair, progress=False), pair.target, pair.draft)
     out = speculative_generate(pair.target, pair.draft, PROMPT, Decoding(verifier="dynamic", K=3, max_new_tokens=8,
-                                                                         sampling=Sampling(0)), head=head)
+                                                                         sampling=Sampling(0)), trained=head)
     assert len(out.tokens) == 8
     ft = distill_draft(DistillConfig(task="arith", target=target, draft=draft, n_train=2, max_new_tokens=8,
                                      epochs=1), tmp_path / "ft", progress=False)

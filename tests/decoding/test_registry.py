@@ -56,9 +56,9 @@ CHECKS = textwrap.dedent('''
     assert out["toy"] == out["strict"], out
 
     # the tables, the claims, the figures and the report: its name, its front, its legend entry
-    from diversed.analysis.tables import FRONT_METHODS, METHOD_NAMES
+    from diversed.analysis.tables import FRONT_METHODS
     from diversed.report.figures import COLORS, MARKERS
-    assert METHOD_NAMES["toy"] == "Toy rule" and "toy" in FRONT_METHODS and "toy" in COLORS and "toy" in MARKERS
+    assert METHODS["toy"] == "Toy rule" and "toy" in FRONT_METHODS and "toy" in COLORS and "toy" in MARKERS
     print("toy rule found everywhere")
 ''')
 

@@ -189,7 +189,7 @@ def test_a_finished_run_is_scored_again_offline_under_another_scoring(greedy_run
     assert Run(greedy_run).manifest["config"]["scoring"] == "standard"
     main(["score", str(greedy_run), "--scoring", "authors"])
     authors = Run(greedy_run).scores
-    assert authors["scoring"] == "authors" and Run(greedy_run).record()["scoring"] == "authors"
+    assert authors["scoring"] == "authors" and Run(greedy_run).row()["scoring"] == "authors"
     main(["score", str(greedy_run)])  # its own scoring again
     standard = Run(greedy_run).scores
     assert standard["scoring"] == "standard" and standard["quality"] == authors["quality"]  # arith: no stop marker

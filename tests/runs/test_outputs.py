@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from diversed.utils import RUN, atomic_dir, check_output, recover_replaced
+from diversed.utils import RUN_OWNER, atomic_dir, check_output, recover_replaced
 
 
 def old_run(path: Path, text: str = "old") -> Path:
@@ -35,19 +35,19 @@ def state(path: Path) -> str | None:
 def test_a_run_folder_replaces_only_an_earlier_run_or_an_empty_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run = old_run(tmp_path / "run")
-    with atomic_dir(run, RUN) as tmp:
+    with atomic_dir(run, RUN_OWNER) as tmp:
         (tmp / "manifest.json").write_text(json.dumps({"run_id": "new"}))
         (tmp / "generations.jsonl").write_text("new" * 100)
     assert state(run) == "new" and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
     (tmp_path / "empty").mkdir()
-    with atomic_dir(tmp_path / "empty", RUN) as tmp:
+    with atomic_dir(tmp_path / "empty", RUN_OWNER) as tmp:
         (tmp / "manifest.json").write_text(json.dumps({"run_id": "x"}))
     mine = tmp_path / "mine"
     (mine / "sub").mkdir(parents=True)
     (mine / "notes.txt").write_text("keep me")
     (mine / "manifest.json").write_text("{}")  # a manifest, but not a run's
     with (pytest.raises(ValueError, match="refusing to replace .*mine: it holds files and no manifest.json of a run"),
-          atomic_dir(mine, RUN)):
+          atomic_dir(mine, RUN_OWNER)):
         raise AssertionError("the block must not run")
     assert (mine / "notes.txt").read_text() == "keep me" and (mine / "sub").is_dir()
 
@@ -64,7 +64,7 @@ def test_protected_folders_are_refused(where, tmp_path, monkeypatch):
     path = {"cwd": Path("."), "parent": Path(".."), "home": tmp_path / "home", "package": package,
             "repository": package.parent, "root": Path("/")}[where]
     with pytest.raises(ValueError, match="refusing to write a run folder at .*: it is"):
-        check_output(path, RUN)
+        check_output(path, RUN_OWNER)
 
 
 def test_outputs_take_the_users_umask(tmp_path):
@@ -73,7 +73,7 @@ def test_outputs_take_the_users_umask(tmp_path):
 
     old = os.umask(0o002)
     try:
-        with atomic_dir(tmp_path / "run", RUN) as tmp:
+        with atomic_dir(tmp_path / "run", RUN_OWNER) as tmp:
             (tmp / "manifest.json").write_text("{}")
         write_text(tmp_path / "table.csv", "a\n")
     finally:
@@ -100,7 +100,7 @@ def step(fn):
 
 os.rename, os.replace, shutil.rmtree = step(os.rename), step(os.replace), step(shutil.rmtree)
 u._exchange = step(u._exchange) if exchange else (lambda a, b: False)
-with u.atomic_dir(Path(sys.argv[1]), u.RUN) as tmp:
+with u.atomic_dir(Path(sys.argv[1]), u.RUN_OWNER) as tmp:
     (tmp / "generations.jsonl").write_text("new" * 100)
     (tmp / "manifest.json").write_text(json.dumps({"run_id": "new"}))
 print(calls[0])

@@ -140,7 +140,7 @@ def test_trained_head_runs_in_the_engine(tiny_pair, tmp_path):
     head = load_head(path, tiny_pair.target, tiny_pair.draft)
     out = speculative_generate(tiny_pair.target, tiny_pair.draft, [1, 20, 30],
                                Decoding(verifier="dynamic", K=3, max_new_tokens=10,
-                                        sampling=Sampling(1.0)), head=head, seed=0)
+                                        sampling=Sampling(1.0)), trained=head, seed=0)
     assert len(out.tokens) == 10
 
 

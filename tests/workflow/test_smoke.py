@@ -117,7 +117,7 @@ def test_smoke_config_end_to_end(smoke_run):
     cost = report.split("## Measured cost")[1].split("## Provenance")[0]  # every rule's jobs, from benchmark:
     assert all(f"| {rule} " in cost for rule in ("prepare_models", "decode", "time", "sweep", "train_head", "audit"))
     assert int(re.search(r"timed = scored: (\d+) of \1 passed", audit).group(1)) >= 30  # the eval timings at least
-    knobs = pd.read_csv(wd / "results" / "tables" / "knobs.csv")  # each family's knob under each selection rule
+    knobs = pd.read_csv(wd / "results" / "tables" / "knobs.csv")  # each family's knob under each selection
     assert {"knob_certified", "knob_estimate", "eval check (certified)"} <= set(knobs.columns) and len(knobs)
     for name in ("static front", "Speculative cascade front", "Lenient SD front", "AutoJudge front"):  # each one's
         assert f"DIVERSED lies beyond the {name}" in report, name

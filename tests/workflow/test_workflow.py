@@ -70,7 +70,7 @@ def test_paper_config_runs_block_verification_beside_strict():
 
 
 def test_paper_config_runs_the_authors_settings_beside_the_dev_choices():
-    """#33 item 4: the static ensemble at w = 0.7 (linear) and cascades at 0.5 (the paper's deferral rule) decode
+    """#33 item 4: the static ensemble at w = 0.7 (linear) and cascades at 0.5 (the paper's deferral) decode
     every eval setting as given, quality and timing alike, beside fixed and cascade at their sweeps' choices."""
     plan = paper()
     for job in plan.of("decode") + plan.of("time"):

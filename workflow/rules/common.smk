@@ -23,7 +23,7 @@ def one_of(names):
 wildcard_constraints:
     pair=one_of(PLAN.pairs),
     task=one_of(PLAN.tasks),
-    head=one_of(PLAN.transfer_heads),
+    head_task=one_of(PLAN.transfer_head_tasks),
     T=NUMBER,
     K=r"\d+",
     lam=NUMBER,

@@ -66,6 +66,6 @@ use rule decode as decode_transfer with:
     resources:
         gpu=gpu("decode_transfer"),
     log:
-        "logs/decode_transfer/{pair}/{task}/dynamic@{head}/T{T}-s{seed}.log",
+        "logs/decode_transfer/{pair}/{task}/dynamic@{head_task}/T{T}-s{seed}.log",
     benchmark:
-        "logs/benchmarks/decode_transfer/{pair}/{task}/dynamic@{head}/T{T}-s{seed}.tsv",
+        "logs/benchmarks/decode_transfer/{pair}/{task}/dynamic@{head_task}/T{T}-s{seed}.tsv",
