@@ -383,6 +383,28 @@ def cmd_audit(a: argparse.Namespace) -> None:
         raise SystemExit(FAILED)
 
 
+def cmd_regress(a: argparse.Namespace) -> None:
+    from diversed.analysis import regress
+    from diversed.analysis.tables import read_units
+    from diversed.utils import write_text
+
+    if a.write:
+        regress.check_baseline_path(a.write)
+        table = regress.baseline(read_units(regress.prompt_table(a.results)))
+        write_text(a.write, table.to_csv(index=False))
+        print(f"wrote {a.write}: {len(table)} (setting, prompt) rows, "
+              f"{len(table.groupby(regress.KEYS, dropna=False))} settings")
+        return
+    table, ok = regress.gate(a.results, a.baseline)
+    print(regress.markdown(table))
+    if not ok:
+        bad = table[table["verdict"] == "regression"]
+        print(f"error: {len(bad)} regression(s) against {a.baseline}: "
+              + "; ".join(f"{r.method or 'every setting'} {r.what}" for r in bad.fillna("").itertuples()),
+              file=sys.stderr)
+        raise SystemExit(FAILED)
+
+
 def cmd_calibrate(a: argparse.Namespace) -> None:
     from diversed import calibration
     from diversed.statistics import MIN_PROMPTS
@@ -661,6 +683,14 @@ def _results_parsers(sub) -> None:
     p.add_argument("results", metavar="RESULTS_DIR", help="the folder holding runs/, timing/, sweeps/, sweep_timing/")
     p.add_argument("--out", help="also write the outcome here")
     p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser("regress", help="each rule's tau and quality against a committed baseline, at tolerances "
+                       "the noise sets (diversed.analysis.regress); exit 1 on a regression")
+    p.add_argument("results", metavar="RESULTS_DIR", help="the results folder (its tables/prompts.csv)")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--baseline", help="the baseline file to compare with")
+    how.add_argument("--write", metavar="FILE", help="write the results as a baseline file instead")
+    p.set_defaults(func=cmd_regress)
 
     p = sub.add_parser("calibrate", help="the report's tests on simulated prompts: false holds and coverage per n, "
                        "and the sweeps' selections: how often the chosen knob loses more than the margin "
