@@ -6,6 +6,10 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
+# `snakemake --report results/report.html` (or .zip): the figures, the main tables and the claims, with captions.
+report: "workflow/report/workflow.rst"
+
+
 # The embedded default, unless --configfile names another (configs are whole, not layered).
 if not config:
 

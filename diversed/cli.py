@@ -364,7 +364,10 @@ def cmd_plot(a: argparse.Namespace) -> None:
 def cmd_report(a: argparse.Namespace) -> None:
     from diversed.report.compose import write_report
 
-    print(write_report(a.tables, a.figures, a.out, a.audit, a.benchmarks))
+    for path in (a.out, a.claims):
+        if path:
+            check_writable(path)
+    print(write_report(a.tables, a.figures, a.out, a.audit, a.benchmarks, a.claims))
 
 
 def cmd_audit(a: argparse.Namespace) -> None:
@@ -676,6 +679,7 @@ def _results_parsers(sub) -> None:
     p.add_argument("--audit", help="diversed audit's outcome (its --out file), printed in the report")
     p.add_argument("--benchmarks", help="the workflow's Snakemake benchmark files (logs/benchmarks): the measured "
                    "time and memory per rule")
+    p.add_argument("--claims", help="also write the claims as an HTML table here")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("audit", help="the timed runs are the scored runs, and every run's counters add up "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 import string
 import sys
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ TABLE_NAMES = ("table1", "table2", "table3", "speed", "families", "knobs", "rete
 TIDY = ("runs", "prompts", "sweeps", "sweep_prompts", "weights", "trained")  # aggregate's tidy CSVs
 FIGURES_DIR = "figures"
 REPORT = "results/REPORT.md"
+CLAIMS = "results/claims.html"  # the report's claims as a table (what `snakemake --report` shows)
 RESULTS_DIR = "results"
 AUDIT = "results/audit.txt"  # diversed audit's outcome: timed = scored, accounting
 JOBS_DIR = "results/jobs"  # a decoding job's manifest: its runs' folders and ids (generate --job), its one output
@@ -68,7 +70,7 @@ OUTPUTS: dict[str, dict[str, str]] = {
     "decode_transfer": {"job": JOBS_DIR + "/decode_transfer/{pair}/{task}/dynamic@{head_task}/T{T}-s{seed}.json"},
     "time_sweep": {"job": JOBS_DIR + "/time_sweep/{pair}/{task}/T{T}-K{K}.json"},
     "aggregate": {name: f"{TABLES_DIR}/{name}.csv" for name in TIDY},
-    "audit": {"audit": AUDIT}, "report": {"report": REPORT}, "plot": {},
+    "audit": {"audit": AUDIT}, "report": {"report": REPORT, "claims": CLAIMS}, "plot": {},
 }
 RUN_RULES = ("decode", "time", "decode_transfer", "time_sweep")  # the decoding jobs: `diversed generate` --run runs
 # the rules that load a pair (and claim the GPU of a CUDA pair)
@@ -76,6 +78,20 @@ MODEL_RULES = (*RUN_RULES, "sweep", "sweep_lambda", "train_head", "train_head_la
 LOCAL_RULES = ("fetch_sources", "aggregate", "audit", "plot", "report")  # on a cluster: the submitting node
 WILDCARDS = {rule: tuple(dict.fromkeys(name for t in templates.values() for _, name, _, _ in string.Formatter().parse(t)
                                        if name)) for rule, templates in OUTPUTS.items()}
+
+
+def shown(path: str) -> tuple[str, str] | None:
+    """How `snakemake --report` shows an output: (category, caption: workflow/report/{caption}.rst), None where it
+    does not (a figure's PDF copy, the tidy tables, the .md and .tex forms)."""
+    folder, _, name = path.rpartition("/")
+    stem, _, ext = name.rpartition(".")
+    if folder == FIGURES_DIR and ext == "png":
+        return "Figures", re.sub(r"_T[\d.e+-]+$", "", stem)  # one caption for every temperature's
+    if path == CLAIMS:
+        return "Claims", "claims"
+    if folder == TABLES_DIR and ext == "csv" and stem in TABLE_NAMES:
+        return "Tables", stem
+    return None
 
 
 def temperature(T) -> str:

@@ -18,6 +18,21 @@ from diversed.tasks import SPLITS
 from diversed.tracking import Tracker
 from diversed.utils import provenance, write_text
 
+HTML = ('<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title></head><body>\n{body}\n'
+        "</body></html>\n")
+
+CLAIMS_TEXT = (
+    "Each claim of the paper this run can test, at each temperature, over the settings it covers. A setting's verdict "
+    "is a one-sided test at 2.5% on paired differences over the same prompts: superiority, or non-inferiority for "
+    "quality within a task's tolerance (the interval's lower bound above minus the tolerance). A claim about every "
+    "setting holds when each does (no adjustment) and fails when one does (Holm over its settings); a claim about "
+    "some setting the other way round. A claim's \"holds\" is then Holm-adjusted over the report's claims (the "
+    "records check aside), so that the chance of any false \"holds\" in this report stays at 2.5%. Verdicts: "
+    "holds; fails, with what it failed on where a setting joins two tests (\"fails on quality\", \"fails on "
+    "speed\"); inconclusive, with why (underpowered: the prompts its margin would need if the true difference is 0; "
+    "for 0/1 answers, too few discordant prompts, gained and lost); not tested, with why (e.g. the dev sweep kept "
+    "strict for the family named).")
+
 STATISTICS = ("Every ± is the half-width of a 95% interval over prompts: each eval prompt is one unit, its seeds "
               "pooled (counts summed, quality averaged), since every seed decodes the same prompts. Acceptance, "
               "tokens/s, fidelity and the speedup are ratios of totals (a long answer weighs more than a short "
@@ -89,10 +104,11 @@ def audit_section(audit: str | Path | None) -> list[str]:
 
 
 def write_report(tables: str | Path, figures: str | Path, out: str | Path, audit: str | Path | None = None,
-                 benchmarks: str | Path | None = None) -> Path:
+                 benchmarks: str | Path | None = None, claims_html: str | Path | None = None) -> Path:
     """results/REPORT.md: the claims with their verdicts, the audit's outcome (`diversed audit --out`, where given),
     the heads, the splits, the paper's tables, the speed and lambda tables, the figures, the measured cost per rule
-    (Snakemake's benchmark files, where given) and where they came from."""
+    (Snakemake's benchmark files, where given) and where they came from; claims_html: the claims as an HTML table
+    too."""
     tables, figures, out = Path(tables), Path(figures), Path(out)
     runs = pd.read_csv(tables / "runs.csv")
     sweeps = pd.read_csv(tables / "sweeps.csv")
@@ -105,18 +121,7 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path, audit
              f"{', '.join(f'{t:g}' for t in sorted(runs['temperature'].unique()))}; seeds: "
              f"{', '.join(str(s) for s in sorted(runs['seed'].unique()))}.", "", STATISTICS, ""]
     found = claims(units, sweep_units, sweeps)
-    parts += ["## Claims", "",
-              "Each claim of the paper this run can test, at each temperature, over the settings it covers. A "
-              "setting's verdict is a one-sided test at 2.5% on paired differences over the same prompts: "
-              "superiority, or non-inferiority for quality within a task's tolerance (the interval's lower bound "
-              "above minus the tolerance). A claim about every setting holds when each does (no adjustment) and "
-              "fails when one does (Holm over its settings); a claim about some setting the other way round. A "
-              "claim's \"holds\" is then Holm-adjusted over the report's claims (the records check aside), so that "
-              "the chance of any false \"holds\" in this report stays at 2.5%. Verdicts: holds; fails, with what it "
-              "failed on where a setting joins two tests (\"fails on quality\", \"fails on speed\"); "
-              "inconclusive, with why (underpowered: the prompts its margin would need if the true difference is "
-              "0; for 0/1 answers, too few discordant prompts, gained and lost); not tested, with why (e.g. the "
-              "dev sweep kept strict for the family named).", "", markdown(found), ""]
+    parts += ["## Claims", "", CLAIMS_TEXT, "", markdown(found), ""]
     parts += audit_section(audit)
     head_table = heads(trained)
     if len(head_table):
@@ -145,6 +150,8 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path, audit
     parts += ["## Provenance", "", f"- git commit: {prov['git_commit']}",
               f"- versions: {json.dumps(prov['versions'])}", f"- hardware: {json.dumps(prov['hardware'])}", ""]
     write_text(out, "\n".join(parts))
+    if claims_html is not None:
+        write_text(claims_html, HTML.format(title="Claims", body=frame(found).to_html(index=False)))
     log_report(tables, sorted(figures.glob("*.png")), experiment(runs), frame(found), head_table)
     return out
 

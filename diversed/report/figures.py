@@ -16,7 +16,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from diversed.analysis.tables import is_timing, quality, quality_units, read_units, timed_units
+from diversed import statistics
+from diversed.analysis.tables import quality, quality_units, read_units, timed_units
 from diversed.decoding.settings import ALONE, METHODS, RULES, Method
 from diversed.utils import atomic_path
 
@@ -37,19 +38,28 @@ def _save(fig, stem: Path) -> list[Path]:
     return paths
 
 
+COLUMNS_MAX = 3  # panels per row of a figure: a grid a laptop screen shows whole
+
+
 def _panels(d: pd.DataFrame, title: str = ""):
-    """(figure, [(axes, pair, task, rows of d)]): a row of panels per pair, a column per task; a panel without
-    rows (or a figure without any) says "no data"."""
+    """(figure, [(axes, pair, task, rows of d)]): a panel per (pair, task), COLUMNS_MAX to a row, each pair
+    starting a row of its own; a panel without rows (or a figure without any) says "no data"."""
     pairs, tasks = sorted(d["pair"].unique()) or [""], sorted(d["task"].unique()) or [""]
-    fig, axes = plt.subplots(len(pairs), len(tasks), figsize=(4.2 * len(tasks), 3.4 * len(pairs)), squeeze=False)
+    cols = min(len(tasks), COLUMNS_MAX)
+    per_pair = -(-len(tasks) // cols)  # rows of one pair's panels
+    fig, axes = plt.subplots(len(pairs) * per_pair, cols, figsize=(4.2 * cols, 3.4 * len(pairs) * per_pair),
+                             squeeze=False)
     panels = []
     for (i, pair), (j, task) in itertools.product(enumerate(pairs), enumerate(tasks)):
-        ax, g = axes[i, j], d[(d["pair"] == pair) & (d["task"] == task)]
+        ax, g = axes[i * per_pair + j // cols, j % cols], d[(d["pair"] == pair) & (d["task"] == task)]
         ax.set_title(f"{pair}: {task}{title}" if pair else "")
         if g.empty:
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
         else:
             panels.append((ax, pair, task, g))
+    for row in range(len(pairs)):  # a pair's last row, where its tasks do not fill it
+        for j in range(len(tasks), per_pair * cols):
+            axes[row * per_pair + j // cols, j % cols].set_visible(False)
     return fig, panels
 
 
@@ -224,28 +234,42 @@ def quality_vs_time(units: pd.DataFrame, runs: pd.DataFrame, sweeps: pd.DataFram
     return _save(fig, stem)
 
 
-def acceptance_by_position_bars(runs: pd.DataFrame, temperature: float) -> pd.DataFrame:
+def acceptance_by_position_bars(units: pd.DataFrame, temperature: float) -> pd.DataFrame:
     """What the acceptance-by-position figure plots: per (pair, task, method, position i) at one temperature,
-    P(draft token i accepted | 1..i-1 accepted), the mean over runs."""
-    d = runs[(runs["temperature"] == temperature) & runs["head_task"].isna()
-             & ~is_timing(runs) & runs["method"].isin([m for m in METHODS if m not in ALONE])]
+    P(draft token i accepted | 1..i-1 accepted) over the quality runs' prompts (steps accepting i over steps
+    reaching i, a ratio of totals, each prompt's seeds pooled), with its 95% interval over prompts (from
+    statistics.MIN_PROMPTS["ratio"] prompts)."""
     keys = ["pair", "task", "method", "position"]
-    rows = [(r.pair, r.task, r.method, i + 1, a) for r in d.itertuples()
-            for i, a in enumerate(json.loads(r.acceptance_by_position))]
-    bars = pd.DataFrame(rows, columns=[*keys, "acceptance"]).astype({"acceptance": float})
-    return bars.groupby(keys, as_index=False)["acceptance"].mean()
+    if "position_reached" not in units:  # a prompt table of before per-position counts were kept
+        return pd.DataFrame(columns=[*keys, "acceptance", "low", "high"])
+    d = quality_units(units)
+    d = d[(d["temperature"] == temperature) & (d["head_task"] == "") & ~d["method"].isin(list(ALONE))]
+    rows = []
+    for (pair, task, method), g in d.groupby(["pair", "task", "method"]):
+        hits = np.array([json.loads(x) for x in g["position_accepted"]], dtype=float)  # [units, K]
+        reached = np.array([json.loads(x) for x in g["position_reached"]], dtype=float)
+        codes, n = pd.factorize(g["prompt"])
+        for i in range(hits.shape[1] if hits.ndim == 2 else 0):
+            y, x = (np.bincount(codes, weights=v[:, i], minlength=len(n)) for v in (hits, reached))  # [prompts]
+            if x.sum() > 0:
+                e = statistics.ratio_estimate(y, x)
+                shown = len(n) >= statistics.MIN_PROMPTS["ratio"]  # below it, descriptive: no interval
+                rows.append((pair, task, method, i + 1, e.value, e.low if shown else np.nan,
+                             e.high if shown else np.nan))
+    return pd.DataFrame(rows, columns=[*keys, "acceptance", "low", "high"])
 
 
-def acceptance_by_position(runs: pd.DataFrame, stem: Path, temperature: float) -> list[Path]:
-    """P(draft token i accepted | 1..i-1 accepted) per position, one bar per method."""
-    fig, panels = _panels(acceptance_by_position_bars(runs, temperature), f" (T = {temperature:g})")
+def acceptance_by_position(units: pd.DataFrame, stem: Path, temperature: float) -> list[Path]:
+    """P(draft token i accepted | 1..i-1 accepted) per position, one bar per method, with its 95% interval."""
+    fig, panels = _panels(acceptance_by_position_bars(units, temperature), f" (T = {temperature:g})")
     for ax, _, _, g in panels:
         methods = [m for m in METHODS if m in set(g["method"])]
         width = 0.8 / len(methods)
         for j, method in enumerate(methods):
             b = g[g["method"] == method]
-            ax.bar(b["position"] + (j - (len(methods) - 1) / 2) * width, 100 * b["acceptance"], width,
-                   color=COLORS[method], label=METHODS.get(method, method))
+            err = [100 * (b["acceptance"] - b["low"]).fillna(0), 100 * (b["high"] - b["acceptance"]).fillna(0)]
+            ax.bar(b["position"] + (j - (len(methods) - 1) / 2) * width, 100 * b["acceptance"], width, yerr=err,
+                   color=COLORS[method], label=METHODS.get(method, method), error_kw={"lw": 0.8, "capsize": 1.5})
         ax.set(xlabel="draft position i", ylabel="acceptance (%)", xticks=sorted(set(g["position"])), ylim=(0, 100))
         ax.grid(alpha=0.3, axis="y")
     _legend(fig)
@@ -282,7 +306,7 @@ def write_all(tables: str | Path, out: str | Path, temperatures: list[float],
     paths = acceptance_vs_weight(sweeps, out / "acceptance_vs_weight", sweep_temperature)
     for t in temperatures:
         paths += quality_vs_time(units, runs, sweeps, out / f"quality_vs_time_T{t:g}", t)
-        paths += acceptance_by_position(runs, out / f"acceptance_by_position_T{t:g}", t)
+        paths += acceptance_by_position(units, out / f"acceptance_by_position_T{t:g}", t)
         paths += acceptance_vs_bias(sweeps, out / f"acceptance_vs_bias_T{t:g}", t)
         paths += acceptance_vs_bias(sweeps, out / f"acceptance_vs_kl_T{t:g}", t, "kl")
     paths += weight_distribution(weights, out / "weight_distribution")

@@ -27,7 +27,7 @@ from diversed.decoding.head import MODULES, load_head
 from diversed.decoding.models import encode_prompt, load_pair
 from diversed.decoding.rng import stream_seed
 from diversed.decoding.settings import ALONE, DEFERRAL, TRAINED, Decoding, Execution, trained_module
-from diversed.decoding.stats import Generation, summarize
+from diversed.decoding.stats import Generation, position_counts, summarize
 from diversed.runs.settings import PROMPT_FIELDS, Launch, RunConfig
 from diversed.tasks import get_task
 from diversed.tracking import decode_tracker
@@ -613,6 +613,7 @@ class Run:
         rows, exact = [], self.config["verifier"] == "autoregressive"  # the target alone: no bias by definition
         for g, sec, pre, first_s in zip(self.generations, seconds, prefill, first, strict=True):
             weights, n = [w for step in g.get("weights") or [] for w in step], len(g["tokens"])
+            counts = position_counts(g.get("drafted", []), g.get("accepted", []), self.config.get("K") or 0)
             rows.append({
                 "run_id": self.manifest["run_id"], "seed": self.config["seed"], "prompt": g["prompt_hash"],
                 "accepted": sum(g.get("accepted", [])), "drafted": sum(g.get("drafted", [])),
@@ -627,6 +628,9 @@ class Run:
                 "identity_gap": identity_gap(g, self.config["mixing"]),
                 "front_gap": front_gap(g),
                 "front_gap_zero": front_gap(g, biased=False),
+                # per draft position i: steps accepting i, steps reaching i (the per-position intervals)
+                "position_accepted": json.dumps([hit for hit, _ in counts]),
+                "position_reached": json.dumps([reached for _, reached in counts]),
             })
         return rows
 

@@ -40,7 +40,11 @@ def units() -> pd.DataFrame:
     return pd.DataFrame([{"run_id": r.run_id, "pair": r.pair, "task": r.task, "method": r.method, "head_task": "",
                           "lambda": float("nan"), "temperature": r.temperature, "K": r.K, "seed": r.seed,
                           "metric": r.metric, "prompt": f"p{i}", "seconds": r.seconds_per_sample,
-                          "quality": r.quality + (0.1 if i % 2 else -0.1)}
+                          "quality": r.quality + (0.1 if i % 2 else -0.1),
+                          # per position: 10 steps reach it, 10 alpha of them accept (position 2: alpha - 0.1)
+                          "position_reached": json.dumps([10, 10] if r.K == 5 else []),
+                          "position_accepted": json.dumps([round(10 * a, 6) for a in json.loads(
+                              r.acceptance_by_position)] if r.K == 5 else [])}
                          for r in runs().itertuples() for i in range(4)])
 
 
@@ -125,11 +129,33 @@ def test_quality_vs_time_keeps_the_dev_sweep_on_its_own_panel():
     assert set(points.loc[points["method"] != "sweep", "task"]) == {"gsm8k: eval"}
 
 
-def test_acceptance_by_position_keeps_pairs_apart():
-    bars = acceptance_by_position_bars(runs(), 1.0).set_index(["pair", "method", "position"])["acceptance"]
+def test_acceptance_by_position_keeps_pairs_apart_with_intervals_over_prompts():
+    """Each position's acceptance is a ratio of totals over the prompts (seeds pooled), with its interval where the
+    prompts are enough (statistics.MIN_PROMPTS['ratio'] = 12): 4 prompts give none, 16 unequal ones give one."""
+    bars = acceptance_by_position_bars(units(), 1.0).set_index(["pair", "method", "position"])
     assert len(bars) == 2 * 2 * 2  # pairs x speculative methods x positions
     for pair, v in PAIRS.items():
-        assert bars[(pair, "dynamic", 1)] == v["alpha"] and abs(bars[(pair, "strict", 2)] - (v["alpha"] - 0.1)) < 1e-9
+        assert bars.loc[(pair, "dynamic", 1), "acceptance"] == pytest.approx(v["alpha"])
+        assert bars.loc[(pair, "strict", 2), "acceptance"] == pytest.approx(v["alpha"] - 0.1)
+    assert bars["low"].isna().all()  # 4 prompts
+    many = pd.concat([units().assign(prompt=lambda d, i=i: d["prompt"] + f"-{i}",
+                                     position_accepted=json.dumps([i % 4, 1]), position_reached=json.dumps([4, 4]))
+                      for i in range(4)], ignore_index=True)
+    b = acceptance_by_position_bars(many, 1.0).set_index(["pair", "method", "position"]).loc[("llama", "strict", 1)]
+    assert b["acceptance"] == pytest.approx(1.5 / 4) and b["low"] < b["acceptance"] < b["high"]
+    assert acceptance_by_position_bars(units().drop(columns=["position_reached", "position_accepted"]), 1.0).empty
+
+
+def test_a_figure_of_many_tasks_is_a_grid_of_at_most_three_columns(tmp_path):
+    """The quality-vs-time figure has three panels per task (eval, dev acceptance, dev speed): two tasks make two
+    rows of three, not one row of six."""
+    import matplotlib.image
+
+    two = pd.concat([units(), units().assign(task="xsum")], ignore_index=True)
+    sw = pd.concat([sweeps(), sweeps().assign(task="xsum")], ignore_index=True)
+    (png, _) = quality_vs_time(two[two["pair"] == "llama"], runs(), sw[sw["pair"] == "llama"], tmp_path / "q", 1.0)
+    height, width = matplotlib.image.imread(png).shape[:2]
+    assert width < 2.2 * height, (width, height)  # three columns of two rows (six in a row: ~6.5 x 1)
 
 
 def test_acceptance_vs_weight_keeps_pairs_apart():

@@ -10,6 +10,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,6 +48,75 @@ def test_the_main_job_writes_only_its_folders_and_the_linters_pass_after_it(smok
     assert list((wd / "logs" / "wandb").glob("offline-run-*"))
     done = subprocess.run([sys.executable, "-m", "ruff", "check", str(wd)], cwd=wd, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def browser():
+    """Debian's Chromium, headless, driven by Selenium through Debian's chromedriver (no driver download)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1400,1000"):
+        options.add_argument(flag)
+    options.binary_location = shutil.which("chromium")
+    return webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver")))
+
+
+@pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("chromedriver")),
+                    reason="needs chromium and chromedriver (the README's test command installs them)")
+def test_snakemake_report_shows_every_figure_and_the_claims_in_a_browser(smoke_run):
+    """`snakemake --report results/report.html` on the smoke run, opened in a headless browser: each category the
+    plan flags (experiment.plan.shown: Claims, Figures, Tables) lists exactly its files, every figure decodes as an
+    image in the browser, and the claims table renders with one row per claim and a verdict in each."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from diversed.experiment.plan import shown
+
+    wd = smoke_run
+    snakemake("--report", "results/report.html", "--configfile", SMOKE, cwd=wd, timeout=600)
+    plan = load(wd / SMOKE)
+    expected: dict[str, set[str]] = {}
+    for rule in ("aggregate", "plot", "report"):
+        for v in plan.job(rule, {}).outputs.values():
+            for path in [v] if isinstance(v, str) else v:
+                if how := shown(path):
+                    expected.setdefault(how[0], set()).add(path)
+    assert set(expected) == {"Claims", "Figures", "Tables"} and len(expected["Figures"]) == 10
+    url, d = (wd / "results" / "report.html").as_uri(), browser()
+    try:
+        for category, paths in expected.items():
+            d.get(url)
+            d.find_element(By.XPATH, f"//span[text()='{category}']").click()
+            rows = {r.find_element(By.TAG_NAME, "td").text: r
+                    for r in d.find_elements(By.XPATH, "//tr[td/div/a[@iconname='eye']]")}
+            assert set(rows) == paths, (category, sorted(rows))
+        d.get(url)
+        d.find_element(By.XPATH, "//span[text()='Figures']").click()
+        for path in sorted(expected["Figures"]):  # each shown in the page, decoded by the browser
+            d.find_element(By.XPATH, f"//tr[td[text()='{path}']]//a[@iconname='eye']").click()
+            name = path.rsplit("/", 1)[1]
+            img = WebDriverWait(d, 10).until(lambda drv, n=name: drv.find_element(
+                By.XPATH, f"//img[contains(@src, 'filename={n};')]"))
+            size = WebDriverWait(d, 10).until(lambda drv, i=img: drv.execute_script(
+                "const i = arguments[0]; return i.complete && i.naturalWidth ? [i.naturalWidth, i.naturalHeight] "
+                ": null", i))
+            assert min(size) > 100, (path, size)
+        d.get(url)
+        d.find_element(By.XPATH, "//span[text()='Claims']").click()
+        d.find_element(By.XPATH, "//tr[td[text()='results/claims.html']]//a[@iconname='eye']").click()
+        d.switch_to.frame(WebDriverWait(d, 10).until(lambda drv: drv.find_element(
+            By.XPATH, "//iframe[contains(@src, 'filename=claims.html;')]")))
+        header = [th.text for th in d.find_elements(By.CSS_SELECTOR, "table thead th")]
+        verdicts = [tr.find_elements(By.TAG_NAME, "td")[header.index("verdict")].text
+                    for tr in d.find_elements(By.CSS_SELECTOR, "table tbody tr")]
+        written = (wd / "results" / "claims.html").read_text().split("<tbody>")[1].count("<tr")  # one per claim
+        assert header[:3] == ["claim", "temperature", "verdict"] and len(verdicts) == written > 10
+        assert set(verdicts) <= {"holds", "fails", "inconclusive", "not tested"}, set(verdicts)
+    finally:
+        d.quit()
 
 
 def parses(path: Path) -> bool:

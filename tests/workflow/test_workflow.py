@@ -480,3 +480,20 @@ def test_slurm_profile_requests_each_gpu_once(tree):
         assert sbatch.count("--gpus=") + sbatch.count("--gres=") == 1 and " --gpus=1" in sbatch, sbatch
         assert f"-t {job['resources']['runtime']}" in sbatch and "--cpus-per-task=4" in sbatch, sbatch
         assert " -C " not in sbatch and "--constraint" not in sbatch, sbatch  # no site's feature name assumed (#49)
+
+
+def test_what_the_html_report_shows_has_a_caption_and_only_the_main_outputs():
+    """`snakemake --report`: every figure (PNG), the paper's and the harness's main tables and the claims are flagged
+    with a caption file in workflow/report/; the PDF copies, the tidy tables and the .md/.tex forms are not."""
+    from diversed.experiment.plan import TABLE_NAMES, shown
+
+    for plan in (smoke(), paper()):
+        outputs = [p for rule in ("aggregate", "plot", "report") for v in plan.job(rule, {}).outputs.values()
+                   for p in ([v] if isinstance(v, str) else v)]
+        flagged = {p: shown(p) for p in outputs if shown(p)}
+        assert {p for p in flagged if p.endswith(".png")} == {p for p in outputs if p.endswith(".png")}
+        assert {p for p, (c, _) in flagged.items() if c == "Tables"} == {f"results/tables/{n}.csv" for n in TABLE_NAMES}
+        assert [p for p, (c, _) in flagged.items() if c == "Claims"] == ["results/claims.html"]
+        for _, caption in flagged.values():
+            assert (ROOT / "workflow" / "report" / f"{caption}.rst").is_file(), caption
+    assert shown("figures/quality_vs_time_T0.1.pdf") is None and shown("results/tables/runs.csv") is None

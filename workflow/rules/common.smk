@@ -6,7 +6,7 @@
 import re
 import sys
 
-from diversed.experiment.plan import NUMBER, Plan
+from diversed.experiment.plan import NUMBER, Plan, shown
 
 
 try:
@@ -14,6 +14,18 @@ try:
 except ValueError as e:  # one line and exit 2, as the diversed command's bad input (no Snakemake traceback)
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+
+
+def flagged(rule):
+    """A rule's outputs, those `snakemake --report` shows flagged with report(): their category and caption
+    (workflow/report/, experiment.plan.shown)."""
+
+    def flag(path):
+        if (how := shown(path)) is None:
+            return path
+        return report(path, caption=f"../report/{how[1]}.rst", category=how[0])
+
+    return {k: [flag(p) for p in v] if isinstance(v, list) else flag(v) for k, v in PLAN.outputs(rule).items()}
 
 
 def one_of(names):

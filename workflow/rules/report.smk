@@ -4,7 +4,7 @@ rule aggregate:
     input:
         **PLAN.job("aggregate", {}).inputs,
     output:
-        **PLAN.outputs("aggregate"),
+        **flagged("aggregate"),
     params:
         **params("aggregate"),
     threads: 1
@@ -25,7 +25,7 @@ rule plot:
     input:
         **PLAN.job("plot", {}).inputs,
     output:
-        **PLAN.outputs("plot"),
+        **flagged("plot"),
     params:
         **params("plot"),
     threads: 1
@@ -65,7 +65,7 @@ rule report:
     input:
         **PLAN.job("report", {}).inputs,
     output:
-        **PLAN.outputs("report"),
+        **flagged("report"),
     params:
         **params("report"),
     threads: 1
@@ -77,4 +77,4 @@ rule report:
         "../../environment.yml"
     shell:
         "diversed report --tables {params.tables} --figures {params.figures} --audit {input.audit} "
-        "--benchmarks logs/benchmarks --out {output.report} > {log} 2>&1"
+        "--benchmarks logs/benchmarks --claims {output.claims} --out {output.report} > {log} 2>&1"
