@@ -367,7 +367,13 @@ def cmd_report(a: argparse.Namespace) -> None:
     for path in (a.out, a.claims):
         if path:
             check_writable(path)
-    print(write_report(a.tables, a.figures, a.out, a.audit, a.benchmarks, a.claims))
+    predicted = None
+    if a.config:
+        from diversed.experiment.cost import predicted_seconds
+        from diversed.experiment.plan import load
+
+        predicted = predicted_seconds(load(*a.config))
+    print(write_report(a.tables, a.figures, a.out, a.audit, a.benchmarks, a.claims, predicted))
 
 
 def cmd_audit(a: argparse.Namespace) -> None:
@@ -680,6 +686,8 @@ def _results_parsers(sub) -> None:
     p.add_argument("--benchmarks", help="the workflow's Snakemake benchmark files (logs/benchmarks): the measured "
                    "time and memory per rule")
     p.add_argument("--claims", help="also write the claims as an HTML table here")
+    p.add_argument("--config", nargs="+", metavar="FILE", help="the workflow's config files: the cost model's "
+                   "prediction beside the measured cost (GPU pairs it knows)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("audit", help="the timed runs are the scored runs, and every run's counters add up "

@@ -248,6 +248,16 @@ def gpu_hours(plan: Plan, pair: str) -> dict[str, float]:
     return {rule: sum(ms) / 3.6e6 for rule, ms in job_ms(plan, pair).items()}
 
 
+def predicted_seconds(plan: Plan) -> dict[str, float] | None:
+    """GPU seconds of each GPU rule over every pair of a plan (decode_transfer and train_head_lambda under the rule
+    they are priced as, PRICED_AS), for the report's measured cost; None where a pair does not run on a GPU or its
+    models are not among MODELS (the cost model prices the paper's GPU pairs only)."""
+    if any(not p.device.startswith("cuda") or p.target not in MODELS or p.draft not in MODELS
+           for p in plan.pairs.values()):
+        return None
+    return {rule: sum(gpu_hours(plan, pair)[rule] for pair in plan.pairs) * 3600 for rule in GPU_RULES}
+
+
 def longest_job_minutes(plan: Plan) -> dict[str, float]:
     """GPU minutes of the longest job of each GPU rule over every pair of a workflow plan (computed): what a
     cluster profile's time limit per rule must cover."""

@@ -12,6 +12,7 @@ import pandas as pd
 
 from diversed.analysis.claims import claims, frame, markdown
 from diversed.analysis.tables import read_units
+from diversed.experiment.cost import PRICED_AS
 from diversed.experiment.plan import TABLE_NAMES
 from diversed.report.deviations import section as deviations
 from diversed.tasks import SPLITS
@@ -70,11 +71,13 @@ def heads(trained: pd.DataFrame) -> pd.DataFrame:
 
 def measured_cost(benchmarks: str | Path) -> pd.DataFrame:
     """Per rule, from Snakemake's `benchmark:` files (logs/benchmarks/{rule}/...tsv): jobs, wall seconds in all and
-    of the slowest job, and the largest resident memory (MiB; nan where a job ended before Snakemake sampled it)."""
+    of the slowest job, and the largest resident memory (MiB; nan where a job ended before Snakemake sampled it).
+    decode_transfer and train_head_lambda count under decode and train_head, as the cost model prices them."""
     rows = []
     for tsv in sorted(Path(benchmarks).rglob("*.tsv")):
         b = pd.read_csv(tsv, sep="\t")
-        rows.append({"rule": tsv.relative_to(benchmarks).parts[0].removesuffix(".tsv"),
+        rule = tsv.relative_to(benchmarks).parts[0].removesuffix(".tsv")
+        rows.append({"rule": PRICED_AS.get(rule, rule),
                      "s": float(b["s"].iloc[0]), "rss": pd.to_numeric(b["max_rss"], errors="coerce").iloc[0]})
     if not rows:
         return pd.DataFrame(columns=["rule", "jobs", "seconds", "slowest job (s)", "peak memory (MiB)"])
@@ -83,15 +86,22 @@ def measured_cost(benchmarks: str | Path) -> pd.DataFrame:
                          "peak memory (MiB)": d["rss"].max().round(0)}).reset_index()
 
 
-def cost_section(benchmarks: str | Path | None) -> list[str]:
-    """The report's measured cost per rule (none without benchmark files)."""
+def cost_section(benchmarks: str | Path | None, predicted: dict[str, float] | None = None) -> list[str]:
+    """The report's measured cost per rule (none without benchmark files), beside diversed.experiment.cost's
+    prediction for the same jobs and the ratio where the cost model prices the pairs (predicted_seconds)."""
     table = measured_cost(benchmarks) if benchmarks is not None else pd.DataFrame()
     if table.empty:
         return []
+    if predicted is not None:
+        table["predicted (s)"] = table["rule"].map(predicted).round(1)
+        table["measured / predicted"] = (table["seconds"] / table["predicted (s)"]).round(2)
+    note = ("; beside the cost model's GPU seconds for the same jobs (diversed.experiment.cost: every answer at full "
+            "length, so an early stop makes the ratio < 1)" if predicted is not None else
+            "; the cost model prices the paper's GPU pairs only, so no prediction here")
     return ["## Measured cost", "", f"Wall time and peak resident memory per rule, as Snakemake's `benchmark:` "
             f"measured each job on this machine ({table['jobs'].sum()} jobs, {table['seconds'].sum() / 60:.1f} "
-            "minutes in all; jobs that ran side by side overlap; the provenance below names the hardware).", "",
-            table.to_markdown(index=False), ""]
+            f"minutes in all; jobs that ran side by side overlap; the provenance below names the hardware){note}.",
+            "", table.to_markdown(index=False), ""]
 
 
 def audit_section(audit: str | Path | None) -> list[str]:
@@ -104,11 +114,12 @@ def audit_section(audit: str | Path | None) -> list[str]:
 
 
 def write_report(tables: str | Path, figures: str | Path, out: str | Path, audit: str | Path | None = None,
-                 benchmarks: str | Path | None = None, claims_html: str | Path | None = None) -> Path:
+                 benchmarks: str | Path | None = None, claims_html: str | Path | None = None,
+                 predicted: dict[str, float] | None = None) -> Path:
     """results/REPORT.md: the claims with their verdicts, the audit's outcome (`diversed audit --out`, where given),
     the heads, the splits, the paper's tables, the speed and lambda tables, the figures, the measured cost per rule
-    (Snakemake's benchmark files, where given) and where they came from; claims_html: the claims as an HTML table
-    too."""
+    (Snakemake's benchmark files, where given, beside the `predicted` GPU seconds per rule) and where they came
+    from; claims_html: the claims as an HTML table too."""
     tables, figures, out = Path(tables), Path(figures), Path(out)
     runs = pd.read_csv(tables / "runs.csv")
     sweeps = pd.read_csv(tables / "sweeps.csv")
@@ -145,7 +156,7 @@ def write_report(tables: str | Path, figures: str | Path, out: str | Path, audit
     parts += ["## Figures", ""]
     for png in sorted(figures.glob("*.png")):
         parts += [f"![{png.stem}]({rel / png.name})", ""]
-    parts += cost_section(benchmarks)
+    parts += cost_section(benchmarks, predicted)
     prov = provenance()
     parts += ["## Provenance", "", f"- git commit: {prov['git_commit']}",
               f"- versions: {json.dumps(prov['versions'])}", f"- hardware: {json.dumps(prov['hardware'])}", ""]

@@ -480,6 +480,31 @@ def test_the_measured_cost_sums_each_rules_benchmark_files(tmp_path):
     assert cost_section(tmp_path / "none") == [] and cost_section(None) == []
 
 
+def test_the_measured_cost_stands_beside_the_cost_models_prediction_on_gpu_pairs(tmp_path):
+    """The paper config's pairs (CUDA, priced models): each rule's measured seconds beside its predicted GPU seconds
+    and the ratio, decode_transfer counted under decode as the model prices it; the CPU default and the tiny pairs:
+    no prediction, said so."""
+    from helpers import ROOT
+
+    from diversed.experiment.cost import gpu_hours, predicted_seconds
+    from diversed.experiment.plan import load
+    from diversed.report.compose import cost_section, measured_cost
+
+    paper, smoke = load(ROOT / "config" / "paper.yaml"), load(ROOT / "config" / "smoke.yaml")
+    predicted = predicted_seconds(paper)
+    assert predicted["decode"] == pytest.approx(3600 * sum(gpu_hours(paper, p)["decode"] for p in paper.pairs))
+    assert predicted_seconds(smoke) is None and predicted_seconds(load(ROOT / "config" / "config.yaml")) is None
+    header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+    for path, s in (("decode/llama/gsm8k/T1.0-s0.tsv", 600.0), ("decode_transfer/llama/xsum/a/T1.0-s0.tsv", 400.0)):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(header + f"{s}\t0:10:00\t812.5\t1\t1\t1\t0\t0\t10\t{s}\n")
+    assert measured_cost(tmp_path).set_index("rule").loc["decode", "jobs"] == 2
+    text = "\n".join(cost_section(tmp_path, predicted))
+    row = next(line for line in text.splitlines() if line.startswith("| decode "))
+    assert f"{round(predicted['decode'], 1)}" in row and f"{round(1000 / round(predicted['decode'], 1), 2)}" in row
+    assert "no prediction here" in "\n".join(cost_section(tmp_path, None))
+
+
 def test_latency_percentiles_are_loadgens_early_stopping_estimates():
     """12 timed requests: p50 is the 11th smallest (LoadGen's early stopping at 99% confidence: 10 within and 1 over
     it pass); p90 and p99 need 64 and 662 requests, so they are not given. TTFT is the prefill and the first token,

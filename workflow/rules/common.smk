@@ -4,6 +4,7 @@
 # untimed decodes and the fine-tuned drafts, 0 the timed jobs, which take every core: they run once the rest is done,
 # so that untimed work fills both cores while it lasts.
 import re
+import shlex
 import sys
 
 from diversed.experiment.plan import NUMBER, Plan, shown

@@ -68,6 +68,7 @@ rule report:
         **flagged("report"),
     params:
         **params("report"),
+        configs=" ".join(shlex.quote(str(path)) for path in workflow.configfiles),
     threads: 1
     log:
         "logs/report.log",
@@ -77,4 +78,5 @@ rule report:
         "../../environment.yml"
     shell:
         "diversed report --tables {params.tables} --figures {params.figures} --audit {input.audit} "
-        "--benchmarks logs/benchmarks --claims {output.claims} --out {output.report} > {log} 2>&1"
+        "--benchmarks logs/benchmarks --config {params.configs} --claims {output.claims} --out {output.report} "
+        "> {log} 2>&1"
