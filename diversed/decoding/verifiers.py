@@ -345,11 +345,11 @@ def _topk(knob, knob2, draft_tokens, q, p, p_x, q_x, r) -> Outcome:
 
 def _fuzzy(knob, knob2, draft_tokens, q, p, p_x, q_x, r) -> Outcome:
     """fuzzy (Fuzzy SD, Holsman et al., ACL Findings 2025; maxholsman/fsd fsd_utils.py:2018-2039, 2121, 2138-2146;
-    T = knob): a draft is accepted, without a coin, where fuzzy_divergence(p, q) <= T; at the first position over
-    T a token is drawn from p (no residual) and the step ends. Theirs reads the divergence on the unprocessed
-    softmaxes (temperature 1, no top-k / top-p) and proposes drafts greedily; here it reads the decode's p and q
-    (the same at T = 1 with sampling full) and q's own drafts. Greedy: the draw is argmax p (their code samples
-    from p at temperature 1 even there). T = 0 keeps only where p = q: an exact sampler of p."""
+    the threshold is the knob): a draft is accepted, without a coin, where fuzzy_divergence(p, q) <= knob; at the
+    first position over it a token is drawn from p (no residual) and the step ends. Theirs reads the divergence on the
+    unprocessed softmaxes (temperature 1, no top-k / top-p) and proposes drafts greedily; here it reads the decode's
+    p and q (the same at temperature 1 with sampling full) and q's own drafts. Greedy: the draw is argmax p (their
+    code samples from p at temperature 1 even there). knob = 0 keeps only where p = q: an exact sampler of p."""
     # fsd_utils.py: "divs = (0.5 * kl_div(log(p), m) + 0.5 * kl_div(log(q), m)).sum(-1)", "is_accepted = divs
     # <= threshold" (no coin), "n_matches = ((~is_accepted).cumsum(-1) < 1).sum()", then "next_tokens =
     # multinomial(p_n_plus_1)": the first position over T draws from p

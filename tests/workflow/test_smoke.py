@@ -131,6 +131,7 @@ def parses(path: Path) -> bool:
                ".png": matplotlib.image.imread, ".pdf": lambda p: p.read_bytes().startswith(b"%PDF") or None,
                ".md": lambda p: p.read_text().strip() or None, ".tex": lambda p: p.read_text().strip() or None,
                ".txt": lambda p: p.read_text().strip() or None,
+               ".html": lambda p: p.read_text()[:100].lower().startswith("<!doctype html") or None,
                ".safetensors": load_file, ".pt": lambda p: p.stat().st_size or None}
     return readers[path.suffix](path) is not None
 
