@@ -116,3 +116,22 @@ def test_the_command_writes_a_baseline_and_gates_on_it(tmp_path):
     mine.write_text("my,own\n1,2\n")
     refused = subprocess.run([*run, "--write", str(mine)], capture_output=True, text=True)
     assert refused.returncode != 0 and "not overwritten" in refused.stderr and mine.read_text() == "my,own\n1,2\n"
+
+
+def test_the_committed_baseline_covers_the_default_configs_quality_runs():
+    """benchmarks/baseline_default.csv is a baseline of config/config.yaml: its settings are the plan's own-head eval
+    quality runs (pair, task, T, method, K), each with the task's n_eval prompts; a config change that adds or drops
+    a setting makes it stale, and this fails until it is rewritten (`diversed regress results --write FILE`)."""
+    from helpers import ROOT
+
+    from diversed.experiment.plan import load
+
+    base = pd.read_csv(ROOT / "benchmarks" / "baseline_default.csv")
+    assert list(base.columns) == regress.BASELINE_COLUMNS
+    plan = load(ROOT / "config" / "config.yaml")
+    runs = [r for r in plan.runs if r.rule == "decode"]
+    planned = {(r.pair, r.task, r.temperature, r.method, r.K or 0) for r in runs}
+    held = set(base[regress.KEYS].itertuples(index=False, name=None))
+    assert held == planned
+    prompts = base.groupby(["task", "temperature", "method"])["prompt"].nunique()
+    assert all(prompts[t, T, m] == plan.tasks[t].n_eval for t, T, m in prompts.index)
