@@ -43,10 +43,7 @@ def baseline(units: pd.DataFrame) -> pd.DataFrame:
     own = units[~is_timing(units) & (units["head_task"].fillna("") == "")]
     if "split" in own:
         own = own[own["split"].fillna("eval") == "eval"]
-    own = own.assign(K=own["K"].fillna(0).astype(int))
-    pooled = own.groupby([*KEYS, "prompt"], as_index=False, dropna=False).agg(
-        seeds=("seed", "nunique"), new_tokens=("new_tokens", "sum"), steps=("steps", "sum"),
-        quality=("quality", "mean"), target_logprob_sum=("target_logprob_sum", "sum"))
+    pooled = statistics.pool_seeds(own.assign(K=own["K"].fillna(0).astype(int)), KEYS).rename(columns={"seed": "seeds"})
     return pooled[BASELINE_COLUMNS].sort_values([*KEYS, "prompt"]).reset_index(drop=True)
 
 
