@@ -98,13 +98,16 @@ def _row(what: str, e: statistics.Estimate, p: float) -> dict:
     return row | {"p": p}
 
 
+def _cell(x, fmt: str = "{:.4g}") -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
+
+
 def markdown(table: pd.DataFrame) -> str:
-    """The comparison as a table: estimate [95% interval], p (Holm), verdict."""
+    """The comparison as a table: estimate [95% interval], p (adjusted), verdict."""
     lines = ["| pair | task | T | method | K | what | now vs baseline [95%] | prompts | p (adjusted) | verdict |",
              "|---|---|---|---|---|---|---|---|---|---|"]
+    cell = _cell
     for r in table.itertuples():
-        def cell(x, fmt="{:.4g}"):
-            return "" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
         interval = f"{cell(r.estimate)} [{cell(r.low)}, {cell(r.high)}]" if not math.isnan(r.estimate) else "–"
         lines.append(f"| {cell(getattr(r, 'pair', ''), '{}')} | {cell(getattr(r, 'task', ''), '{}')} | "
                      f"{cell(getattr(r, 'temperature', math.nan), '{:g}')} | {cell(getattr(r, 'method', ''), '{}')} | "

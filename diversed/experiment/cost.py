@@ -255,7 +255,8 @@ def predicted_seconds(plan: Plan) -> dict[str, float] | None:
     if any(not p.device.startswith("cuda") or p.target not in MODELS or p.draft not in MODELS
            for p in plan.pairs.values()):
         return None
-    return {rule: sum(gpu_hours(plan, pair)[rule] for pair in plan.pairs) * 3600 for rule in GPU_RULES}
+    hours = [gpu_hours(plan, pair) for pair in plan.pairs]  # each pair's jobs priced once
+    return {rule: sum(h[rule] for h in hours) * 3600 for rule in GPU_RULES}
 
 
 def longest_job_minutes(plan: Plan) -> dict[str, float]:
