@@ -268,11 +268,14 @@ def cmd_train_judge(a: argparse.Namespace) -> None:
     from diversed.training.judge import train_judge
 
     check_writable(Path(a.out) / "manifest.json")
-    path = train_judge(a.labels, a.out, config_from_args(JudgeFit, a))
+    path = train_judge(a.labels, a.out, config_from_args(JudgeFit, a), a.eval_labels)
     m = read_json(path.parent / "manifest.json")
-    held = m["held_out"]["auc"]
     print(f"judge: {path} ({m['important']} of {m['mismatches']} mismatches important; held-out AUC "
-          f"{'n/a' if held is None else f'{held:.3f}'} on {m['held_out']['prompts']} prompts)")
+          f"{_auc(m['held_out'])})" + "".join(f"; on {o['task']}: AUC {_auc(o)}" for o in m["out_of_domain"]))
+
+
+def _auc(m: dict) -> str:
+    return f"{'n/a' if m['auc'] is None else format(m['auc'], '.3f')} on {m['prompts']} prompts"
 
 
 def _sweep_base(a: argparse.Namespace):
@@ -350,7 +353,7 @@ def cmd_aggregate(a: argparse.Namespace) -> None:
 
     check_writable(Path(a.out) / "runs.csv")
     for path in write_all(a.runs, a.out, a.sweeps, a.transfer_temperature, a.lambda_sweeps, a.timing_runs,
-                          a.sweep_timing_runs):
+                          a.sweep_timing_runs, a.judges):
         print(path)
 
 
@@ -620,6 +623,8 @@ def _train_parsers(sub) -> None:
     p = sub.add_parser("train-judge", help="AutoJudge's classifier (logistic regression on the pair's hidden states) "
                        "from mine-judge's labels")
     p.add_argument("--labels", required=True, help="mine-judge's output folder")
+    p.add_argument("--eval-labels", nargs="+", default=[], metavar="FOLDER",
+                   help="other tasks' mine-judge folders (same pair): the judge's AUC out of domain on each")
     add_config_args(p, JudgeFit)
     p.add_argument("--out", required=True, help="output folder: judge.safetensors and manifest.json")
     p.set_defaults(func=cmd_train_judge)
@@ -667,6 +672,7 @@ def _results_parsers(sub) -> None:
     p.add_argument("--sweep-timing-runs", nargs="*", default=[], metavar="RUN_DIR",
                    help="the sweeps' points timed at batch 1 on dev prompts, each in a folder named as its point "
                    "beside the target alone's (autoregressive), under a folder named as its sweep's (T{T}-K{K})")
+    p.add_argument("--judges", nargs="*", default=[], metavar="MANIFEST", help="train-judge's manifests: their AUCs")
     p.set_defaults(func=cmd_aggregate)
 
     p = sub.add_parser("plot", help="every figure (PNG + PDF) from the aggregated tables")

@@ -442,9 +442,10 @@ def weight_varies(units: pd.DataFrame, T: float) -> Claim:
 
 
 def transfer_worse(units: pd.DataFrame) -> Claim:
-    """A head trained on another task against the task's own head on the same eval prompts: lower quality."""
+    """A head trained on another task against the task's own head on the same eval prompts: lower quality (the
+    paper's claim, of DIVERSED; AutoJudge's transfer is in the transfer table)."""
     settings = []
-    cross = units[units["head_task"] != ""]
+    cross = units[(units["head_task"] != "") & (units["method"] == "dynamic")]
     for (pair, task, head, T, K), g in cross.groupby(["pair", "task", "head_task", "temperature", "K"]):
         mine = select(units, pair=pair, task=task, temperature=T, K=K, method="dynamic", head_task="")
         q = quality_gain(mine, g)

@@ -5,6 +5,7 @@ Markdown and LaTeX for people."""
 
 from __future__ import annotations
 
+import json
 import sys
 from importlib.resources import files
 from pathlib import Path
@@ -13,14 +14,14 @@ import numpy as np
 import pandas as pd
 
 from diversed import statistics
-from diversed.decoding.settings import FAMILIES, METHODS, RULES, Method
+from diversed.decoding.settings import FAMILIES, LEARNED, METHODS, RULES, Method
 from diversed.runs.run import Run, trained
 from diversed.runs.settings import SELECTIONS
 from diversed.runs.sweep import COLUMNS as SWEEP_COLUMNS
 from diversed.statistics import NONE, Estimate
 from diversed.tasks import metric_spec
 from diversed.training.settings import DistillConfig, HeadTrainConfig
-from diversed.utils import write_text
+from diversed.utils import read_json, write_text
 
 FRONT_METHODS = ("fixed", *FAMILIES)  # each family, at its setting chosen on dev
 TABLE1_METHODS = ("strict", "finetuned", "dynamic")
@@ -78,30 +79,36 @@ def collect(run_dirs: list[str | Path]) -> pd.DataFrame:
 HEAD_SETTINGS = ("acceptance_term", "acceptance_weight", "lr", "batch_size", "epochs", "mixing", "baseline",
                  "relative_at_zero", "max_prompt_tokens", "prompt_keep", "schedule", "rollout", "scoring")
 DRAFT_SETTINGS = ("lr", "epochs", "max_prompt_tokens", "prompt_keep", "finetune")
-TRAINED_COLUMNS = ["kind", "path", "task", "prompts", "steps", *HEAD_SETTINGS, "finetune", "final_mean_w",
-                   "reward_varied", "collapsed", "chosen_split", "candidates", "important_share", "held_out_auc"]
+TRAINED_COLUMNS = ["kind", "path", "task", "target", "draft", "prompts", "steps", *HEAD_SETTINGS, "finetune",
+                   "final_mean_w", "reward_varied", "collapsed", "chosen_split", "candidates", "important_share",
+                   "held_out_auc", "out_of_domain_auc"]
 
 
-def trained_table(run_dirs: list[str | Path]) -> pd.DataFrame:
-    """One row per trained artifact behind the runs (runs.run.trained): each DIVERSED head (kind "head": its
-    training config, steps, final mean w, the share of steps whose rewards varied, its collapse, where its lambda
-    was chosen and among which candidates), each AutoJudge classifier (kind "judge": the share of its mined
-    mismatches that were important, its AUC on held-out prompts) and each fine-tuned draft (kind "draft": its
-    objective), once."""
+def trained_table(run_dirs: list[str | Path], judges: list[str | Path] = ()) -> pd.DataFrame:
+    """One row per trained artifact behind the runs (runs.run.trained) and per AutoJudge manifest in judges: each
+    DIVERSED head (kind "head": its training config, steps, final mean w, the share of steps whose rewards varied,
+    its collapse, where its lambda was chosen and among which candidates), each AutoJudge classifier (kind "judge":
+    the share of its mined mismatches that were important, its AUC on held-out prompts and, as JSON {task: AUC}, on
+    other tasks' labels) and each fine-tuned draft (kind "draft": its objective), once."""
     rows = {}
-    for run_dir in run_dirs:
-        for t in trained(Run(run_dir)):
-            c, final, chosen = t["config"], t.get("final", {}), t.get("chosen") or {}
-            cls, names = {"head": (HeadTrainConfig, HEAD_SETTINGS), "draft": (DistillConfig, DRAFT_SETTINGS)}.get(
-                t["kind"], (None, ()))
-            rows[t["path"]] = {
-                "kind": t["kind"], "path": t["path"], "task": c["task"], "prompts": t.get("prompts"),
-                "steps": t.get("steps"), **{name: c.get(name, getattr(cls, name)) for name in names},
-                "final_mean_w": final.get("mean_w"), "reward_varied": final.get("reward_varied"),
-                "collapsed": t.get("collapsed") or "no" if t["kind"] == "head" else None,
-                "chosen_split": chosen.get("split"),
-                "candidates": ", ".join(f"{x['lambda']:g}" for x in chosen.get("candidates", [])) or None,
-                "important_share": t.get("important_share"), "held_out_auc": t.get("held_out", {}).get("auc")}
+    given = [read_json(m) | {"kind": "judge", "path": str(Path(m).parent)} for m in judges]
+    for t in given + [t for run_dir in run_dirs for t in trained(Run(run_dir))]:
+        if t["path"] in rows:
+            continue
+        c, final, chosen = t["config"], t.get("final", {}), t.get("chosen") or {}
+        cls, names = {"head": (HeadTrainConfig, HEAD_SETTINGS), "draft": (DistillConfig, DRAFT_SETTINGS)}.get(
+            t["kind"], (None, ()))
+        rows[t["path"]] = {
+            "kind": t["kind"], "path": t["path"], "task": c["task"], "target": c.get("target"),
+            "draft": c.get("draft"), "prompts": t.get("prompts"),
+            "steps": t.get("steps"), **{name: c.get(name, getattr(cls, name)) for name in names},
+            "final_mean_w": final.get("mean_w"), "reward_varied": final.get("reward_varied"),
+            "collapsed": t.get("collapsed") or "no" if t["kind"] == "head" else None,
+            "chosen_split": chosen.get("split"),
+            "candidates": ", ".join(f"{x['lambda']:g}" for x in chosen.get("candidates", [])) or None,
+            "important_share": t.get("important_share"), "held_out_auc": t.get("held_out", {}).get("auc"),
+            "out_of_domain_auc": json.dumps({o["task"]: o["auc"] for o in t["out_of_domain"]})
+            if "out_of_domain" in t else None}
     return pd.DataFrame(list(rows.values()), columns=TRAINED_COLUMNS)
 
 
@@ -237,24 +244,25 @@ TABLE3_CAVEAT = ("the paper's Table 3 caption says T = 0.1, but its GSM8K rows r
 
 
 def table3(units: pd.DataFrame, temperature: float, runs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Paper Table 3: SD, then the head trained on task X (rows) evaluated on task Y (columns), DIVERSED, at one
-    temperature (the diagonal is the task's own head, taken from the same temperature as the cross-task runs);
-    beside each row of a pair the paper reports, the paper's (TABLE3_CAVEAT)."""
-    d = units[units["method"].isin(["strict", "dynamic"]) & (units["temperature"] == temperature)].copy()
-    d = d[(d["method"] == "dynamic") | (d["head_task"] == "")]
+    """Paper Table 3: SD, then the head trained on task X (rows) evaluated on task Y (columns), DIVERSED, then
+    AutoJudge's judge likewise ("X (AutoJudge)"), at one temperature (the diagonal is the task's own, taken from
+    the same temperature as the cross-task runs); beside each SD or DIVERSED row of a pair the paper reports, the
+    paper's (TABLE3_CAVEAT)."""
+    d = units[units["method"].isin(["strict", *LEARNED]) & (units["temperature"] == temperature)].copy()
+    d = d[(d["method"] != "strict") | (d["head_task"] == "")]
     d["head_task"] = d["head_task"].where(d["head_task"] != "", d["task"])
-    tasks = sorted(set(d["task"]) | set(d.loc[d["method"] == "dynamic", "head_task"]))
+    tasks = sorted(set(d["task"]) | set(d.loc[d["method"] != "strict", "head_task"]))
     paper = paper_numbers()
     rows = []
     for pair in sorted(d["pair"].unique()):
-        for x in ["SD", *tasks]:
-            g = d[(d["pair"] == pair) & (d["method"] == "strict")] if x == "SD" else \
-                d[(d["pair"] == pair) & (d["method"] == "dynamic") & (d["head_task"] == x)]
+        for method, x in [("strict", "SD")] + [(m, x) for m in LEARNED for x in tasks]:
+            g = d[(d["pair"] == pair) & (d["method"] == method)]
+            g = g if method == "strict" else g[g["head_task"] == x]
             if g.empty:
                 continue
-            rows.append({"pair": pair, "head trained on": x} | {y: cell(g[g["task"] == y], runs) for y in tasks})
-            if (ids := paper_pair(runs, g)) is not None:
-                method = "strict" if x == "SD" else "dynamic"
+            name = x + (" (AutoJudge)" if method == "judge" else "")
+            rows.append({"pair": pair, "head trained on": name} | {y: cell(g[g["task"] == y], runs) for y in tasks})
+            if method != "judge" and (ids := paper_pair(runs, g)) is not None:
                 rows.append({"pair": pair, "head trained on": f"{x} (paper)"} | {
                     y: paper_cell(paper, _metric(g, y), table=3, target=ids[0], draft=ids[1], method=method,
                                   head_task="" if x in ("SD", y) else x, task=y) for y in tasks})
@@ -474,6 +482,49 @@ def retention_table(units: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def transfer_table(units: pd.DataFrame, runs: pd.DataFrame, trained: pd.DataFrame) -> pd.DataFrame:
+    """Each learned verifier (DIVERSED's head, AutoJudge's judge) trained on one task and decoding another, per
+    pair/T/K: acceptance %, quality, retention against the target alone on the same eval prompts (as in the
+    retention table: point and 95% lower bound; "–" for a fidelity or corpus metric), quality minus the eval task's
+    own module's (paired; "–" where that verifier does not run on it), and the judge's AUC on its own task's
+    held-out prompts and out of domain on the eval task's mined labels ("–" where none were mined)."""
+    rows = []
+    cross = units[units["head_task"] != ""]
+    for (pair, task, method, head, T, K), g in cross.groupby(["pair", "task", "method", "head_task", "temperature",
+                                                             "K"], sort=True):
+        spec = metric_spec(g["metric"].iloc[0])
+        scale, digits = quality_scale(spec.name)
+        mine = select(units, pair=pair, task=task, temperature=T, K=K, method=method, head_task="")
+        target = select(units, pair=pair, task=task, temperature=T, method="autoregressive", head_task="")
+        kept = NONE if spec.fidelity or spec.corpus else statistics.paired(g, target, spec.statistic, relative=True,
+                                                                            binary=spec.binary)
+        gain = statistics.quality_gain(g, mine, spec)
+        auc = judge_auc(runs, trained, g, head, task) if method == "judge" else ("–", "–")
+        rows.append({"pair": pair, "verifier": METHODS[method], "trained on": head, "evaluated on": task,
+                     "temperature": T, "K": int(K), "acceptance %": statistics.estimate(g, "draft_acceptance_rate"
+                                                                                        ).text(100, 1),
+                     "quality": quality(g, runs).text(scale, digits), "retention %": kept.text(100, 1),
+                     "retention lower bound %": _number(100 * kept.low, 1),
+                     "quality - own": gain.text(scale, digits, sign=True) if len(mine) else "– (none on this task)",
+                     "AUC on trained task (held out)": auc[0], "AUC on evaluated task": auc[1],
+                     "prompts": g["prompt"].nunique()})
+    return pd.DataFrame(rows)
+
+
+def judge_auc(runs: pd.DataFrame, trained: pd.DataFrame, units: pd.DataFrame, head: str, task: str) -> tuple[str, str]:
+    """The AUC of the judge trained on task head for the pair of units' runs: held out on head's prompts, and on
+    task's mined labels (its manifest's out_of_domain), as text; "–" and why where there is none."""
+    pair = runs[runs["run_dir"].isin(units["run_dir"].unique())][["target", "draft"]].drop_duplicates()
+    j = trained[(trained["kind"] == "judge") & (trained["task"] == head)].merge(pair, on=["target", "draft"])
+    if len(j) != 1:
+        return "–", "–"
+    held, found = j["held_out_auc"].iloc[0], j["out_of_domain_auc"].iloc[0]
+    found = json.loads(found) if isinstance(found, str) else {}
+    other = f"– (no labels mined on {task})" if task not in found else \
+        "– (one class in its labels)" if found[task] is None else _number(found[task], 3)
+    return _number(held, 3) if pd.notna(held) else "– (one class held out)", other
+
+
 def lambda_table(sweeps: pd.DataFrame) -> pd.DataFrame:
     """The lambda sweeps (runs.sweep.sweep_lambda, on dev): per pair and task, strict and the head trained at each
     lambda: acceptance, mean w, quality, quality minus strict's (paired over the dev prompts), the
@@ -559,7 +610,8 @@ def sweep_speed(sweeps: pd.DataFrame, timing_dirs: list[str | Path]) -> pd.DataF
 
 def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str | Path] = (),
               table3_temperature: float | None = None, lambda_csvs: list[str | Path] = (),
-              timing_dirs: list[str | Path] = (), sweep_timing_dirs: list[str | Path] = ()) -> list[Path]:
+              timing_dirs: list[str | Path] = (), sweep_timing_dirs: list[str | Path] = (),
+              judges: list[str | Path] = ()) -> list[Path]:
     """Under out/: runs.csv (one row per run, the timing runs included), prompts.csv (one
     row per (run, prompt): what the claims and figures read), sweeps.csv and sweep_prompts.csv (the static sweeps'
     points and their prompt rows), weights.csv, trained.csv (the heads and fine-tuned drafts behind the quality
@@ -567,14 +619,15 @@ def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str 
 
     table3_temperature: the temperature of Table 3 (default: that of the cross-task runs); lambda_csvs: the lambda
     sweeps' tables (runs.sweep.sweep_lambda's lambda.csv); timing_dirs: the timing runs (label timing=1),
-    which only the speed table reads; sweep_timing_dirs: the sweeps' timing runs (sweep_speed)."""
+    which only the speed table reads; sweep_timing_dirs: the sweeps' timing runs (sweep_speed); judges: AutoJudge's
+    manifests (trained.csv lists each; the transfer table reads their AUCs)."""
     out = Path(out)
     runs = collect([*run_dirs, *timing_dirs])
     units = prompt_table(runs)
     sweeps = sweep_speed(pd.concat([pd.read_csv(p) for p in sweep_csvs], ignore_index=True) if sweep_csvs else
                          pd.DataFrame(columns=SWEEP_COLUMNS), sweep_timing_dirs)
     written = {"runs.csv": runs, "prompts.csv": units, "sweeps.csv": sweeps, "sweep_prompts.csv": sweep_units(sweeps),
-               "weights.csv": learned_weights(runs[~is_timing(runs)]), "trained.csv": trained_table(run_dirs)}
+               "weights.csv": learned_weights(runs[~is_timing(runs)]), "trained.csv": trained_table(run_dirs, judges)}
     for name, frame in written.items():
         write_text(out / name, frame.to_csv(index=False))
     paths = [out / name for name in written]
@@ -583,7 +636,10 @@ def write_all(run_dirs: list[str | Path], out: str | Path, sweep_csvs: list[str 
     paths += write_table(table1(quality, 0.1, runs), out / "table2", "Table 2 (T = 0.1): acceptance rate % / quality")
     t3 = transfer_temperature(runs) if table3_temperature is None else table3_temperature
     paths += write_table(table3(quality, t3, runs), out / "table3", f"Table 3 (T = {t3:g}): cross-task transfer of "
-                         f"the DIVERSED head (acceptance % / quality); {TABLE3_CAVEAT}")
+                         f"the DIVERSED head and of AutoJudge's judge (acceptance % / quality); {TABLE3_CAVEAT}")
+    paths += write_table(transfer_table(quality, runs, written["trained.csv"]), out / "transfer", "Transfer: each "
+                         "learned verifier trained on one task decoding another, its retention against the target "
+                         "alone, its quality against the eval task's own, AutoJudge's AUC in and out of domain")
     paths += write_table(speed_table(units, runs), out / "speed", "Speed (timed at batch 1): tokens/s, speedup over "
                                                                 "target-only, correct answers/s (0/1 metrics), "
                                                                 "acceptance %, tau, bias TV, quality, fidelity, "

@@ -180,15 +180,16 @@ FAMILIES = tuple(v for v, rule in RULES.items() if rule.knob)  # swept by their 
 # strict with the fine-tuned draft
 METHODS: dict[str, str] = {**ALONE, "strict": RULES["strict"].label, "finetuned": "SD with fine-tuned draft",
                            **{v: r.label for v, r in RULES.items()}}
+LEARNED = tuple(v for v in RULES if trained_module(v))  # DIVERSED and AutoJudge: a module trained per task
 GIVEN = ("fixed", *FAMILIES)  # the verifiers a config may also run at a setting it gives (workflow key `given`)
 
 
 @dataclass(frozen=True)
 class Method:
     """What the tables call a run, and its one label: its base (a method of METHODS: a verifier, or finetuned), the
-    setting the config gives it where the config gives one (`given`: w of fixed, a family's knob) and the task whose
-    head DIVERSED decodes with where it is another task's (`head_task`). Labels: strict, fixed-0.7, cascade-0.5,
-    dynamic@cnndm."""
+    setting the config gives it where the config gives one (`given`: w of fixed, a family's knob) and, for a learned
+    verifier (DIVERSED's head, AutoJudge's judge: LEARNED), the task its trained module was trained on where it is
+    another task's (`head_task`). Labels: strict, fixed-0.7, cascade-0.5, dynamic@cnndm, judge@gsm8k."""
 
     base: str
     given: float | None = None
@@ -199,8 +200,9 @@ class Method:
             raise ValueError(f"unknown method {self.base!r}; allowed: {', '.join(METHODS)}")
         if self.given is not None and self.base not in GIVEN:
             raise ValueError(f"only {', '.join(GIVEN)} run at a given setting, not {self.base!r}")
-        if self.head_task is not None and self.base != "dynamic":
-            raise ValueError(f"only dynamic decodes with another task's head, not {self.base!r}")
+        if self.head_task is not None and self.base not in LEARNED:
+            raise ValueError(f"only {' and '.join(LEARNED)} decode with another task's trained module, not "
+                             f"{self.base!r}")
 
     @property
     def label(self) -> str:

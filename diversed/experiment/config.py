@@ -87,9 +87,10 @@ class Engine:
 
 @dataclass
 class Transfer:
-    """One cross-task run (Table 3): the head trained on `head` decodes task `eval`."""
+    """One cross-task run (Table 3): the learned verifiers trained on task `head` decode task `eval` (DIVERSED's
+    head; AutoJudge's judge, at its threshold chosen on `head`, where the judge runs on `head`)."""
 
-    head: str = option("", "Task the head was trained on.", required=True)
+    head: str = option("", "Task the head (and AutoJudge's judge) was trained on.", required=True)
     eval: str = option("", "Task it is evaluated on.", required=True)
 
 
@@ -204,7 +205,9 @@ class Experiment:
                                        above=0, nonempty=True)
     K: list[int] = option([5], "Draft lengths.", low=1, nonempty=True)
     seeds: list[int] = option([0, 1], "Seeds; each prompt is decoded once per seed.", low=0, nonempty=True)
-    transfer: list[Transfer] = option([], "Cross-task runs (Table 3); both tasks must be in tasks.")
+    transfer: list[Transfer] = option([], "Cross-task runs (Table 3): DIVERSED's head, and AutoJudge's judge where "
+                                          "it runs on the head task, decode another task; both tasks must be in tasks. "
+                                          "The eval task's AutoJudge labels are mined for the judge's AUC there.")
     transfer_temperature: float = option(1.0, "Temperature of the cross-task runs.", above=0)
     lambda_sweep: LambdaSweep = option(LambdaSweep(), "Lambda chosen on dev per task; the other tasks train at "
                                                       "train_head.acceptance_weight.")
@@ -258,7 +261,7 @@ def check(x: Experiment) -> None:
     judged = x.judge.tasks
     if unknown := sorted(set(judged or []) - set(x.tasks)):
         raise ValueError(f"judge.tasks: {', '.join(unknown)} are not among the config's tasks")
-    if unscored := [t for t in judged or [] if get_task(t).metric.fidelity]:
+    if unscored := [t for t in judged or [] if not scored(t)]:
         raise ValueError(f"judge.tasks: {', '.join(unscored)} have no references: AutoJudge's labels need a task "
                          "whose answers are scored")
     if "judge" in x.methods and not judge_tasks(x):
@@ -272,5 +275,9 @@ def judge_tasks(x: Experiment) -> list[str]:
     if "judge" not in x.methods:
         return []
     named = x.judge.tasks
-    return [t for t in x.tasks if t in named] if named is not None else [
-        t for t in x.tasks if not get_task(t).metric.fidelity]
+    return [t for t in x.tasks if t in named] if named is not None else [t for t in x.tasks if scored(t)]
+
+
+def scored(task: str) -> bool:
+    """Whether a task's answers are scored against references (AutoJudge's labels need it), not by fidelity."""
+    return not get_task(task).metric.fidelity

@@ -19,8 +19,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diversed.decoding.settings import ALONE, FAMILIES, GIVEN, Method
-from diversed.experiment.config import JOB_FIELDS, Experiment, experiment, judge_tasks
+from diversed.decoding.settings import ALONE, FAMILIES, GIVEN, LEARNED, Method
+from diversed.experiment.config import JOB_FIELDS, Experiment, experiment, judge_tasks, scored
 from diversed.experiment.declared import declared
 from diversed.experiment.sources import Sources, hub_model, hub_sources, hub_task, load_config
 from diversed.runs.settings import Grid, RunConfig, point_name
@@ -43,7 +43,7 @@ MODELS_RECORD = "resources/models/{pair}.json"  # prepare_models' record of a lo
 SOURCES = "resources/sources.json"  # fetch_sources' record: every hub source is in the Hugging Face cache
 KEPT = "results/kept"  # finished quality runs of a failed decode job (generate --keep)
 TABLES_DIR = "results/tables"
-TABLE_NAMES = ("table1", "table2", "table3", "speed", "families", "knobs", "retention", "lambda")
+TABLE_NAMES = ("table1", "table2", "table3", "transfer", "speed", "families", "knobs", "retention", "lambda")
 TIDY = ("runs", "prompts", "sweeps", "sweep_prompts", "weights", "trained")  # aggregate's tidy CSVs
 FIGURES_DIR = "figures"
 REPORT = "results/REPORT.md"
@@ -67,7 +67,7 @@ OUTPUTS: dict[str, dict[str, str]] = {
                      "markdown": LAMBDA + "/lambda.md"},
     "decode": {"job": JOBS_DIR + "/decode/{pair}/{task}/T{T}-s{seed}.json"},
     "time": {"job": JOBS_DIR + "/time/{pair}/{task}/T{T}.json"},
-    "decode_transfer": {"job": JOBS_DIR + "/decode_transfer/{pair}/{task}/dynamic@{head_task}/T{T}-s{seed}.json"},
+    "decode_transfer": {"job": JOBS_DIR + "/decode_transfer/{pair}/{task}/from-{head_task}/T{T}-s{seed}.json"},
     "time_sweep": {"job": JOBS_DIR + "/time_sweep/{pair}/{task}/T{T}-K{K}.json"},
     "aggregate": {name: f"{TABLES_DIR}/{name}.csv" for name in TIDY},
     "audit": {"audit": AUDIT}, "report": {"report": REPORT, "claims": CLAIMS}, "plot": {},
@@ -107,7 +107,7 @@ class PlannedRun:
     rule: str
     pair: str
     task: str
-    method: str  # a verifier, finetuned, or dynamic@{task} (DIVERSED with another task's head)
+    method: str  # a verifier, finetuned, or dynamic@{task} / judge@{task} (with another task's head or judge)
     verifier: str
     split: str
     temperature: float
@@ -184,6 +184,10 @@ class Setup:
         self.lambda_tasks = x.lambda_sweep.tasks
         self.judge_tasks = judge_tasks(x)
         self.transfer_head_tasks = sorted({t.head for t in x.transfer})
+        # the tasks whose AutoJudge labels are mined: the judge's, and each judge transfer's eval task with references
+        # (the judge's AUC out of domain)
+        self.label_tasks = [t for t in self.tasks if t in self.judge_tasks or (any(
+            u.eval == t and u.head in self.judge_tasks for u in x.transfer) and scored(t))]
         self.sweep_head = "dynamic" in self.speculative  # the fronts' references each sweep decodes
         self.sweep_target = "autoregressive" in self.methods
         self.hub: Sources = hub_sources(x)
@@ -302,7 +306,14 @@ class Setup:
         read = set(itertools.product(self.pairs, self.tasks, map(temperature, x.temperatures), x.K)) \
             if self.chosen else set()
         figure = set(itertools.product(self.pairs, s.figure_tasks, [temperature(s.figure_temperature)], s.figure_K))
-        return sorted(read | figure)
+        judged = set(itertools.product(self.pairs, [t.head for t in x.transfer if "judge" in self.transferred(t.head)],
+                                       [temperature(x.transfer_temperature)], x.K))  # AutoJudge's threshold
+        return sorted(read | figure | judged)
+
+    def transferred(self, head_task: str) -> list[str]:
+        """The learned verifiers a transfer from head_task decodes with: DIVERSED, and AutoJudge where the judge runs
+        on head_task."""
+        return [m for m in LEARNED if m == "dynamic" or (m in self.speculative and head_task in self.judge_tasks)]
 
     def head_tasks(self) -> list[str]:
         """The tasks whose head some job reads: every task when DIVERSED runs, and each transfer's head task."""
@@ -334,13 +345,13 @@ class RunLists:
         seed = w.get("seed", str(self.s.experiment.seeds[0]))
         t = self.s.tasks[task]
         n = min(t.n_timing, t.n_eval) if timing else t.n_eval
-        if rule == "decode_transfer":
-            head = self.s.head(pair, w["head_task"])
-            method = Method("dynamic", head_task=w["head_task"]).label
+        if rule == "decode_transfer":  # each learned verifier with head_task's module and (AutoJudge) threshold
+            head_task = w["head_task"]
             return [self.run(rule, RUN.format(pair=pair, task=task, method=method, T=T, K=K, seed=seed), w | {"K": K},
-                              method=method, verifier="dynamic", split="eval", prompts=n,
-                              changes=self.s.head_changes(head))
-                    for K in K_list]
+                             method=method, verifier=base, split="eval", prompts=n,
+                             changes=self.method_changes(base, pair, head_task, T, K))
+                    for base in self.s.transferred(head_task) for K in K_list
+                    for method in [Method(base, head_task=head_task).label]]
         runs = []
         methods = [m for m in [*self.s.speculative, *self.s.given]
                    if Method.parse(m).base != "judge" or task in self.s.judge_tasks]
@@ -358,7 +369,7 @@ class RunLists:
 
     def method_changes(self, method: str, pair: str, task: str, T: str, K: int | None) -> dict:
         """What a method's run changes: the fine-tuned draft, the setting its sweep chose or the config gives, the
-        task's head."""
+        task's head or judge (a transfer's: the head task's, with its task's sweep choice)."""
         m = Method.parse(method)
         if m.base == "judge":  # the given setting or the sweep's choice, with the task's judge
             return {"judge": self.s.judge(pair, task)} | (
@@ -467,9 +478,11 @@ class TrainingJobs:
                        "execution": self.s.execution()}, threads=self.s.threads(), gpu=self.s.gpu(pair), train=cfg)
 
     def judges(self):
-        """AutoJudge per (pair, judge task): its labels mined on the train prompts, then its classifier (CPU)."""
+        """AutoJudge per (pair, judge task): its labels mined on the train prompts, then its classifier (CPU), whose
+        AUC is also taken on each of its transfers' eval tasks' labels (mined for that where the judge does not
+        run)."""
         fit = {k: getattr(self.s.experiment.judge, k) for k in ("l2", "holdout", "iterations")}
-        for pair, task in itertools.product(self.s.pairs, self.s.judge_tasks):
+        for pair, task in itertools.product(self.s.pairs, self.s.label_tasks):
             w = {"pair": pair, "task": task}
             cfg = JudgeConfig(**self.s.job_fields(pair, task, JudgeConfig),
                               max_new_tokens=self.s.tasks[task].max_new_tokens, batch_size=self.s.batch(pair))
@@ -481,8 +494,15 @@ class TrainingJobs:
                        "config": flags(JudgeConfig, **{n: getattr(cfg, n) for n in names}),
                        "execution": self.s.execution(), "out": _parent(labels)},
                       threads=self.s.threads(), gpu=self.s.gpu(pair), train=cfg)
-            yield Job("train_judge", w, {"labels": labels}, self.s.outputs_at("train_judge", w),
-                      {"labels": _parent(labels), "fit": flags(JudgeFit, **fit), "out": JUDGE.format(**w)}, threads=1)
+            if task not in self.s.judge_tasks:
+                continue
+            others = [JUDGE_LABELS.format(pair=pair, task=t.eval) + "/manifest.json" for t in self.s.experiment.transfer
+                      if t.head == task and t.eval in self.s.label_tasks]
+            yield Job("train_judge", w, {"labels": labels} | ({"eval_labels": others} if others else {}),
+                      self.s.outputs_at("train_judge", w),
+                      {"labels": _parent(labels), "fit": flags(JudgeFit, **fit),
+                       "eval_labels": flags(eval_labels=[_parent(x) for x in others]), "out": JUDGE.format(**w)},
+                      threads=1)
 
 
 class DecodingJobs:
@@ -545,6 +565,16 @@ class DecodingJobs:
             inputs["judge"] = judge
         return inputs
 
+    def transfer_inputs(self, pair: str, head_task: str, T: str) -> dict:
+        """What a transfer's runs read besides the models: head_task's head and, where AutoJudge transfers, its
+        judge and its sweep's choice at each K."""
+        inputs = {"head": self.s.head(pair, head_task)}
+        if "judge" in self.s.transferred(head_task):
+            inputs |= {"judge": self.s.judge(pair, head_task),
+                       "weights": [SWEEP.format(pair=pair, task=head_task, T=T, K=K) + "/choice.json"
+                                   for K in self.s.experiment.K]}
+        return inputs
+
     def decodes(self):
         x = self.s.experiment
         for pair, task, T in itertools.product(self.s.pairs, self.s.tasks, map(temperature, x.temperatures)):
@@ -559,7 +589,7 @@ class DecodingJobs:
     def decode_job(self, rule: str, w: dict[str, str]) -> Job:
         pair, task, timing = w["pair"], w["task"], rule == "time"
         if rule == "decode_transfer":
-            inputs = self.s.models(pair, task) | {"head": self.s.head(pair, w["head_task"])}
+            inputs = self.s.models(pair, task) | self.transfer_inputs(pair, w["head_task"], w["T"])
         else:
             inputs = self.decode_inputs(pair, task, w["T"])
         runs = self.runs.decoding_runs(rule, w)
@@ -638,13 +668,14 @@ class Plan:
                   "sweep_timing_scores": dirs("time_sweep")}
         inputs = {"jobs": [job.outputs["job"] for job in self.jobs if job.rule in RUN_RULES],
                   "sweeps": [job.outputs["table"] for job in self.of("sweep")],
-                  "lambda_sweeps": [job.outputs["table"] for job in self.of("sweep_lambda")]}
+                  "lambda_sweeps": [job.outputs["table"] for job in self.of("sweep_lambda")],
+                  "judges": [job.outputs["manifest"] for job in self.of("train_judge")]}
         tables = self.s.outputs_at("aggregate", {})
         yield Job("aggregate", {}, inputs, tables, {
             "runs": flags(runs=scored["scores"]), "timing_runs": flags(timing_runs=scored["timing_scores"]),
             "sweeps": flags(sweeps=inputs["sweeps"]), "sweep_timing_runs": flags(
                 sweep_timing_runs=scored["sweep_timing_scores"]), "lambda_sweeps": flags(
-                lambda_sweeps=inputs["lambda_sweeps"]),
+                lambda_sweeps=inputs["lambda_sweeps"]), "judges": flags(judges=inputs["judges"]),
             "transfer_temperature": temperature(self.s.experiment.transfer_temperature), "out": TABLES_DIR}, threads=1)
         read = {name: tables[name] for name in ("runs", "prompts", "sweeps", "weights")}
         yield Job("plot", {}, read, self.s.outputs_at("plot", {}), {

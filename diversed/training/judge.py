@@ -268,17 +268,45 @@ def auc(scores: torch.Tensor, labels: torch.Tensor) -> float | None:
     return float(mannwhitneyu(pos.numpy(), neg.numpy()).statistic) / (len(pos) * len(neg))
 
 
-def train_judge(labels: str | Path, out: str | Path, fit: JudgeFit | None = None) -> Path:
+def mined_manifest(labels: Path) -> dict:
+    """mine_judge's manifest in folder `labels` (written last: its absence means mining is unfinished)."""
+    if not (labels / "manifest.json").is_file():
+        raise FileNotFoundError(f"{labels}: no manifest.json (mining unfinished: rerun `diversed mine-judge`)")
+    return read_json(labels / "manifest.json")
+
+
+def other_labels(labels: Path, mined: dict) -> dict:
+    """The manifest of another task's labels, which must be finished and mined on the pair of `mined`'s."""
+    other = mined_manifest(labels)
+    if other["pair"] != mined["pair"]:
+        raise ValueError(f"--eval-labels {labels} were mined on another pair ({other['pair']}) than the judge's "
+                         f"({mined['pair']}): its hidden states are not the judge's features")
+    return other
+
+
+def out_of_domain(judge: Judge, labels: Path, other: dict) -> dict:
+    """The judge's AUC on another task's mined labels (every prompt: the judge saw none of them):
+    {task, labels, prompts, mismatches, important, auc}."""
+    data = load_shards(labels)
+    with torch.no_grad():
+        scores = judge.logits(data.features)
+    return {"task": other["config"]["task"], "labels": str(labels), "prompts": len(data.prompt.unique()),
+            "mismatches": len(data.important), "important": int(data.important.sum()),
+            "auc": auc(scores, data.important)}
+
+
+def train_judge(labels: str | Path, out: str | Path, fit: JudgeFit | None = None,
+                eval_labels: list[str | Path] = ()) -> Path:
     """AutoJudge's classifier from mine_judge's folder `labels`: out/judge.safetensors (bound to the pair it was
     mined on; no model is loaded) and out/manifest.json (class balance, AUC on the training and the held-out
-    prompts). Training prompts whose mismatches hold one class give a constant judge at the smoothed rate of
-    important ones (the manifest's `constant` says so). Returns the judge's path."""
+    prompts, and out of domain on each folder of eval_labels: other tasks' labels mined on the same pair).
+    Training prompts whose mismatches hold one class give a constant judge at the smoothed rate of important ones
+    (the manifest's `constant` says so). Returns the judge's path."""
     fit = fit or JudgeFit()
     fit.validate()
     labels, out = Path(labels), Path(out)
-    mined = read_json(labels / "manifest.json") if (labels / "manifest.json").is_file() else None
-    if mined is None:
-        raise FileNotFoundError(f"{labels}: no manifest.json (mining unfinished: rerun `diversed mine-judge`)")
+    mined = mined_manifest(labels)
+    others = {Path(o): other_labels(Path(o), mined) for o in eval_labels}  # checked before any fit
     data = load_shards(labels)
     x, y, prompts = data.features, data.important, data.prompt
     test = held_out(prompts, fit.holdout, fit.seed)
@@ -306,7 +334,8 @@ def train_judge(labels: str | Path, out: str | Path, fit: JudgeFit | None = None
                "train": {"prompts": len(prompts[~test].unique()), "mismatches": int((~test).sum()),
                          "auc": auc(scores[~test], y[~test])},
                "held_out": {"prompts": len(prompts[test].unique()), "mismatches": int(test.sum()),
-                            "auc": auc(scores[test], y[test])}}
+                            "auc": auc(scores[test], y[test])},
+               "out_of_domain": [out_of_domain(judge, o, m) for o, m in others.items()]}
     task = mined["config"]["task"]
     judge.save(path, task=task, fit=dataclasses.asdict(fit), mining=mined["config_id"])
     write_json(out / "manifest.json", {"task": task, "config": mined["config"], "fit": dataclasses.asdict(fit),

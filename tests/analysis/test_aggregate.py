@@ -541,3 +541,59 @@ def test_mlperf_limits_pass_or_fail_at_p99_on_a_gpu():
     slow = latency_columns(g.assign(first_token_seconds=2.5, seconds=2.5 + 100 * 0.02))
     assert slow["mlperf_server"] == "fail (TTFT 2.6e+03 ms)"
     assert latency_columns(g.head(20))["mlperf_server"] == "– (20 of 662 requests)"
+
+
+def transfer_units() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """30 prompts at T = 1, K = 5 (accuracy): the target alone and each learned verifier's own module right on every
+    cnndm prompt; the gsm8k head there right on half of them, the gsm8k judge on two thirds. (units, runs)"""
+    rows = []
+    for method, head, task, right in [("autoregressive", "", "cnndm", lambda i: True),
+                                      ("dynamic", "", "cnndm", lambda i: True),
+                                      ("dynamic", "", "gsm8k", lambda i: True), ("judge", "", "gsm8k", lambda i: True),
+                                      ("dynamic", "gsm8k", "cnndm", lambda i: i % 2 == 0),
+                                      ("judge", "gsm8k", "cnndm", lambda i: i % 3 != 0)]:
+        rows += [{"run_dir": f"runs/{task}/{method}@{head}", "pair": "p", "task": task, "method": method,
+                  "head_task": head, "temperature": 1.0, "K": np.nan if method == "autoregressive" else 5.0,
+                  "seed": 0, "prompt": f"q{i}", "metric": "accuracy", "accepted": 3, "drafted": 10,
+                  "quality": float(right(i))} for i in range(30)]
+    units = pd.DataFrame(rows)
+    runs = units.drop_duplicates("run_dir")[["run_dir"]].assign(target="t", draft="d")
+    return units, runs
+
+
+def test_table3_has_autojudges_rows_beside_diversed():
+    """#50: the judge trained on gsm8k decoding cnndm is a row of Table 3 beside the gsm8k head."""
+    units, _ = transfer_units()
+    t3 = table3(units, 1.0).set_index("head trained on")
+    assert list(t3.index) == ["cnndm", "gsm8k", "gsm8k (AutoJudge)"]
+    assert t3.loc["gsm8k (AutoJudge)", "cnndm"].startswith("30.0 ± ") and " / 66.7 " in \
+        t3.loc["gsm8k (AutoJudge)", "cnndm"]
+    assert " / 50.0 " in t3.loc["gsm8k", "cnndm"] and " / 100.0 " in t3.loc["gsm8k (AutoJudge)", "gsm8k"]
+
+
+def test_the_transfer_table_gives_each_learned_verifiers_retention_and_the_judges_auc():
+    """#50: retention against the target alone, quality against the eval task's own module where that verifier
+    runs on it, and the judge's AUC held out on its own task and on the eval task's labels."""
+    from diversed.analysis.tables import TRAINED_COLUMNS, transfer_table
+
+    units, runs = transfer_units()
+    judge = {"kind": "judge", "path": "results/judges/p/gsm8k", "task": "gsm8k", "target": "t", "draft": "d",
+             "held_out_auc": 0.81, "out_of_domain_auc": json.dumps({"cnndm": 0.62})}
+    table = transfer_table(units, runs, pd.DataFrame([judge], columns=TRAINED_COLUMNS)).set_index("verifier")
+    head, judged = table.loc["DIVERSED"], table.loc["AutoJudge"]
+    assert (head["trained on"], head["evaluated on"], head["prompts"]) == ("gsm8k", "cnndm", 30)
+    assert head["retention %"].startswith("50.0 ") and judged["retention %"].startswith("66.7 ")
+    assert float(judged["retention lower bound %"]) < 66.7
+    assert head["quality - own"].startswith("-50.0 ") and judged["quality - own"] == "– (none on this task)"
+    assert (head["AUC on trained task (held out)"], head["AUC on evaluated task"]) == ("–", "–")
+    assert (judged["AUC on trained task (held out)"], judged["AUC on evaluated task"]) == ("0.810", "0.620")
+    unmined = transfer_table(units, runs, pd.DataFrame([judge | {"out_of_domain_auc": "{}"}],
+                                                       columns=TRAINED_COLUMNS))
+    assert unmined.set_index("verifier").loc["AutoJudge", "AUC on evaluated task"] == "– (no labels mined on cnndm)"
+    one_class = transfer_table(units, runs, pd.DataFrame([judge | {"out_of_domain_auc": '{"cnndm": null}',
+                                                                   "held_out_auc": None}], columns=TRAINED_COLUMNS))
+    assert list(one_class.set_index("verifier").loc["AutoJudge", ["AUC on trained task (held out)",
+                                                                 "AUC on evaluated task"]]) == [
+        "– (one class held out)", "– (one class in its labels)"]
+    other_pair = transfer_table(units, runs, pd.DataFrame([judge | {"target": "u"}], columns=TRAINED_COLUMNS))
+    assert other_pair.set_index("verifier").loc["AutoJudge", "AUC on trained task (held out)"] == "–"

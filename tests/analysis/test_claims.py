@@ -266,6 +266,12 @@ def test_transferred_head_is_compared_with_the_task_own_head():
     claim = transfer_worse(pd.concat([mine, other]))
     assert claim.verdict == HOLDS and "p/arith own - open head (T = 1, K=5): quality +0." in claim.evidence
     assert transfer_worse(pd.concat([other.assign(head_task=""), mine.assign(head_task="open")])).verdict == FAILS
+    # AutoJudge's transfer on the same prompts is not DIVERSED's: it stays out of the claim (it once met the head's
+    # rows in one group: two rows per (seed, prompt))
+    judged = pd.concat([other.assign(method="judge", run_id=other["run_id"] + "-judge"),
+                        mine.assign(method="judge", run_id=mine["run_id"] + "-judge")])
+    again = transfer_worse(pd.concat([mine, other, judged]))
+    assert (again.verdict, again.evidence) == (claim.verdict, claim.evidence)
 
 
 SIMULATIONS = 1000

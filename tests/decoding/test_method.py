@@ -22,15 +22,16 @@ def test_a_given_setting_round_trips(base, value):
     assert m.name == f"{METHODS[base]}, {knob} = {value:g} (given)"
 
 
-def test_another_tasks_head_round_trips():
-    m = Method("dynamic", head_task="cnndm")
-    assert m.label == "dynamic@cnndm" and Method.parse("dynamic@cnndm") == m and m.name == METHODS["dynamic"]
+@pytest.mark.parametrize("base", ["dynamic", "judge"])
+def test_another_tasks_trained_module_round_trips(base):
+    m = Method(base, head_task="cnndm")
+    assert m.label == f"{base}@cnndm" and Method.parse(f"{base}@cnndm") == m and m.name == METHODS[base]
 
 
 @pytest.mark.parametrize(("label", "message"), [
     ("beam", "method label 'beam': unknown method 'beam'"),
     ("strict-0.5", "only fixed, cascade.* run at a given setting, not 'strict'"),
-    ("fixed@cnndm", "only dynamic decodes with another task's head"),
+    ("fixed@cnndm", "only dynamic and judge decode with another task.s trained module"),
     ("fixed-abc", "method label 'fixed-abc'"),
 ])
 def test_a_bad_label_is_refused_naming_it(label, message):

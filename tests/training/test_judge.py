@@ -5,6 +5,7 @@ computation, threshold 0 is strict, threshold 1 accepts every draft, batch invar
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -122,24 +123,25 @@ def test_the_classifier_recovers_a_learnable_rule_and_refuses_one_class():
     assert coef[1] > 0 and coef[2] > 0 and coef[[0, 3, 4, 5]].abs().max() < 0.3 * coef[1:3].min()
 
 
-def planted_labels(folder, pair, n_prompts: int = 20, per_prompt: int = 20, hidden: int = H):
-    """A labels folder as mine_judge writes it, for the pair, whose importance follows one feature: (folder,
-    features, labels)."""
+def planted_labels(folder, pair, n_prompts: int = 20, per_prompt: int = 20, hidden: int = H, task: str = "arith",
+                   seed: int = 1, feature: int = 5):
+    """A labels folder as mine_judge writes it for the task on the pair, whose importance follows one feature:
+    (folder, features, labels)."""
     import dataclasses
 
     from diversed.decoding.models import fingerprint
     from diversed.training.judge import SHARDS, save_shard
     from diversed.utils import write_json
 
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator().manual_seed(seed)
     x = torch.randn(n_prompts * per_prompt, 2 * hidden, generator=g)
-    y = (x[:, 5] + 0.3 * torch.randn(len(x), generator=g) > 0.8).float()
+    y = (x[:, feature] + 0.3 * torch.randn(len(x), generator=g) > 0.8).float()
     prompt = torch.arange(n_prompts).repeat_interleave(per_prompt)
     (folder / SHARDS).mkdir(parents=True)
     save_shard(folder / SHARDS / "000000.safetensors", {"features": x, "important": y, "prompt": prompt}, [], [],
                0, 0.0)
     write_json(folder / "manifest.json", {
-        "config": dataclasses.asdict(JudgeConfig(task="arith")), "config_id": "planted",
+        "config": dataclasses.asdict(JudgeConfig(task=task)), "config_id": "planted",
         "pair": {"target": fingerprint(pair.target), "draft": fingerprint(pair.draft)},
         "hidden": {"target": hidden, "draft": hidden}})
     return folder, x, y
@@ -156,6 +158,38 @@ def test_train_judge_learns_from_mined_labels_and_binds_the_pair(tiny_pair, tmp_
     with pytest.raises(ValueError, match="it is a AutoJudge classifier"):
         load_head(path, tiny_pair.target, tiny_pair.draft)
     assert torch.allclose(judge(x[:, H:], x[:, :H]), judge.logits(x).sigmoid())
+
+
+def test_train_judge_takes_its_auc_out_of_domain_on_other_tasks_labels(tiny_pair, tmp_path):
+    """#50: the judge's AUC on another task's labels (every prompt: it saw none). Labels whose importance follows
+    the same feature are separated as on its own task; labels that follow another feature are chance."""
+    labels, _, _ = planted_labels(tmp_path / "arith", tiny_pair)
+    same, _, y = planted_labels(tmp_path / "same", tiny_pair, task="gsm8k", seed=2)
+    other, _, _ = planted_labels(tmp_path / "other", tiny_pair, task="mbpp", seed=3, feature=7)
+    train_judge(labels, tmp_path / "judge", JudgeFit(holdout=0.3), [same, other])
+    manifest = json.loads((tmp_path / "judge" / "manifest.json").read_text())
+    gsm8k, mbpp = manifest["out_of_domain"]
+    assert (gsm8k["task"], gsm8k["prompts"], gsm8k["mismatches"], gsm8k["important"]) == ("gsm8k", 20, 400,
+                                                                                          int(y.sum()))
+    assert gsm8k["auc"] > 0.85 and mbpp["task"] == "mbpp" and abs(mbpp["auc"] - 0.5) < 0.1
+    assert train_judge(labels, tmp_path / "alone").parent.joinpath("manifest.json").read_text().count(
+        '"out_of_domain": []') == 1
+
+
+def test_train_judge_refuses_other_labels_of_another_pair_or_unfinished_before_any_fit(tiny_pair, tmp_path):
+    from diversed.utils import read_json, write_json
+
+    labels, _, _ = planted_labels(tmp_path / "arith", tiny_pair)
+    swapped, _, _ = planted_labels(tmp_path / "swapped", tiny_pair, task="gsm8k")
+    m = read_json(swapped / "manifest.json")
+    write_json(swapped / "manifest.json", m | {"pair": {"target": m["pair"]["draft"], "draft": m["pair"]["target"]}})
+    with pytest.raises(ValueError, match="mined on another pair"):
+        train_judge(labels, tmp_path / "judge", eval_labels=[swapped])
+    assert not (tmp_path / "judge").exists()
+    (tmp_path / "unfinished").mkdir()
+    with pytest.raises(FileNotFoundError, match="unfinished.*no manifest.json|no manifest.json"):
+        train_judge(labels, tmp_path / "judge2", eval_labels=[tmp_path / "unfinished"])
+    assert not (tmp_path / "judge2").exists()
 
 
 def test_labels_of_one_class_give_a_constant_judge_at_the_smoothed_rate(tiny_pair, tmp_path):
@@ -265,8 +299,10 @@ def test_the_command_lines_mine_train_and_decode(tiny_dir, tmp_path, capsys):
           "--out", str(tmp_path / "mined")])
     assert "judge labels:" in capsys.readouterr().out and len(load_shards(tmp_path / "mined").prompts) == 3
     labels, _, _ = planted_labels(tmp_path / "labels", load_pair(pair[1], pair[3]), hidden=64)
-    main(["train-judge", "--labels", str(labels), "--out", str(tmp_path / "judge")])
-    assert "held-out AUC" in capsys.readouterr().out
+    other, _, _ = planted_labels(tmp_path / "other", load_pair(pair[1], pair[3]), hidden=64, task="gsm8k", seed=2)
+    main(["train-judge", "--labels", str(labels), "--eval-labels", str(other), "--out", str(tmp_path / "judge")])
+    assert re.search(r"held-out AUC \d\.\d{3} on \d+ prompts\); on gsm8k: AUC \d\.\d{3} on 20 prompts",
+                     capsys.readouterr().out)
     main(["generate", *pair, "--verifier", "judge", "--judge", str(tmp_path / "judge" / "judge.safetensors"),
           "--knob", "0.5", "--task", "arith", "-n", "2", "--max-new-tokens", "6", "--out", str(tmp_path / "runs")])
     with pytest.raises(SystemExit):

@@ -112,7 +112,7 @@ def rehearsal(tmp_path_factory):
 @pytest.mark.slow
 def test_every_table_figure_and_the_report(rehearsal):
     wd, config = rehearsal
-    for name in ("table1", "table2", "table3", "speed"):
+    for name in ("table1", "table2", "table3", "transfer", "speed"):
         for ext in ("csv", "md", "tex"):
             assert (wd / "results" / "tables" / f"{name}.{ext}").stat().st_size > 0, name
     stems = ["acceptance_vs_weight", "weight_distribution"] + [
@@ -149,10 +149,10 @@ def test_every_pair_task_method_and_temperature_ran_and_was_scored(rehearsal):
     runs = pd.read_csv(wd / "results" / "tables" / "runs.csv")
     methods = len(config["methods"]) + sum(map(len, config["given"].values()))  # fixed-0.7 and cascade-0.5 too
     # every method decoded for quality (batched) and timed (batch 1, interleaved), AutoJudge on GSM8K only, and the
-    # transfer runs
-    assert len(runs) == 3 * 2 * (2 * methods - 1) + 3 * len(config["transfer"])
+    # transfer runs: DIVERSED both ways, AutoJudge from GSM8K
+    assert len(runs) == 3 * 2 * (2 * methods - 1) + 3 * len(config["transfer"]) + 3
     assert runs["timing"].sum() == 3 * (2 * methods - 1)
-    assert set(runs.loc[runs["method"] == "judge", "task"]) == {"gsm8k"}
+    assert set(runs.loc[runs["head_task"].isna() & (runs["method"] == "judge"), "task"]) == {"gsm8k"}
     batched = runs.loc[~runs["timing"]].groupby("pair")["batch_size"].agg(set).to_dict()
     assert batched == {p: {config["pairs"][p].get("batch_size", config["batch_size"])} for p in PAIRS}
     assert batched["gemma"] == {16}  # its own rows (paper-gemma.yaml)
@@ -171,6 +171,30 @@ def test_every_pair_task_method_and_temperature_ran_and_was_scored(rehearsal):
     assert set(sweeps.loc[sweeps["verifier"] == "judge", "task"]) == {"gsm8k"}
     read = sweeps["K"].isin(config["K"])
     assert sweeps.loc[read, "speedup"].notna().all() and sweeps.loc[~read, "speedup"].isna().all()
+
+
+@pytest.mark.slow
+def test_autojudge_transfers_and_its_auc_is_taken_on_the_other_tasks_labels(rehearsal):
+    """#50: the GSM8K judge decodes CNN/DM at GSM8K's threshold beside the GSM8K head; CNN/DM's labels are mined for
+    its AUC there (CNN/DM has references), which the judge's manifest and the transfer table give."""
+    wd, _ = rehearsal
+    for pair in PAIRS:
+        judge = json.loads((wd / "results" / "judges" / pair / "gsm8k" / "manifest.json").read_text())
+        (other,) = judge["out_of_domain"]
+        assert other["task"] == "cnndm" and other["labels"] == f"results/judges/{pair}/cnndm/labels"
+        mined = json.loads((wd / other["labels"] / "manifest.json").read_text())
+        assert (other["prompts"], other["mismatches"]) == (mined["prompts"], mined["mismatches"])
+        assert not (wd / "results" / "judges" / pair / "cnndm" / "judge.safetensors").exists()  # labels only
+        run = json.loads((wd / "results" / "runs" / pair / "cnndm" / "judge@gsm8k" / "T1.0-K5-s0" /
+                          "manifest.json").read_text())
+        assert run["labels"]["head_task"] == "gsm8k" and run["labels"]["method"] == "judge"
+    transfer = pd.read_csv(wd / "results" / "tables" / "transfer.csv")
+    judged = transfer[transfer["verifier"] == "AutoJudge"]
+    assert set(judged["pair"]) == set(PAIRS) and set(judged["trained on"]) == {"gsm8k"}
+    assert not judged["AUC on evaluated task"].str.startswith("– (no labels").any()
+    assert set(transfer.loc[transfer["verifier"] == "DIVERSED", "trained on"]) == {"gsm8k", "cnndm"}
+    table3 = pd.read_csv(wd / "results" / "tables" / "table3.csv")
+    assert set(table3.loc[table3["head trained on"] == "gsm8k (AutoJudge)", "pair"]) == set(PAIRS)
 
 
 @pytest.mark.slow

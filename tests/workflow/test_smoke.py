@@ -147,13 +147,13 @@ def test_smoke_config_end_to_end(smoke_run):
         assert parses(path), path
     declared = [p for job in plan.jobs for v in job.outputs.values() for p in ([v] if isinstance(v, str) else v)]
     assert all((wd / p).exists() for p in declared)
-    for name in ("table1", "table2", "table3", "speed"):
+    for name in ("table1", "table2", "table3", "transfer", "speed"):
         assert "tabular" in (wd / "results" / "tables" / f"{name}.tex").read_text()
     runs = pd.read_csv(wd / "results" / "tables" / "runs.csv")
-    # every quality and timing run of the plan, and its transfer run (the lambda sweep's are in its table only)
+    # every quality and timing run of the plan, and its transfer runs (the lambda sweep's are in its table only)
     quality = [r for r in plan.runs if r.rule in ("decode", "decode_transfer")]
     timed = [r for r in plan.runs if r.rule == "time"]
-    assert len(runs) == len(quality) + len(timed) == 61 and runs["timing"].sum() == 30
+    assert len(runs) == len(quality) + len(timed) == 62 and runs["timing"].sum() == 30
     assert set(runs["split"]) == {"eval"} and set(runs["method"]) == {r.method.split("@")[0] for r in quality}
     assert set(runs.loc[runs["timing"], "batch_size"]) == {1} and set(runs.loc[~runs["timing"], "batch_size"]) == {2}
     assert runs.loc[~runs["timing"], "tokens_per_s"].isna().all() and runs.loc[runs["timing"], "speedup"].notna().all()
@@ -162,9 +162,20 @@ def test_smoke_config_end_to_end(smoke_run):
     families = pd.read_csv(wd / "results" / "tables" / "families.csv")
     assert set(families["method"]) >= {"Static ensemble (fixed w)", "Speculative cascade", "Lenient SD", "AutoJudge",
                                        "DIVERSED"}
-    assert set(runs.loc[runs["method"] == "judge", "task"]) == {"arith"}  # AutoJudge where answers are checked
+    own = runs["head_task"].isna()  # AutoJudge where answers are checked; on open only arith's judge, transferred
+    assert set(runs.loc[own & (runs["method"] == "judge"), "task"]) == {"arith"}
+    assert set(runs.loc[~own & (runs["method"] == "judge"), "head_task"]) == {"arith"}
     judge = json.loads((wd / "results" / "judges" / "tiny" / "arith" / "manifest.json").read_text())
     assert judge["task"] == "arith" and judge["fit"]["holdout"] == 0.2  # its classifier, from its mined labels
+    # both learned verifiers trained on arith decode open (Table 3 and the transfer table); open has no references,
+    # so no labels to take the judge's AUC on there
+    assert "arith (AutoJudge)" in set(pd.read_csv(wd / "results" / "tables" / "table3.csv")["head trained on"])
+    transfer = pd.read_csv(wd / "results" / "tables" / "transfer.csv").set_index("verifier")
+    assert set(transfer.index) == {"DIVERSED", "AutoJudge"} and set(transfer["evaluated on"]) == {"open"}
+    assert transfer.loc["AutoJudge", "AUC on evaluated task"] == "– (no labels mined on open)"
+    held = judge["held_out"]["auc"]
+    assert transfer.loc["AutoJudge", "AUC on trained task (held out)"] == (
+        "– (one class held out)" if held is None else f"{held:.3f}")
     sweeps = pd.read_csv(wd / "results" / "tables" / "sweeps.csv")
     assert {"cascade", "lenient", "judge", "fixed", "strict", "dynamic", "autoregressive"} <= set(sweeps["verifier"])
     read = sweeps["K"] == 3  # the sweeps the runs read are timed at batch 1 (not the figure's K = 2 sweep)
@@ -201,10 +212,11 @@ def test_smoke_config_end_to_end(smoke_run):
     (wd / "changed.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     counts = jobs(snakemake("-n", "--configfile", "changed.yaml", cwd=wd).stdout)
     decoding = ("time_sweep", "decode", "time")
-    assert set(counts) == {"sweep", *decoding, "aggregate", "audit", "plot", "report", "all"}, counts
+    assert set(counts) == {"sweep", *decoding, "decode_transfer", "aggregate", "audit", "plot", "report", "all"}, counts
     # 2 tasks x 2 temperatures + the K-figure sweep (each keeps its finished points: see test_sweep), their
-    # timing, and the decode and timing jobs whose fixed run reads a re-chosen w
-    assert counts["sweep"] == 5 and all(counts[r] == 4 for r in decoding)
+    # timing, the decode and timing jobs whose fixed run reads a re-chosen w, and the transfer whose judge reads
+    # arith's re-chosen threshold
+    assert counts["sweep"] == 5 and all(counts[r] == 4 for r in decoding) and counts["decode_transfer"] == 1
 
 
 def test_a_killed_workflow_and_a_failed_decode_job_resume_to_identical_runs(smoke_run, tmp_path):

@@ -50,7 +50,8 @@ def test_paper_config_plans_its_full_dag(extra, pairs):
     assert counts["sweep"] == pairs * 4 * 2 + pairs * 2  # pairs x 4 tasks x 2 T at K = 5, + pairs x 2 figure K
     for rule in ("time", "time_sweep"):  # one job per (pair, task, T): every method
         assert counts[rule] == pairs * 4 * 2
-    assert counts["mine_judge"] == counts["train_judge"] == pairs * 2
+    # AutoJudge on GSM8K and MBPP; CNN/DM's labels mined too, for the GSM8K judge's AUC where it transfers
+    assert counts["mine_judge"] == pairs * 3 and counts["train_judge"] == pairs * 2
     assert counts["distill_draft"] == pairs * 4
     if "paper-lambda.yaml" in extra:  # every task's lambda chosen on dev: a head per value and a sweep_lambda
         assert "train_head" not in counts
@@ -59,6 +60,34 @@ def test_paper_config_plans_its_full_dag(extra, pairs):
         assert counts["train_head"] == pairs * 4 and "train_head_lambda" not in counts and "sweep_lambda" not in counts
         assert {j.train.acceptance_weight for j in paper(*extra).of("train_head")} == {0.05}
     assert counts["fetch_sources"] == counts["aggregate"] == counts["plot"] == counts["report"] == 1
+
+
+def test_autojudge_transfers_with_its_own_tasks_judge_and_threshold():
+    """#50: a transfer from a task AutoJudge runs on decodes with that task's judge at the threshold its sweep chose
+    on that task's dev prompts, beside DIVERSED with that task's head; the judge's AUC is taken on the eval task's
+    labels (mined for it). A transfer from a task without a judge runs DIVERSED alone."""
+    plan = paper()
+    job = plan.job("decode_transfer", {"pair": "llama", "task": "cnndm", "head_task": "gsm8k", "T": "1.0",
+                                       "seed": "0"})
+    runs = {r.method: r for r in job.runs}
+    assert set(runs) == {"dynamic@gsm8k", "judge@gsm8k"}
+    judge = runs["judge@gsm8k"]
+    assert judge.verifier == "judge" and judge.task == "cnndm" and judge.changes == {
+        "judge": "results/judges/llama/gsm8k/judge.safetensors",
+        "weight_file": "results/sweeps/llama/gsm8k/T1.0-K5/choice.json"}
+    assert runs["dynamic@gsm8k"].changes["head"] == "results/heads/llama/gsm8k/head.safetensors"
+    assert job.inputs["judge"] == judge.changes["judge"] and job.inputs["weights"] == [judge.changes["weight_file"]]
+    assert "label:method=judge label:head_task=gsm8k" in judge.spec()
+    back = plan.job("decode_transfer", {"pair": "llama", "task": "gsm8k", "head_task": "cnndm", "T": "1.0",
+                                        "seed": "0"})
+    assert [r.method for r in back.runs] == ["dynamic@cnndm"] and "judge" not in back.inputs
+    train = plan.job("train_judge", {"pair": "llama", "task": "gsm8k"})
+    assert train.inputs["eval_labels"] == ["results/judges/llama/cnndm/labels/manifest.json"]
+    assert train.flags["eval_labels"] == "--eval-labels results/judges/llama/cnndm/labels"
+    assert plan.job("train_judge", {"pair": "llama", "task": "mbpp"}).flags["eval_labels"] == ""
+    assert plan.job("mine_judge", {"pair": "llama", "task": "cnndm"})
+    with pytest.raises(ValueError, match="no train_judge job"):
+        plan.job("train_judge", {"pair": "llama", "task": "cnndm"})
 
 
 def test_paper_config_runs_block_verification_beside_strict():
@@ -281,7 +310,7 @@ def test_paper_config_fetches_every_hub_source_before_any_gpu_job():
     """Regression: the hub models (two of them gated) and datasets were first downloaded by 800 racing GPU jobs."""
     plan = paper("paper-gemma.yaml")
     gpu_jobs = [j for j in plan.jobs if j.rule in MODEL_RULES]
-    assert len(gpu_jobs) == 198 and all(j.inputs["sources"] == "resources/sources.json" for j in gpu_jobs)
+    assert len(gpu_jobs) == 201 and all(j.inputs["sources"] == "resources/sources.json" for j in gpu_jobs)
     assert all(j.gpu == 1 for j in gpu_jobs)
     (fetch,) = plan.of("fetch_sources")
     for source in ("meta-llama/Llama-3.1-8B-Instruct", "google/gemma-3-4b-it", "Qwen/Qwen3-0.6B"):

@@ -16,7 +16,7 @@ rule aggregate:
         "../../environment.yml"
     shell:
         "diversed aggregate {params.runs} {params.timing_runs} {params.sweeps} {params.sweep_timing_runs} "
-        "{params.lambda_sweeps} --transfer-temperature {params.transfer_temperature} --out {params.out} "
+        "{params.lambda_sweeps} {params.judges} --transfer-temperature {params.transfer_temperature} --out {params.out} "
         "> {log} 2>&1"
 
 

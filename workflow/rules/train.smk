@@ -94,7 +94,7 @@ rule mine_judge:
 
 rule train_judge:
     """AutoJudge's classifier for one task: a logistic regression on the mined mismatches' hidden states (CPU),
-    its class balance and held-out AUC in its manifest."""
+    its class balance, held-out AUC and AUC on its transfers' eval tasks (--eval-labels) in its manifest."""
     input:
         unpack(inputs("train_judge")),
     output:
@@ -110,5 +110,5 @@ rule train_judge:
     conda:
         "../../environment.yml"
     shell:
-        "OMP_NUM_THREADS={threads} diversed train-judge --labels {params.labels} {params.fit} --out {params.out} "
-        "> {log} 2>&1"
+        "OMP_NUM_THREADS={threads} diversed train-judge --labels {params.labels} {params.eval_labels} {params.fit} "
+        "--out {params.out} > {log} 2>&1"
