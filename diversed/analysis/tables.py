@@ -522,7 +522,7 @@ def judge_auc(runs: pd.DataFrame, trained: pd.DataFrame, units: pd.DataFrame, he
     found = json.loads(found) if isinstance(found, str) else {}
     other = f"– (no labels mined on {task})" if task not in found else \
         "– (one class in its labels)" if found[task] is None else _number(found[task], 3)
-    return _number(held, 3) if pd.notna(held) else "– (one class held out)", other
+    return _number(held, 3) if pd.notna(held) else "– (held-out labels of one class or none)", other
 
 
 def lambda_table(sweeps: pd.DataFrame) -> pd.DataFrame:

@@ -594,6 +594,6 @@ def test_the_transfer_table_gives_each_learned_verifiers_retention_and_the_judge
                                                                    "held_out_auc": None}], columns=TRAINED_COLUMNS))
     assert list(one_class.set_index("verifier").loc["AutoJudge", ["AUC on trained task (held out)",
                                                                  "AUC on evaluated task"]]) == [
-        "– (one class held out)", "– (one class in its labels)"]
+        "– (held-out labels of one class or none)", "– (one class in its labels)"]
     other_pair = transfer_table(units, runs, pd.DataFrame([judge | {"target": "u"}], columns=TRAINED_COLUMNS))
     assert other_pair.set_index("verifier").loc["AutoJudge", "AUC on trained task (held out)"] == "–"

@@ -175,7 +175,7 @@ def test_smoke_config_end_to_end(smoke_run):
     assert transfer.loc["AutoJudge", "AUC on evaluated task"] == "– (no labels mined on open)"
     held = judge["held_out"]["auc"]
     assert transfer.loc["AutoJudge", "AUC on trained task (held out)"] == (
-        "– (one class held out)" if held is None else f"{held:.3f}")
+        "– (held-out labels of one class or none)" if held is None else f"{held:.3f}")
     sweeps = pd.read_csv(wd / "results" / "tables" / "sweeps.csv")
     assert {"cascade", "lenient", "judge", "fixed", "strict", "dynamic", "autoregressive"} <= set(sweeps["verifier"])
     read = sweeps["K"] == 3  # the sweeps the runs read are timed at batch 1 (not the figure's K = 2 sweep)
