@@ -484,10 +484,11 @@ def retention_table(units: pd.DataFrame) -> pd.DataFrame:
 
 def transfer_table(units: pd.DataFrame, runs: pd.DataFrame, trained: pd.DataFrame) -> pd.DataFrame:
     """Each learned verifier (DIVERSED's head, AutoJudge's judge) trained on one task and decoding another, per
-    pair/T/K: acceptance %, quality, retention against the target alone on the same eval prompts (as in the
-    retention table: point and 95% lower bound; "–" for a fidelity or corpus metric), quality minus the eval task's
-    own module's (paired; "–" where that verifier does not run on it), and the judge's AUC on its own task's
-    held-out prompts and out of domain on the eval task's mined labels ("–" where none were mined)."""
+    pair/T/K: what it decoded with (transfer_setting), acceptance %, quality, retention against the target alone on
+    the same eval prompts (as in the retention table: point and 95% lower bound; "–" for a fidelity or corpus
+    metric), quality minus the eval task's own module's (paired; "–" where that verifier does not run on it), and
+    the judge's AUC on its own task's held-out prompts and out of domain on the eval task's mined labels ("–" and
+    why where there is none)."""
     rows = []
     cross = units[units["head_task"] != ""]
     for (pair, task, method, head, T, K), g in cross.groupby(["pair", "task", "method", "head_task", "temperature",
@@ -501,14 +502,25 @@ def transfer_table(units: pd.DataFrame, runs: pd.DataFrame, trained: pd.DataFram
         gain = statistics.quality_gain(g, mine, spec)
         auc = judge_auc(runs, trained, g, head, task) if method == "judge" else ("–", "–")
         rows.append({"pair": pair, "verifier": METHODS[method], "trained on": head, "evaluated on": task,
-                     "temperature": T, "K": int(K), "acceptance %": statistics.estimate(g, "draft_acceptance_rate"
-                                                                                        ).text(100, 1),
+                     "setting": transfer_setting(runs, g, head), "temperature": T, "K": int(K),
+                     "acceptance %": statistics.estimate(g, "draft_acceptance_rate").text(100, 1),
                      "quality": quality(g, runs).text(scale, digits), "retention %": kept.text(100, 1),
                      "retention lower bound %": _number(100 * kept.low, 1),
                      "quality - own": gain.text(scale, digits, sign=True) if len(mine) else "– (none on this task)",
                      "AUC on trained task (held out)": auc[0], "AUC on evaluated task": auc[1],
                      "prompts": g["prompt"].nunique()})
     return pd.DataFrame(rows)
+
+
+def transfer_setting(runs: pd.DataFrame, units: pd.DataFrame, head: str) -> str:
+    """What a transfer's runs decoded with: DIVERSED's learned w; the judge's threshold t chosen on the head task's
+    dev prompts, or strict where that sweep kept strict."""
+    r = runs[runs["run_dir"].isin(units["run_dir"].unique())]
+    if set(r["verifier"]) == {"dynamic"}:
+        return "learned w"
+    if set(r["verifier"]) == {"strict"}:
+        return f"strict (its sweep on {head} kept strict)"
+    return ", ".join(f"t = {t:g} (chosen on {head})" for t in sorted(r["knob"].dropna().unique()))
 
 
 def judge_auc(runs: pd.DataFrame, trained: pd.DataFrame, units: pd.DataFrame, head: str, task: str) -> tuple[str, str]:

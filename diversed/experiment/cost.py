@@ -279,11 +279,11 @@ def cost_table(plan: Plan) -> str:
     """Markdown: the computed GPU-hours of each pair by rule, and its disk."""
     rows = ["| pair | decode | time | sweep | sweep timing | lambda sweep | train head | distill | mine judge | "
             "GPU-hours | disk |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for name in plan.pairs:
-        h = gpu_hours(plan, name)
+    hours = {name: gpu_hours(plan, name) for name in plan.pairs}
+    for name, h in hours.items():
         rows.append(f"| {name} | " + " | ".join(f"{h[r]:.1f}" for r in GPU_RULES)
                     + f" | {sum(h.values()):.0f} | {disk_gb(plan, name):.0f} GB |")
-    total_hours = sum(sum(gpu_hours(plan, name).values()) for name in plan.pairs)
+    total_hours = sum(sum(h.values()) for h in hours.values())
     return "\n".join(rows) + f"\n\nAll pairs: {total_hours:.0f} GPU-hours (batch size {plan.experiment.batch_size})."
 
 

@@ -557,7 +557,8 @@ def transfer_units() -> tuple[pd.DataFrame, pd.DataFrame]:
                   "seed": 0, "prompt": f"q{i}", "metric": "accuracy", "accepted": 3, "drafted": 10,
                   "quality": float(right(i))} for i in range(30)]
     units = pd.DataFrame(rows)
-    runs = units.drop_duplicates("run_dir")[["run_dir"]].assign(target="t", draft="d")
+    runs = units.drop_duplicates("run_dir")[["run_dir", "method"]].assign(target="t", draft="d")
+    runs = runs.assign(verifier=runs["method"], knob=np.where(runs["method"] == "judge", 0.3, np.nan))
     return units, runs
 
 
@@ -582,6 +583,7 @@ def test_the_transfer_table_gives_each_learned_verifiers_retention_and_the_judge
     table = transfer_table(units, runs, pd.DataFrame([judge], columns=TRAINED_COLUMNS)).set_index("verifier")
     head, judged = table.loc["DIVERSED"], table.loc["AutoJudge"]
     assert (head["trained on"], head["evaluated on"], head["prompts"]) == ("gsm8k", "cnndm", 30)
+    assert (head["setting"], judged["setting"]) == ("learned w", "t = 0.3 (chosen on gsm8k)")
     assert head["retention %"].startswith("50.0 ") and judged["retention %"].startswith("66.7 ")
     assert float(judged["retention lower bound %"]) < 66.7
     assert head["quality - own"].startswith("-50.0 ") and judged["quality - own"] == "– (none on this task)"
@@ -595,5 +597,8 @@ def test_the_transfer_table_gives_each_learned_verifiers_retention_and_the_judge
     assert list(one_class.set_index("verifier").loc["AutoJudge", ["AUC on trained task (held out)",
                                                                  "AUC on evaluated task"]]) == [
         "– (held-out labels of one class or none)", "– (one class in its labels)"]
+    kept_strict = runs.assign(verifier=runs["verifier"].replace("judge", "strict"), knob=np.nan)
+    assert transfer_table(units, kept_strict, pd.DataFrame([judge], columns=TRAINED_COLUMNS)).set_index(
+        "verifier").loc["AutoJudge", "setting"] == "strict (its sweep on gsm8k kept strict)"
     other_pair = transfer_table(units, runs, pd.DataFrame([judge | {"target": "u"}], columns=TRAINED_COLUMNS))
     assert other_pair.set_index("verifier").loc["AutoJudge", "AUC on trained task (held out)"] == "–"

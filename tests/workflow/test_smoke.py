@@ -50,6 +50,9 @@ def test_the_main_job_writes_only_its_folders_and_the_linters_pass_after_it(smok
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+WAIT = 60  # seconds the browser may take to show an element: the report renders by script, slowly on busy cores
+
+
 def browser():
     """Debian's Chromium, headless, driven by Selenium through Debian's chromedriver (no driver download)."""
     from selenium import webdriver
@@ -61,7 +64,9 @@ def browser():
                  "--window-size=1400,1000"):
         options.add_argument(flag)
     options.binary_location = shutil.which("chromium")
-    return webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver")))
+    driver = webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver")))
+    driver.implicitly_wait(WAIT)  # find_element waits too
+    return driver
 
 
 @pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("chromedriver")),
@@ -98,16 +103,16 @@ def test_snakemake_report_shows_every_figure_and_the_claims_in_a_browser(smoke_r
         for path in sorted(expected["Figures"]):  # each shown in the page, decoded by the browser
             d.find_element(By.XPATH, f"//tr[td[text()='{path}']]//a[@iconname='eye']").click()
             name = path.rsplit("/", 1)[1]
-            img = WebDriverWait(d, 10).until(lambda drv, n=name: drv.find_element(
+            img = WebDriverWait(d, WAIT).until(lambda drv, n=name: drv.find_element(
                 By.XPATH, f"//img[contains(@src, 'filename={n};')]"))
-            size = WebDriverWait(d, 10).until(lambda drv, i=img: drv.execute_script(
+            size = WebDriverWait(d, WAIT).until(lambda drv, i=img: drv.execute_script(
                 "const i = arguments[0]; return i.complete && i.naturalWidth ? [i.naturalWidth, i.naturalHeight] "
                 ": null", i))
             assert min(size) > 100, (path, size)
         d.get(url)
         d.find_element(By.XPATH, "//span[text()='Claims']").click()
         d.find_element(By.XPATH, "//tr[td[text()='results/claims.html']]//a[@iconname='eye']").click()
-        d.switch_to.frame(WebDriverWait(d, 10).until(lambda drv: drv.find_element(
+        d.switch_to.frame(WebDriverWait(d, WAIT).until(lambda drv: drv.find_element(
             By.XPATH, "//iframe[contains(@src, 'filename=claims.html;')]")))
         header = [th.text for th in d.find_elements(By.CSS_SELECTOR, "table thead th")]
         verdicts = [tr.find_elements(By.TAG_NAME, "td")[header.index("verdict")].text
