@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diversed.decoding.settings import ALONE, FAMILIES, GIVEN, LEARNED, Method
+from diversed.decoding.settings import ALONE, FAMILIES, GIVEN, Method
 from diversed.experiment.config import JOB_FIELDS, Experiment, experiment, judge_tasks, scored
 from diversed.experiment.declared import declared
 from diversed.experiment.sources import Sources, hub_model, hub_sources, hub_task, load_config
@@ -313,7 +313,7 @@ class Setup:
     def transferred(self, head_task: str) -> list[str]:
         """The learned verifiers a transfer from head_task decodes with: DIVERSED, and AutoJudge where the judge runs
         on head_task."""
-        return [m for m in LEARNED if m == "dynamic" or (m in self.speculative and head_task in self.judge_tasks)]
+        return ["dynamic", *(["judge"] if head_task in self.judge_tasks else [])]
 
     def head_tasks(self) -> list[str]:
         """The tasks whose head some job reads: every task when DIVERSED runs, and each transfer's head task."""
