@@ -451,6 +451,11 @@ def _number(x: float, digits: int) -> str:
     return f"{x:.{digits}f}" if np.isfinite(x) else "–"
 
 
+def retained(units: pd.DataFrame, target: pd.DataFrame, spec) -> Estimate:
+    """The quality of units over the target alone's on the same prompts (a ratio; Tango's interval for 0/1 answers)."""
+    return statistics.paired(units, target, spec.statistic, relative=True, binary=spec.binary)
+
+
 def retention_table(units: pd.DataFrame) -> pd.DataFrame:
     """Quality stated as inference benchmarks state it (MLPerf Inference: 99% of the reference's quality, output
     length within 0.9-1.1 of it), per pair/task/T/K and method against the target alone on the same eval prompts:
@@ -465,7 +470,7 @@ def retention_table(units: pd.DataFrame) -> pd.DataFrame:
         if target.empty or spec.fidelity or spec.corpus:
             continue
         scale, digits = quality_scale(spec.name)
-        kept = statistics.paired(m, target, spec.statistic, relative=True, binary=spec.binary)
+        kept = retained(m, target, spec)
         gain = statistics.quality_gain(m, target, spec)
         length = statistics.paired(m, target, "length", relative=True)
         q99 = kept.known and kept.value >= Q99 and statistics.noninferior(gain, spec.tolerance).verdict() == \
@@ -497,12 +502,12 @@ def transfer_table(units: pd.DataFrame, runs: pd.DataFrame, trained: pd.DataFram
         scale, digits = quality_scale(spec.name)
         mine = select(units, pair=pair, task=task, temperature=T, K=K, method=method, head_task="")
         target = select(units, pair=pair, task=task, temperature=T, method="autoregressive", head_task="")
-        kept = NONE if spec.fidelity or spec.corpus else statistics.paired(g, target, spec.statistic, relative=True,
-                                                                            binary=spec.binary)
+        kept = NONE if spec.fidelity or spec.corpus else retained(g, target, spec)
         gain = statistics.quality_gain(g, mine, spec)
-        auc = judge_auc(runs, trained, g, head, task) if method == "judge" else ("–", "–")
+        r = runs[runs["run_dir"].isin(g["run_dir"].unique())]  # the transfer's runs
+        auc = judge_auc(r, trained, head, task) if method == "judge" else ("–", "–")
         rows.append({"pair": pair, "verifier": METHODS[method], "trained on": head, "evaluated on": task,
-                     "setting": transfer_setting(runs, g, head), "temperature": T, "K": int(K),
+                     "setting": transfer_setting(r, head), "temperature": T, "K": int(K),
                      "acceptance %": statistics.estimate(g, "draft_acceptance_rate").text(100, 1),
                      "quality": quality(g, runs).text(scale, digits), "retention %": kept.text(100, 1),
                      "retention lower bound %": _number(100 * kept.low, 1),
@@ -512,10 +517,9 @@ def transfer_table(units: pd.DataFrame, runs: pd.DataFrame, trained: pd.DataFram
     return pd.DataFrame(rows)
 
 
-def transfer_setting(runs: pd.DataFrame, units: pd.DataFrame, head: str) -> str:
-    """What a transfer's runs decoded with: DIVERSED's learned w; the judge's threshold t chosen on the head task's
+def transfer_setting(r: pd.DataFrame, head: str) -> str:
+    """What a transfer's runs r decoded with: DIVERSED's learned w; the judge's threshold t chosen on the head task's
     dev prompts, or strict where that sweep kept strict."""
-    r = runs[runs["run_dir"].isin(units["run_dir"].unique())]
     if set(r["verifier"]) == {"dynamic"}:
         return "learned w"
     if set(r["verifier"]) == {"strict"}:
@@ -523,10 +527,10 @@ def transfer_setting(runs: pd.DataFrame, units: pd.DataFrame, head: str) -> str:
     return ", ".join(f"t = {t:g} (chosen on {head})" for t in sorted(r["knob"].dropna().unique()))
 
 
-def judge_auc(runs: pd.DataFrame, trained: pd.DataFrame, units: pd.DataFrame, head: str, task: str) -> tuple[str, str]:
-    """The AUC of the judge trained on task head for the pair of units' runs: held out on head's prompts, and on
-    task's mined labels (its manifest's out_of_domain), as text; "–" and why where there is none."""
-    pair = runs[runs["run_dir"].isin(units["run_dir"].unique())][["target", "draft"]].drop_duplicates()
+def judge_auc(r: pd.DataFrame, trained: pd.DataFrame, head: str, task: str) -> tuple[str, str]:
+    """The AUC of the judge trained on task head for the pair of the transfer's runs r: held out on head's prompts,
+    and on task's mined labels (its manifest's out_of_domain), as text; "–" and why where there is none."""
+    pair = r[["target", "draft"]].drop_duplicates()
     j = trained[(trained["kind"] == "judge") & (trained["task"] == head)].merge(pair, on=["target", "draft"])
     if len(j) != 1:
         return "–", "–"

@@ -187,7 +187,7 @@ class Setup:
         # the tasks whose AutoJudge labels are mined: the judge's, and each judge transfer's eval task with references
         # (the judge's AUC out of domain)
         self.label_tasks = [t for t in self.tasks if t in self.judge_tasks or (any(
-            u.eval == t and u.head in self.judge_tasks for u in x.transfer) and scored(t))]
+            u.eval == t and "judge" in self.transferred(u.head) for u in x.transfer) and scored(t))]
         self.sweep_head = "dynamic" in self.speculative  # the fronts' references each sweep decodes
         self.sweep_target = "autoregressive" in self.methods
         self.hub: Sources = hub_sources(x)
